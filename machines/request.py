@@ -1,0 +1,153 @@
+"""The request machine: one user input looping through model and tool calls.
+
+Two orthogonal regions: ``phase`` (where the loop is) and ``mode`` (whether
+Plan Mode restricts which tools may execute). Callbacks name what the runtime
+awaits, in order, after an edge is taken: extension hooks and runtime steps.
+"""
+
+from __future__ import annotations
+
+from machines.definition import MachineDefinition, Region, State, Transition
+
+_LIVE = (
+    "idle",
+    "setup",
+    "awaiting_model",
+    "awaiting_tool",
+    "awaiting_approval",
+    "steering_interrupt",
+    "answered",
+    "concluding",
+    "compacting",
+)
+
+_NEXT_TURN = ("after_turn", "before_turn", "assemble_request", "before_model")
+_FIRST_TURN = ("before_turn", "assemble_request", "before_model")
+_RECEIVE = ("append_response", "after_model", "poll_steering")
+
+PHASE = Region(
+    name="phase",
+    attribute="state",
+    initial="idle",
+    states=(
+        State("idle", "created, not started"),
+        State("setup", "tools registered, state restored, input appended"),
+        State("awaiting_model", "a model call is streaming"),
+        State("awaiting_tool", "the tool calls of one assistant message are running"),
+        State("awaiting_approval", "a tool call is paused until an external response"),
+        State("steering_interrupt", "steering input replaced the rest of the turn"),
+        State("answered", "a final answer is in hand; the next input is chosen"),
+        State("concluding", "after_turn, after_run and on_success run"),
+        State("compacting", "a compaction pass: restore and summarize, no model call"),
+        State("completed", "the request succeeded", final=True),
+        State("failed", "an error ended the request", final=True),
+        State("cancelled", "the request was cancelled", final=True),
+    ),
+    transitions=(
+        Transition(
+            "start",
+            "idle",
+            "setup",
+            callbacks=(
+                "emit_started",
+                "open_inboxes",
+                "on_tool",
+                "on_state",
+                "on_message",
+                "append_input",
+                "before_run",
+            ),
+        ),
+        Transition("request_model", "setup", "awaiting_model", conditions="within_budget", callbacks=_FIRST_TURN),
+        Transition(
+            "request_model",
+            ("awaiting_tool", "steering_interrupt"),
+            "awaiting_model",
+            conditions=("tool_results_complete", "within_budget"),
+            callbacks=_NEXT_TURN,
+        ),
+        Transition(
+            "request_model",
+            "answered",
+            "awaiting_model",
+            conditions="has_internal_input",
+            callbacks=("append_internal", "reset_budget", *_NEXT_TURN),
+            doc="an internal message continues the request",
+        ),
+        Transition("respond", "awaiting_model", "awaiting_tool", conditions="has_tool_calls", callbacks=_RECEIVE),
+        Transition("answer", "awaiting_model", "answered", unless="has_tool_calls", callbacks=_RECEIVE),
+        Transition("await_approval", ("awaiting_tool", "awaiting_approval"), "awaiting_approval"),
+        Transition("resume", "awaiting_approval", "awaiting_approval", conditions="approvals_outstanding"),
+        Transition("resume", "awaiting_approval", "awaiting_tool", unless="approvals_outstanding"),
+        Transition(
+            "steer",
+            "awaiting_tool",
+            "steering_interrupt",
+            conditions=("steering_pending", "tool_results_complete"),
+            callbacks=("append_steering", "reset_budget"),
+        ),
+        Transition(
+            "steer",
+            "answered",
+            "steering_interrupt",
+            conditions="steering_pending",
+            callbacks=("append_steering", "reset_budget"),
+        ),
+        Transition(
+            "conclude",
+            "answered",
+            "concluding",
+            unless=("steering_pending", "has_internal_input"),
+            callbacks=("after_turn", "after_run", "on_success"),
+        ),
+        Transition("complete", "concluding", "completed", callbacks=("close_inboxes", "emit_completed")),
+        Transition(
+            "compact",
+            "idle",
+            "compacting",
+            callbacks=("on_tool", "on_state", "on_compact", "store_compaction"),
+        ),
+        Transition("finish_compaction", "compacting", "completed"),
+        Transition(
+            "fail",
+            _LIVE,
+            "failed",
+            conditions="tool_results_complete",
+            callbacks=("on_error", "close_inboxes", "emit_failed"),
+        ),
+        Transition(
+            "cancel",
+            _LIVE,
+            "cancelled",
+            conditions="tool_results_complete",
+            callbacks=("on_cancelled", "close_inboxes"),
+        ),
+    ),
+)
+
+MODE = Region(
+    name="mode",
+    attribute="mode",
+    initial="normal",
+    states=(
+        State("normal", "every registered tool may execute"),
+        State("plan_active", "only the Plan Mode capability set may execute"),
+    ),
+    transitions=(
+        Transition("enter_plan", "normal", "plan_active"),
+        Transition("exit_plan", "plan_active", "normal"),
+        Transition("admit_tool", "normal", "normal", conditions="tool_registered"),
+        Transition(
+            "admit_tool",
+            "plan_active",
+            "plan_active",
+            conditions=("tool_registered", "tool_in_capabilities"),
+        ),
+    ),
+)
+
+REQUEST = MachineDefinition(
+    name="request",
+    doc="One request: the agent loop and the tool-permission mode beside it.",
+    regions=(PHASE, MODE),
+)

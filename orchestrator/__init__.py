@@ -1,0 +1,70 @@
+"""Agent requests as explicit state machines under trio."""
+
+from orchestrator.agent import Agent, AgentClient, create_agent
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.context import AgentRunContext
+from orchestrator.errors import (
+    AgentError,
+    GuardRefused,
+    IllegalTransition,
+    MaxIterationsExceeded,
+    ModelError,
+    SessionBusy,
+    ToolArgumentsError,
+    ToolRejected,
+)
+from orchestrator.events import AgentEvent, ExtensionEvent
+from orchestrator.extensions.base import AgentExtension
+from orchestrator.messages import (
+    AssistantMessage,
+    ImagePart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    ToolStatus,
+    UserMessage,
+)
+from orchestrator.model import Model, ModelRequest, ScriptedModel
+from orchestrator.pending import ResponseRouter
+from orchestrator.stream import RunStream
+from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, tool
+
+__all__ = [
+    "Agent",
+    "AgentClient",
+    "AgentError",
+    "AgentEvent",
+    "AgentExtension",
+    "AgentRunConfig",
+    "AgentRunContext",
+    "AssistantMessage",
+    "ExtensionEvent",
+    "ExternalEvent",
+    "GuardRefused",
+    "IllegalTransition",
+    "ImagePart",
+    "MaxIterationsExceeded",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ResponseRouter",
+    "RunStream",
+    "ScriptedModel",
+    "ServerToolDefinition",
+    "SessionBusy",
+    "SystemMessage",
+    "TextPart",
+    "ToolArgumentsError",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolMessage",
+    "ToolRejected",
+    "ToolResult",
+    "ToolStatus",
+    "UserMessage",
+    "create_agent",
+    "tool",
+]

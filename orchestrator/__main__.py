@@ -1,0 +1,29 @@
+"""``python -m orchestrator {demo,diagrams,run}``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    command = args[0] if args else "help"
+    if command == "demo":
+        from orchestrator.demo import main as demo
+
+        demo()
+        return 0
+    if command == "diagrams":
+        from orchestrator.diagrams import main as diagrams
+
+        return diagrams(args[1:])
+    if command == "run":
+        from orchestrator.cli import main as run
+
+        return run(args[1:])
+    print("usage: python -m orchestrator {demo,diagrams,run} [options]", file=sys.stderr)
+    return 0 if command in ("help", "-h", "--help") else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

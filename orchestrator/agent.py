@@ -1,0 +1,206 @@
+"""Agent, AgentClient and create_agent: the public entry points."""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import trio
+
+from machines.build import Step
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.errors import SessionBusy
+from orchestrator.events import AgentEvent
+from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
+from orchestrator.history import InMemoryHistory, SessionHistory
+from orchestrator.inbox import InputInbox
+from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
+from orchestrator.model import Model
+from orchestrator.runtime import RequestRun
+from orchestrator.stream import RunStream
+from orchestrator.tools import ToolDefinition
+
+log = logging.getLogger("orchestrator.agent")
+
+_DEFAULT = object()
+
+
+def _order(extensions: Iterable[AgentExtension]) -> list[AgentExtension]:
+    ordered = sorted(extensions, key=lambda extension: extension.priority)
+    names: set[str] = set()
+    for extension in ordered:
+        if not isinstance(extension, AgentExtension):
+            raise TypeError(f"{extension!r} is not an AgentExtension")
+        if extension.name in names:
+            raise ValueError(f"two extensions are named {extension.name!r}; set a distinct name")
+        names.add(extension.name)
+    return ordered
+
+
+def _as_input(value: str | UserMessage | Sequence[ContentPart]) -> UserMessage:
+    if isinstance(value, UserMessage):
+        return value
+    if isinstance(value, str):
+        return UserMessage(value)
+    return UserMessage(tuple(value))
+
+
+class Agent:
+    """A model, tools and extensions, serving any number of sessions at once."""
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        extensions: Iterable[AgentExtension] = (),
+        tools: Iterable[ToolDefinition] = (),
+        system_prompt: str | None = None,
+        max_iterations: int = 25,
+        history: SessionHistory | None = None,
+    ) -> None:
+        if max_iterations < 1:
+            raise ValueError("max_iterations must be at least 1")
+        self.model = model
+        self.extensions = _order(extensions)
+        self.tools = list(tools)
+        self.system_prompt = system_prompt
+        self.max_iterations = max_iterations
+        self.history = history
+        self.hooks: dict[str, list[AgentExtension]] = {
+            hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
+        }
+        self.inboxes: list[InputInbox] = [e for e in self.extensions if isinstance(e, InputInbox)]
+        self._live: dict[str, RequestRun] = {}
+        self._last: dict[str, RequestRun] = {}
+
+    # requests ---------------------------------------------------------------
+
+    def start(
+        self, user_input: str | UserMessage | Sequence[ContentPart], config: AgentRunConfig | None = None
+    ) -> RunStream:
+        """A stream of one request's events; the request starts on first iteration."""
+        config = config or AgentRunConfig()
+        return RunStream(self, config, _as_input(user_input))
+
+    def _open_run(self, config: AgentRunConfig, message: UserMessage | None, send: Any) -> RequestRun:
+        if config.session_id in self._live:
+            raise SessionBusy(config.session_id)
+        request_id = config.request_id or uuid.uuid4().hex
+        run = RequestRun(self, config, request_id, message, send)
+        self._live[config.session_id] = run
+        self._last[config.session_id] = run
+        return run
+
+    def _close_run(self, run: RequestRun) -> None:
+        if self._live.get(run.context.session_id) is run:
+            del self._live[run.context.session_id]
+
+    async def compact(self, config: AgentRunConfig) -> None:
+        """Restore the session through on_tool and on_state, then run on_compact."""
+        send_channel, _receive = trio.open_memory_channel[AgentEvent](math.inf)
+        run = self._open_run(config, None, send_channel.send_nowait)
+        try:
+            await run.compact()
+        finally:
+            self._close_run(run)
+
+    # external events --------------------------------------------------------
+
+    def emit_external_event(self, event: ExternalEvent, *, config: AgentRunConfig) -> list[str]:
+        """Offer ``event`` to every extension; the names of those that accepted it.
+
+        Safe to call from any thread. An empty list means nobody took it.
+        """
+        accepted: list[str] = []
+        for extension in self.extensions:
+            try:
+                if extension.accept(config, event):
+                    accepted.append(extension.name)
+            except Exception:
+                log.exception("accept() of %s failed for %s", extension.name, event.name)
+        return accepted
+
+    # inspection -------------------------------------------------------------
+
+    def state(self, session_id: str) -> str | None:
+        """Phase of the session's running request, or None when none runs."""
+        run = self._live.get(session_id)
+        return run.machine.state() if run else None
+
+    def states(self, session_id: str) -> dict[str, str] | None:
+        """Every region's state of the session's running request."""
+        run = self._live.get(session_id)
+        return run.machine.states if run else None
+
+    def transitions(self, session_id: str) -> list[Step]:
+        """Edges taken by the session's running or most recent request."""
+        run = self._last.get(session_id)
+        return list(run.machine.history) if run else []
+
+    def running(self) -> list[str]:
+        """Sessions with a running request."""
+        return list(self._live)
+
+
+class AgentClient:
+    """The handle ``create_agent`` returns."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def stream(
+        self,
+        user_input: str | UserMessage | Sequence[ContentPart],
+        *,
+        config: AgentRunConfig | None = None,
+    ) -> RunStream:
+        """Events of one request, as an async iterator."""
+        return self.agent.start(user_input, config)
+
+    async def run(
+        self,
+        user_input: str | UserMessage | Sequence[ContentPart],
+        *,
+        config: AgentRunConfig | None = None,
+    ) -> AssistantMessage:
+        """Run one request and return its final answer."""
+        stream = self.agent.start(user_input, config)
+        async with stream:
+            async for _ in stream:
+                pass
+        assert stream.result is not None
+        return stream.result
+
+    def state(self, session_id: str) -> str | None:
+        return self.agent.state(session_id)
+
+    def transitions(self, session_id: str) -> list[Step]:
+        return self.agent.transitions(session_id)
+
+
+async def create_agent(
+    model: Model,
+    *,
+    extensions: Iterable[AgentExtension] = (),
+    tools: Iterable[ToolDefinition] = (),
+    system_prompt: str | None = None,
+    max_iterations: int = 25,
+    history: SessionHistory | object | None = _DEFAULT,
+) -> AgentClient:
+    """Build an Agent and return its client.
+
+    History is kept in memory unless ``history`` is given (None keeps none).
+    """
+    store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
+    agent = Agent(
+        model,
+        extensions=extensions,
+        tools=tools,
+        system_prompt=system_prompt,
+        max_iterations=max_iterations,
+        history=store,
+    )
+    return AgentClient(agent)

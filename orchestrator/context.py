@@ -1,0 +1,109 @@
+"""AgentRunContext: what hooks see and change during one request."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.config import AgentRunConfig
+from orchestrator.events import AgentEvent
+from orchestrator.messages import Message, SystemMessage, UserMessage
+from orchestrator.tools import ServerToolDefinition, ToolDefinition
+
+if TYPE_CHECKING:
+    from orchestrator.agent import Agent
+    from orchestrator.runtime import RequestRun
+
+
+class AgentRunContext:
+    """Request-scoped view of messages, tools, state and events."""
+
+    def __init__(
+        self, run: RequestRun, config: AgentRunConfig, request_id: str, input_message: UserMessage | None
+    ) -> None:
+        self._run = run
+        self.config = config
+        self.session_id = config.session_id
+        self.request_id = request_id
+        self.input_message = input_message
+        self.tools: dict[str, ToolDefinition] = {}
+        self.server_tools: list[ServerToolDefinition] = []
+        self.state: dict[str, Any] = {}
+        self._messages: list[Message] = []
+
+    @property
+    def agent(self) -> Agent:
+        return self._run.agent
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The messages the next model request will see."""
+        return tuple(self._messages)
+
+    def add_message(self, message: Message, index: int | None = None) -> None:
+        """Insert a request-scoped message (appended when ``index`` is None)."""
+        if index is None:
+            self._messages.append(message)
+        else:
+            self._messages.insert(index, message)
+
+    def replace_messages(self, messages: Sequence[Message]) -> None:
+        """Replace every message the next model request will see."""
+        self._messages = list(messages)
+
+    def register_tool(self, definition: ToolDefinition) -> None:
+        """Offer a local tool in this request; a different tool of the same name is an error."""
+        existing = self.tools.get(definition.name)
+        if existing is not None and existing is not definition:
+            raise ValueError(f"tool {definition.name!r} is registered twice")
+        self.tools[definition.name] = definition
+
+    def unregister_tool(self, name: str) -> None:
+        self.tools.pop(name, None)
+
+    def register_server_tool(self, definition: ServerToolDefinition) -> None:
+        self.server_tools.append(definition)
+
+    async def emit(self, event: AgentEvent) -> None:
+        """Stream ``event`` to the consumer and deliver it to every on_event."""
+        await self._run.emit(event)
+
+    async def publish(self, event: AgentEvent) -> None:
+        """Deliver ``event`` to every extension's on_event (not streamed)."""
+        await self._run.publish(event)
+
+    def queue_internal_message(self, message: UserMessage | SystemMessage) -> None:
+        """Queue a continuation answered after the current input (and any steering)."""
+        self._run.internal_queue.append(message)
+
+    @asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Hold the request in awaiting_approval for the body's duration."""
+        await self._run.pause()
+        try:
+            yield
+        finally:
+            await self._run.resume()
+
+    @property
+    def states(self) -> dict[str, str]:
+        """Current state of each region of the request machine."""
+        return self._run.machine.states
+
+    @property
+    def plan_mode_active(self) -> bool:
+        return self._run.machine.state("mode") == "plan_active"
+
+    @property
+    def capabilities(self) -> frozenset[str] | None:
+        """Tool names allowed while plan mode is active (None outside it)."""
+        return self._run.capabilities
+
+    async def enter_plan_mode(self, capabilities: Iterable[str]) -> None:
+        """Restrict execution and offered tools to ``capabilities``."""
+        await self._run.enter_plan_mode(frozenset(capabilities))
+
+    async def exit_plan_mode(self) -> None:
+        """Lift the plan-mode restriction."""
+        await self._run.exit_plan_mode()

@@ -1,0 +1,48 @@
+"""Typed errors raised by the runtime."""
+
+from __future__ import annotations
+
+from machines.build import GuardRefused, IllegalTransition
+
+__all__ = [
+    "AgentError",
+    "GuardRefused",
+    "IllegalTransition",
+    "MaxIterationsExceeded",
+    "ModelError",
+    "SessionBusy",
+    "ToolArgumentsError",
+    "ToolRejected",
+]
+
+
+class AgentError(Exception):
+    """Base class of the runtime's own errors."""
+
+
+class MaxIterationsExceeded(AgentError):
+    """The request used all model calls allowed for one input."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request reached max_iterations={limit} without a final answer")
+        self.limit = limit
+
+
+class ModelError(AgentError):
+    """The model stream broke its contract (for example, no completed response)."""
+
+
+class SessionBusy(AgentError):
+    """A request of this session is already running."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already has a running request")
+        self.session_id = session_id
+
+
+class ToolRejected(AgentError):
+    """Raised by a hook to refuse a tool call; the model sees a failed result."""
+
+
+class ToolArgumentsError(AgentError):
+    """Tool arguments do not match the tool's schema."""

@@ -1,0 +1,139 @@
+"""Events a request streams to its consumer and publishes to extensions.
+
+Every event has ``name``, ``payload``, ``session_id`` and ``request_id``;
+the runtime fills the ids when an event is emitted inside a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
+
+_ID_FIELDS = frozenset({"session_id", "request_id"})
+
+
+@attrs.frozen(kw_only=True)
+class AgentEvent:
+    """Base of all events; subclasses set ``kind``."""
+
+    kind: ClassVar[str] = "event"
+    session_id: str = ""
+    request_id: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    @property
+    def payload(self) -> Mapping[str, Any]:
+        return {
+            field.name: getattr(self, field.name) for field in attrs.fields(type(self)) if field.name not in _ID_FIELDS
+        }
+
+
+@attrs.frozen(kw_only=True)
+class ExtensionEvent(AgentEvent):
+    """A custom event with a free name and payload, emitted by an extension."""
+
+    name: str
+    payload: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class RunStartedEvent(AgentEvent):
+    kind: ClassVar[str] = "run_started"
+    input: Message
+
+
+@attrs.frozen(kw_only=True)
+class TransitionEvent(AgentEvent):
+    """The request (or another machine) took an edge."""
+
+    kind: ClassVar[str] = "transition"
+    machine: str
+    region: str
+    source: str
+    trigger: str
+    dest: str
+
+
+@attrs.frozen(kw_only=True)
+class ModelStartedEvent(AgentEvent):
+    kind: ClassVar[str] = "model_started"
+    iteration: int
+
+
+@attrs.frozen(kw_only=True)
+class TextDeltaEvent(AgentEvent):
+    kind: ClassVar[str] = "text_delta"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ModelCompletedEvent(AgentEvent):
+    kind: ClassVar[str] = "model_completed"
+    message: AssistantMessage
+
+
+@attrs.frozen(kw_only=True)
+class ToolStartedEvent(AgentEvent):
+    kind: ClassVar[str] = "tool_started"
+    call: ToolCall
+
+
+@attrs.frozen(kw_only=True)
+class ToolCompletedEvent(AgentEvent):
+    kind: ClassVar[str] = "tool_completed"
+    call: ToolCall
+    result: ToolMessage
+
+
+@attrs.frozen(kw_only=True)
+class ToolFailedEvent(AgentEvent):
+    kind: ClassVar[str] = "tool_failed"
+    call: ToolCall
+    result: ToolMessage
+
+
+@attrs.frozen(kw_only=True)
+class ToolSkippedEvent(AgentEvent):
+    kind: ClassVar[str] = "tool_skipped"
+    call: ToolCall
+    result: ToolMessage
+
+
+@attrs.frozen(kw_only=True)
+class ToolCancelledEvent(AgentEvent):
+    kind: ClassVar[str] = "tool_cancelled"
+    call: ToolCall
+    result: ToolMessage
+
+
+@attrs.frozen(kw_only=True)
+class MessageAppendedEvent(AgentEvent):
+    """Published to extensions (not streamed) whenever history grows."""
+
+    kind: ClassVar[str] = "message_appended"
+    message: Message
+    index: int
+
+
+@attrs.frozen(kw_only=True)
+class RunCompletedEvent(AgentEvent):
+    kind: ClassVar[str] = "run_completed"
+    result: AssistantMessage
+
+
+@attrs.frozen(kw_only=True)
+class RunFailedEvent(AgentEvent):
+    kind: ClassVar[str] = "run_failed"
+    error: BaseException
+
+
+@attrs.frozen(kw_only=True)
+class RunCancelledEvent(AgentEvent):
+    kind: ClassVar[str] = "run_cancelled"

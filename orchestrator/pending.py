@@ -1,0 +1,160 @@
+"""Pause a tool call until a matching external response arrives.
+
+A ResponseRouter keys each wait by (session_id, response event name,
+tool_call_id); ``accept`` is safe from any thread and wakes the waiter on its
+own trio loop. Each wait is an approval machine, so a response is taken at
+most once and only while the call waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from machines.approval import APPROVAL
+from machines.build import BoundMachine, GuardRefused, IllegalTransition
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.errors import AgentError
+
+if TYPE_CHECKING:
+    from orchestrator.context import AgentRunContext
+
+log = logging.getLogger("orchestrator.pending")
+
+Validator = Callable[[Mapping[str, Any]], str | None]
+
+
+def require_bool(field: str) -> Validator:
+    """A validator: ``field`` must be present and a bool."""
+
+    def check(payload: Mapping[str, Any]) -> str | None:
+        if field not in payload:
+            return f"missing {field!r}"
+        if not isinstance(payload[field], bool):
+            return f"{field!r} must be a bool, got {type(payload[field]).__name__}"
+        return None
+
+    return check
+
+
+class ResponseWithdrawn(AgentError):
+    """The wait ended without a response (its request is ending)."""
+
+
+class PendingResponse:
+    """One paused call: its key, its approval machine and its wake-up."""
+
+    def __init__(
+        self,
+        session_id: str,
+        request_id: str,
+        response_event: str,
+        key: str,
+        validate: Validator | None,
+    ) -> None:
+        self.session_id = session_id
+        self.request_id = request_id
+        self.response_event = response_event
+        self.key = key
+        self.validate = validate
+        self.payload: dict[str, Any] = {}
+        self.problem: str | None = None
+        self.woken = trio.Event()
+        self.token = trio.lowlevel.current_trio_token()
+        self.machine = BoundMachine(APPROVAL, {"response_valid": self._valid})
+
+    def _valid(self, event: Any) -> bool:
+        payload: Mapping[str, Any] = event.kwargs["payload"]
+        self.problem = self.validate(payload) if self.validate else None
+        return self.problem is None
+
+    @property
+    def state(self) -> str:
+        return self.machine.state()
+
+
+class ResponseRouter:
+    """Waits keyed by session and tool_call_id, answered by external events."""
+
+    def __init__(self, key_field: str = "tool_call_id") -> None:
+        self.key_field = key_field
+        self._lock = threading.Lock()
+        self._waits: dict[tuple[str, str, str], PendingResponse] = {}
+
+    def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
+        """Take ``event`` if it answers a waiting call of ``config.session_id``."""
+        key = event.payload.get(self.key_field) if isinstance(event.payload, Mapping) else None
+        if not isinstance(key, str):
+            return False
+        with self._lock:
+            wait = self._waits.get((config.session_id, event.name, key))
+            if wait is None:
+                log.info("refused %s for %s/%s: nothing waits for it", event.name, config.session_id, key)
+                return False
+            if config.request_id is not None and config.request_id != wait.request_id:
+                log.info("refused %s for %s: request id %s does not match", event.name, key, config.request_id)
+                return False
+            try:
+                wait.machine.fire("answer", payload=event.payload)
+            except (GuardRefused, IllegalTransition):
+                log.warning("refused %s for %s: %s", event.name, key, wait.problem or "not waiting")
+                return False
+            wait.payload = dict(event.payload)
+            del self._waits[(wait.session_id, wait.response_event, wait.key)]
+        try:
+            wait.token.run_sync_soon(wait.woken.set)
+        except trio.RunFinishedError:
+            return False
+        return True
+
+    async def wait(
+        self,
+        context: AgentRunContext,
+        key: str,
+        *,
+        response_event: str,
+        validate: Validator | None = None,
+    ) -> dict[str, Any]:
+        """Pause the request in awaiting_approval until ``response_event`` for ``key``."""
+        pending = PendingResponse(context.session_id, context.request_id, response_event, key, validate)
+        slot = (pending.session_id, response_event, key)
+        with self._lock:
+            if slot in self._waits:
+                pending.machine.unbind()
+                raise RuntimeError(f"{response_event} for {key!r} is already awaited")
+            self._waits[slot] = pending
+        try:
+            async with context.paused():
+                await pending.woken.wait()
+        finally:
+            with self._lock:
+                if self._waits.get(slot) is pending:
+                    del self._waits[slot]
+                if pending.state == "waiting":
+                    pending.machine.fire("withdraw")
+            pending.machine.unbind()
+        if pending.state != "answered":
+            raise ResponseWithdrawn(f"{response_event} for {key!r} was withdrawn")
+        return pending.payload
+
+    def waiting(self, session_id: str | None = None) -> list[PendingResponse]:
+        """Calls that still wait (optionally of one session)."""
+        with self._lock:
+            return [w for w in self._waits.values() if session_id in (None, w.session_id)]
+
+    def withdraw_request(self, request_id: str) -> None:
+        """Drop every wait of a request and wake its waiters (failure clean-up)."""
+        with self._lock:
+            stale = [slot for slot, w in self._waits.items() if w.request_id == request_id]
+            dropped = [self._waits.pop(slot) for slot in stale]
+            for wait in dropped:
+                if wait.state == "waiting":
+                    wait.machine.fire("withdraw")
+        for wait in dropped:
+            with contextlib.suppress(trio.RunFinishedError):
+                wait.token.run_sync_soon(wait.woken.set)

@@ -1,0 +1,556 @@
+"""RequestRun: drives one request through the request machine under trio.
+
+Every step goes through ``machines.request.REQUEST``: the synchronous
+``transitions`` machine validates and records the edge, then this class awaits
+the callbacks the edge names, one after another, in the request's own task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from machines.build import BoundMachine, GuardRefused, Step
+from machines.request import REQUEST
+from orchestrator import events as ev
+from orchestrator.config import AgentRunConfig
+from orchestrator.context import AgentRunContext
+from orchestrator.errors import MaxIterationsExceeded, ModelError, ToolArgumentsError, ToolRejected
+from orchestrator.inbox import InputInbox
+from orchestrator.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    ToolStatus,
+    UserMessage,
+)
+from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
+from orchestrator.tools import ToolResult
+
+if TYPE_CHECKING:
+    from orchestrator.agent import Agent
+
+log = logging.getLogger("orchestrator.runtime")
+
+CLEANUP_SECONDS = 10.0
+
+_TOOL_EVENTS: dict[
+    ToolStatus, type[ev.ToolCompletedEvent | ev.ToolFailedEvent | ev.ToolSkippedEvent | ev.ToolCancelledEvent]
+] = {
+    ToolStatus.SUCCEEDED: ev.ToolCompletedEvent,
+    ToolStatus.FAILED: ev.ToolFailedEvent,
+    ToolStatus.SKIPPED: ev.ToolSkippedEvent,
+    ToolStatus.CANCELLED: ev.ToolCancelledEvent,
+}
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _batches(calls: tuple[ToolCall, ...], serial: Callable[[ToolCall], bool]) -> list[list[ToolCall]]:
+    """Consecutive concurrent calls share a batch; a serial call runs alone."""
+    batches: list[list[ToolCall]] = []
+    for call in calls:
+        if serial(call) or not batches or serial(batches[-1][0]):
+            batches.append([call])
+        else:
+            batches.append([*batches.pop(), call])
+    return batches
+
+
+class RequestRun:
+    """One request of one session: its machine, context and loop."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        config: AgentRunConfig,
+        request_id: str,
+        input_message: UserMessage | None,
+        send: Callable[[ev.AgentEvent], None],
+    ) -> None:
+        self.agent = agent
+        self.hooks = agent.hooks
+        self.context = AgentRunContext(self, config, request_id, input_message)
+        self._send = send
+        self.machine = BoundMachine(REQUEST, self._guards())
+        self.iterations = 0
+        self.request: ModelRequest | None = None
+        self.response: AssistantMessage | None = None
+        self.open_calls: dict[str, ToolCall] = {}
+        self.approvals = 0
+        self.steering: UserMessage | None = None
+        self.internal_queue: list[UserMessage | SystemMessage] = []
+        self.internal: UserMessage | SystemMessage | None = None
+        self.capabilities: frozenset[str] | None = None
+        self.error: BaseException | None = None
+        self._callbacks: dict[str, Callable[[], Awaitable[None]]] = {
+            name: getattr(self, f"_cb_{name}") for name in REQUEST.callback_names
+        }
+
+    # guards -----------------------------------------------------------------
+
+    def _guards(self) -> dict[str, Callable[[Any], bool]]:
+        def tool_registered(event: Any) -> bool:
+            return event.kwargs["call"].name in self.context.tools
+
+        def tool_in_capabilities(event: Any) -> bool:
+            caps = self.capabilities
+            return caps is not None and event.kwargs["call"].name in caps
+
+        return {
+            "within_budget": lambda _: self.iterations < self.agent.max_iterations,
+            "tool_results_complete": lambda _: not self.open_calls,
+            "has_tool_calls": lambda _: bool(self.response and self.response.tool_calls),
+            "has_internal_input": lambda _: self.internal is not None,
+            "approvals_outstanding": lambda _: self.approvals > 0,
+            "steering_pending": lambda _: self.steering is not None,
+            "tool_registered": tool_registered,
+            "tool_in_capabilities": tool_in_capabilities,
+        }
+
+    # stepping ---------------------------------------------------------------
+
+    async def step(self, trigger: str, **kwargs: Any) -> None:
+        """Take ``trigger`` (or raise), publish it, then await its callbacks in order."""
+        step, edge = self.machine.fire(trigger, **kwargs)
+        await self._announce(step)
+        for name in edge.callbacks:
+            await self._callbacks[name]()
+
+    async def _announce(self, step: Step) -> None:
+        await self.emit(
+            ev.TransitionEvent(
+                machine=step.machine,
+                region=step.region,
+                source=step.source,
+                trigger=step.trigger,
+                dest=step.dest,
+            )
+        )
+
+    # events -----------------------------------------------------------------
+
+    def _stamp(self, event: ev.AgentEvent) -> ev.AgentEvent:
+        if event.session_id and event.request_id:
+            return event
+        return attrs.evolve(
+            event,
+            session_id=event.session_id or self.context.session_id,
+            request_id=event.request_id or self.context.request_id,
+        )
+
+    async def emit(self, event: ev.AgentEvent) -> None:
+        event = self._stamp(event)
+        self._send(event)
+        await self._deliver(event)
+
+    async def publish(self, event: ev.AgentEvent) -> None:
+        await self._deliver(self._stamp(event))
+
+    async def _deliver(self, event: ev.AgentEvent) -> None:
+        for extension in self.hooks["on_event"]:
+            await extension.on_event(self.context, event)
+
+    async def _run_hook(self, name: str, *args: Any) -> None:
+        for extension in self.hooks[name]:
+            await getattr(extension, name)(self.context, *args)
+
+    # messages ---------------------------------------------------------------
+
+    async def append(self, message: Message) -> None:
+        """Append to the request and the session history, then publish it."""
+        self.context.add_message(message)
+        if self.agent.history is not None:
+            self.agent.history.append(self.context.session_id, message)
+        await self.publish(ev.MessageAppendedEvent(message=message, index=len(self.context._messages) - 1))
+
+    async def settle(self, call: ToolCall, status: ToolStatus, content: str) -> ToolMessage:
+        """Append the one result of ``call`` and stream its outcome."""
+        message = ToolMessage(call.id, call.name, content, status)
+        self.open_calls.pop(call.id, None)
+        await self.append(message)
+        await self.emit(_TOOL_EVENTS[status](call=call, result=message))
+        return message
+
+    # the loop ---------------------------------------------------------------
+
+    async def run(self) -> AssistantMessage:
+        """Run the request to its end; the final answer, or the error re-raised."""
+        result: AssistantMessage = await self._guarded(self._loop)
+        return result
+
+    async def compact(self) -> None:
+        """Run a compaction pass: restore, on_compact, store; no input, no model call."""
+
+        async def passes() -> None:
+            await self.step("compact")
+            await self.step("finish_compaction")
+
+        await self._guarded(passes)
+
+    async def _guarded(self, body: Callable[[], Awaitable[Any]]) -> Any:
+        for extension in self.agent.extensions:
+            extension._enter_request()
+        try:
+            return await body()
+        except BaseException as error:
+            if _only_cancellation(error):
+                with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                    await self._end("cancel")
+                raise
+            self.error = _unwrap(error)
+            with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                await self._end("fail")
+            raise self.error from None
+        finally:
+            for extension in self.agent.extensions:
+                extension._leave_request()
+            self.machine.unbind()
+
+    async def _loop(self) -> AssistantMessage:
+        await self.step("start")
+        await self._request_model()
+        while True:
+            response = await self._call_model()
+            if response.tool_calls:
+                await self.step("respond")
+                await self._run_tools(response.tool_calls)
+                if self.steering is not None:
+                    await self.step("steer")
+                await self._request_model()
+                continue
+            await self.step("answer")
+            if self.steering is None:
+                self._select_next()
+            if self.steering is not None:
+                await self.step("steer")
+                await self._request_model()
+                continue
+            if self.internal is not None:
+                await self.step("request_model")
+                continue
+            await self.step("conclude")
+            await self.step("complete")
+            return response
+
+    async def _request_model(self) -> None:
+        try:
+            await self.step("request_model")
+        except GuardRefused as refused:
+            if self.iterations >= self.agent.max_iterations:
+                raise MaxIterationsExceeded(self.agent.max_iterations) from refused
+            raise
+
+    async def _end(self, trigger: str) -> None:
+        if self.machine.is_final:
+            return
+        for call in list(self.open_calls.values()):
+            reason = "request cancelled" if trigger == "cancel" else "request failed"
+            await self.settle(call, ToolStatus.CANCELLED, f"not completed: {reason}")
+        try:
+            await self.step(trigger)
+        except Exception:
+            log.exception("error while ending request %s", self.context.request_id)
+
+    # model ------------------------------------------------------------------
+
+    def _model_stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        wrappers = self.hooks["on_model_request"]
+
+        def layer(index: int, req: ModelRequest) -> AsyncIterator[ModelEvent]:
+            if index == len(wrappers):
+                return self.agent.model.stream(req)
+            return wrappers[index].on_model_request(self.context, req, lambda r: layer(index + 1, r))
+
+        return layer(0, request)
+
+    async def _call_model(self) -> AssistantMessage:
+        assert self.request is not None
+        self.iterations += 1
+        await self.emit(ev.ModelStartedEvent(iteration=self.iterations))
+        completed: ResponseCompletedEvent | None = None
+        stream = self._model_stream(self.request)
+        try:
+            async for event in stream:
+                if isinstance(event, TextDeltaEvent):
+                    await self.emit(ev.TextDeltaEvent(text=event.text))
+                elif isinstance(event, ResponseCompletedEvent):
+                    completed = event
+        finally:
+            closer = getattr(stream, "aclose", None)
+            if closer is not None:
+                await closer()
+        if completed is None:
+            raise ModelError("model stream ended without a completed response")
+        await trio.lowlevel.checkpoint()
+        self.response = completed.message
+        return completed.message
+
+    def assemble(self) -> ModelRequest:
+        tools = tuple(self.context.tools.values())
+        if self.capabilities is not None and self.context.plan_mode_active:
+            tools = tuple(t for t in tools if t.name in self.capabilities)
+        return ModelRequest(self.context.messages, tools, tuple(self.context.server_tools))
+
+    # tools ------------------------------------------------------------------
+
+    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> None:
+        tools = self.context.tools
+
+        def serial(call: ToolCall) -> bool:
+            definition = tools.get(call.name)
+            return definition is not None and definition.serial
+
+        for batch in _batches(calls, serial):
+            if self.steering is not None:
+                break
+            if len(batch) == 1:
+                await self._run_call(batch[0])
+                continue
+            async with trio.open_nursery() as nursery:
+                for call in batch:
+                    nursery.start_soon(self._run_call, call)
+        for call in [c for c in calls if c.id in self.open_calls]:
+            await self.settle(call, ToolStatus.SKIPPED, "skipped: new user input arrived before this call ran")
+
+    async def _run_call(self, requested: ToolCall) -> None:
+        call = ToolCall(requested.id, requested.name, dict(requested.arguments))
+        await self.emit(ev.ToolStartedEvent(call=call))
+        error: BaseException | None = None
+        try:
+            await self._run_hook("before_tool", call)
+        except ToolRejected as rejected:
+            error = rejected
+            result = ToolResult(f"rejected: {rejected}", "failed")
+        else:
+            admitted = self.machine.try_fire("admit_tool", call=call)
+            if admitted is None:
+                result = ToolResult(f"tool {call.name!r} is not available in this request", "failed")
+            else:
+                await self._announce(admitted[0])
+                try:
+                    result = await self._tool_chain(0, call)
+                except Exception as failure:
+                    error = failure
+                    result = ToolResult(f"{type(failure).__name__}: {failure}", "failed")
+        await self._run_hook("after_tool", call, result, error)
+        await self.settle(call, ToolStatus(result.status), result.content)
+        self._poll_steering()
+
+    async def _tool_chain(self, index: int, call: ToolCall) -> ToolResult:
+        wrappers = self.hooks["on_tool_call"]
+        if index < len(wrappers):
+            return await wrappers[index].on_tool_call(self.context, call, lambda c: self._tool_chain(index + 1, c))
+        definition = self.context.tools[call.name]
+        try:
+            value = await definition.invoke(call.arguments, {"context": self.context})
+        except ToolArgumentsError as invalid:
+            return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
+        return value if isinstance(value, ToolResult) else ToolResult(_as_text(value))
+
+    # approvals and plan mode ------------------------------------------------
+
+    async def pause(self) -> None:
+        self.approvals += 1
+        await self.step("await_approval")
+
+    async def resume(self) -> None:
+        self.approvals -= 1
+        step, _ = self.machine.fire("resume")
+        with trio.CancelScope(shield=True):
+            await self._announce(step)
+
+    async def enter_plan_mode(self, capabilities: frozenset[str]) -> None:
+        self.capabilities = capabilities
+        if self.machine.state("mode") != "plan_active":
+            await self.step("enter_plan")
+
+    async def exit_plan_mode(self) -> None:
+        if self.machine.state("mode") == "plan_active":
+            await self.step("exit_plan")
+        self.capabilities = None
+
+    # steering ---------------------------------------------------------------
+
+    @property
+    def inboxes(self) -> list[InputInbox]:
+        return self.agent.inboxes
+
+    def _poll_steering(self) -> None:
+        if self.steering is not None:
+            return
+        for inbox in self.inboxes:
+            message = inbox.take(self.context)
+            if message is not None:
+                self.steering = message
+                return
+
+    def _reserve_internal(self) -> bool:
+        if self.internal is None and self.internal_queue:
+            self.internal = self.internal_queue.pop(0)
+        return self.internal is not None
+
+    def _select_next(self) -> None:
+        for inbox in self.inboxes:
+            message = inbox.select_next(self.context, self._reserve_internal)
+            if message is not None:
+                self.steering = message
+                return
+        self._reserve_internal()
+
+    # callbacks named by the request machine ---------------------------------
+
+    async def _cb_open_inboxes(self) -> None:
+        for inbox in self.inboxes:
+            inbox.open(self.context)
+
+    async def _cb_close_inboxes(self) -> None:
+        for inbox in self.inboxes:
+            try:
+                inbox.close(self.context)
+            except Exception:
+                log.exception("inbox close failed")
+
+    async def _cb_on_tool(self) -> None:
+        for definition in self.agent.tools:
+            self.context.register_tool(definition)
+        await self._run_hook("on_tool")
+
+    async def _cb_on_state(self) -> None:
+        if self.agent.system_prompt:
+            self.context.add_message(SystemMessage(self.agent.system_prompt))
+        if self.agent.history is not None:
+            for message in self.agent.history.load(self.context.session_id):
+                self.context.add_message(message)
+        await self._run_hook("on_state")
+
+    async def _cb_on_message(self) -> None:
+        await self._run_hook("on_message")
+
+    async def _cb_append_input(self) -> None:
+        message = self.context.input_message
+        if not isinstance(message, UserMessage):
+            raise TypeError(f"input_message must be a UserMessage, got {type(message).__name__}")
+        await self.append(message)
+
+    async def _cb_emit_started(self) -> None:
+        assert self.context.input_message is not None
+        await self.emit(ev.RunStartedEvent(input=self.context.input_message))
+
+    async def _cb_before_run(self) -> None:
+        await self._run_hook("before_run")
+
+    async def _cb_before_turn(self) -> None:
+        await self._run_hook("before_turn")
+
+    async def _cb_assemble_request(self) -> None:
+        self.request = self.assemble()
+
+    async def _cb_before_model(self) -> None:
+        for extension in self.hooks["before_model"]:
+            assert self.request is not None
+            await extension.before_model(self.context, self.request)
+            self.request = self.assemble()
+
+    async def _cb_append_response(self) -> None:
+        assert self.response is not None
+        await self.append(self.response)
+        self.open_calls = {call.id: call for call in self.response.tool_calls}
+        await self.emit(ev.ModelCompletedEvent(message=self.response))
+
+    async def _cb_after_model(self) -> None:
+        assert self.response is not None
+        await self._run_hook("after_model", self.response)
+
+    async def _cb_poll_steering(self) -> None:
+        self._poll_steering()
+
+    async def _cb_append_steering(self) -> None:
+        assert self.steering is not None
+        message, self.steering = self.steering, None
+        await self.append(message)
+
+    async def _cb_append_internal(self) -> None:
+        assert self.internal is not None
+        message, self.internal = self.internal, None
+        await self.append(message)
+
+    async def _cb_reset_budget(self) -> None:
+        self.iterations = 0
+
+    async def _cb_after_turn(self) -> None:
+        assert self.response is not None
+        await self._run_hook("after_turn", self.response)
+
+    async def _cb_after_run(self) -> None:
+        assert self.response is not None
+        await self._run_hook("after_run", self.response)
+
+    async def _cb_on_success(self) -> None:
+        assert self.response is not None
+        await self._run_hook("on_success", self.response)
+
+    async def _cb_emit_completed(self) -> None:
+        assert self.response is not None
+        await self.emit(ev.RunCompletedEvent(result=self.response))
+
+    async def _cb_on_error(self) -> None:
+        assert self.error is not None
+        for extension in self.hooks["on_error"]:
+            try:
+                await extension.on_error(self.context, self.error)
+            except Exception:
+                log.exception("on_error of %s failed", extension.name)
+
+    async def _cb_emit_failed(self) -> None:
+        assert self.error is not None
+        await self.emit(ev.RunFailedEvent(error=self.error))
+
+    async def _cb_on_cancelled(self) -> None:
+        event = self._stamp(ev.RunCancelledEvent())
+        self._send(event)
+        for extension in self.hooks["on_event"]:
+            try:
+                await extension.on_event(self.context, event)
+            except Exception:
+                log.exception("on_event of %s failed during cancellation", extension.name)
+
+    async def _cb_on_compact(self) -> None:
+        await self._run_hook("on_compact")
+
+    async def _cb_store_compaction(self) -> None:
+        if self.agent.history is not None:
+            kept = [m for m in self.context.messages if not isinstance(m, SystemMessage)]
+            self.agent.history.replace(self.context.session_id, kept)
+
+
+def _unwrap(error: BaseException) -> BaseException:
+    """The single meaningful error inside nested exception groups."""
+    while isinstance(error, BaseExceptionGroup):
+        inner = [e for e in error.exceptions if not isinstance(e, trio.Cancelled)]
+        if len(inner) != 1:
+            return error
+        error = inner[0]
+    return error
+
+
+def _only_cancellation(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return all(_only_cancellation(inner) for inner in error.exceptions)
+    return isinstance(error, trio.Cancelled)

@@ -1,0 +1,284 @@
+"""Tool definitions, the ``@tool`` decorator, schemas from type hints, and validation."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, overload
+
+import attrs
+
+from orchestrator.errors import ToolArgumentsError
+
+Handler = Callable[..., Any]
+
+
+@attrs.frozen
+class ServerToolDefinition:
+    """A tool executed by the provider (for example web search)."""
+
+    type: str
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.define(eq=False)
+class ToolResult:
+    """What a tool call produced; hooks may change it before it is appended."""
+
+    content: str
+    status: str = "succeeded"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+
+@attrs.frozen(eq=False)
+class ToolDefinition:
+    """A local tool: name, description, JSON schema, and the handler that runs it.
+
+    ``inject`` lists handler parameters filled by the runtime (the run context),
+    not by the model. ``serial`` tools never run beside other calls.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    handler: Handler | None = None
+    serial: bool = False
+    inject: tuple[str, ...] = ()
+
+    async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
+        """Validate ``arguments`` and run the handler (sync handlers run inline)."""
+        if self.handler is None:
+            raise ToolArgumentsError(f"tool {self.name!r} has no local handler")
+        values = validate_arguments(self.parameters, arguments)
+        values.update({name: injected[name] for name in self.inject})
+        produced = self.handler(**values)
+        if inspect.isawaitable(produced):
+            return await produced
+        return produced
+
+
+_JSON_TYPES: dict[type, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    dict: "object",
+    list: "array",
+    tuple: "array",
+}
+
+
+def schema_for(annotation: Any) -> dict[str, Any]:
+    """JSON schema for one Python type hint."""
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return {}
+    origin = get_origin(annotation)
+    if origin is Literal:
+        values = list(get_args(annotation))
+        return {"enum": values}
+    if origin in (Union, types.UnionType):
+        members = [arg for arg in get_args(annotation) if arg is not type(None)]
+        inner = schema_for(members[0]) if len(members) == 1 else {"anyOf": [schema_for(m) for m in members]}
+        if len(members) < len(get_args(annotation)):
+            return {"anyOf": [inner, {"type": "null"}]}
+        return inner
+    if origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
+        args = get_args(annotation)
+        schema: dict[str, Any] = {"type": "array"}
+        if args and args[0] is not Ellipsis:
+            schema["items"] = schema_for(args[0])
+        return schema
+    if origin in (dict, typing.Mapping) or annotation is dict:
+        return {"type": "object"}
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return {"enum": [member.value for member in annotation]}
+    if isinstance(annotation, type) and annotation in _JSON_TYPES:
+        return {"type": _JSON_TYPES[annotation]}
+    raise TypeError(f"no JSON schema for type hint {annotation!r}")
+
+
+_ARG_LINE = re.compile(r"^(\w+)\s*(?:\([^)]*\))?:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Summary text and per-argument descriptions from a Google-style docstring."""
+    lines = inspect.cleandoc(doc).splitlines() if doc else []
+    summary: list[str] = []
+    arguments: dict[str, str] = {}
+    section = "summary"
+    current: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped in ("Args:", "Arguments:", "Parameters:"):
+            section, current = "args", None
+            continue
+        if stripped.endswith(":") and stripped[:-1] in ("Returns", "Raises", "Examples", "Yields"):
+            section = "other"
+            continue
+        if section == "summary":
+            summary.append(line)
+        elif section == "args":
+            indent = len(line) - len(line.lstrip())
+            match = _ARG_LINE.match(stripped)
+            if match and indent <= 4:
+                current = match.group(1)
+                arguments[current] = match.group(2).strip()
+            elif current and stripped:
+                arguments[current] = (arguments[current] + " " + stripped).strip()
+    return "\n".join(summary).strip(), arguments
+
+
+def _is_context_hint(annotation: Any) -> bool:
+    return bool(getattr(annotation, "__name__", annotation) == "AgentRunContext")
+
+
+def build_tool(
+    fn: Handler,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    serial: bool = False,
+) -> ToolDefinition:
+    """Build a ToolDefinition from a function's signature, hints and docstring."""
+    signature = inspect.signature(fn)
+    try:
+        hints = get_type_hints(fn)
+    except NameError:
+        hints = {key: value for key, value in getattr(fn, "__annotations__", {}).items()}
+    summary, arg_docs = _parse_docstring(fn.__doc__ or "")
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    inject: list[str] = []
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {fn.__name__!r}: *args/**kwargs are not supported")
+        hint = hints.get(param.name, param.annotation)
+        if _is_context_hint(hint):
+            inject.append(param.name)
+            continue
+        prop = schema_for(hint)
+        if param.name in arg_docs:
+            prop["description"] = arg_docs[param.name]
+        if param.default is not param.empty:
+            if param.default is None or isinstance(param.default, (str, int, float, bool)):
+                prop["default"] = param.default
+        else:
+            required.append(param.name)
+        properties[param.name] = prop
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    return ToolDefinition(
+        name=name or fn.__name__,
+        description=description if description is not None else summary,
+        parameters=parameters,
+        handler=fn,
+        serial=serial,
+        inject=tuple(inject),
+    )
+
+
+@overload
+def tool(fn: Handler, /) -> ToolDefinition: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, serial: bool = False
+) -> Callable[[Handler], ToolDefinition]: ...
+
+
+def tool(
+    fn: Handler | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    serial: bool = False,
+) -> ToolDefinition | Callable[[Handler], ToolDefinition]:
+    """Turn a function (sync or async) into a ToolDefinition.
+
+    Use as ``@tool`` or ``@tool(name=..., serial=True)``.
+    """
+    if fn is not None:
+        return build_tool(fn)
+
+    def decorate(inner: Handler) -> ToolDefinition:
+        return build_tool(inner, name=name, description=description, serial=serial)
+
+    return decorate
+
+
+def _check(schema: Mapping[str, Any], value: Any, path: str) -> Any:
+    if not schema:
+        return value
+    if "anyOf" in schema:
+        errors: list[str] = []
+        for option in schema["anyOf"]:
+            try:
+                return _check(option, value, path)
+            except ToolArgumentsError as err:
+                errors.append(str(err))
+        raise ToolArgumentsError(f"{path}: {value!r} matches none of the allowed types")
+    if "enum" in schema:
+        if value not in schema["enum"]:
+            raise ToolArgumentsError(f"{path}: {value!r} is not one of {schema['enum']!r}")
+        return value
+    kind = schema.get("type")
+    if kind == "null":
+        if value is not None:
+            raise ToolArgumentsError(f"{path}: expected null")
+        return value
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            raise ToolArgumentsError(f"{path}: expected a boolean, got {type(value).__name__}")
+        return value
+    if kind == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ToolArgumentsError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ToolArgumentsError(f"{path}: expected a number, got {value!r}")
+        return value
+    if kind == "string":
+        if not isinstance(value, str):
+            raise ToolArgumentsError(f"{path}: expected a string, got {type(value).__name__}")
+        return value
+    if kind == "array":
+        if not isinstance(value, list):
+            raise ToolArgumentsError(f"{path}: expected an array, got {type(value).__name__}")
+        items = schema.get("items", {})
+        return [_check(items, item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if kind == "object":
+        if not isinstance(value, dict):
+            raise ToolArgumentsError(f"{path}: expected an object, got {type(value).__name__}")
+        return value
+    return value
+
+
+def validate_arguments(schema: Mapping[str, Any], arguments: Any) -> dict[str, Any]:
+    """Check model-supplied arguments against a tool schema; return the values."""
+    if not isinstance(arguments, Mapping):
+        raise ToolArgumentsError(f"arguments must be an object, got {type(arguments).__name__}")
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    missing = [name for name in schema.get("required", ()) if name not in arguments]
+    if missing:
+        raise ToolArgumentsError(f"missing required argument(s): {', '.join(missing)}")
+    if schema.get("additionalProperties") is False:
+        unknown = sorted(set(arguments) - set(properties))
+        if unknown:
+            raise ToolArgumentsError(f"unknown argument(s): {', '.join(unknown)}")
+    return {key: _check(properties.get(key, {}), value, key) for key, value in arguments.items()}
