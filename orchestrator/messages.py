@@ -94,7 +94,7 @@ class AssistantMessage:
     """A model response: text and the tool calls it requests."""
 
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple[ToolCall, ...])
     role: str = attrs.field(default="assistant", init=False)
 
 

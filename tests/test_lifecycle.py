@@ -1,0 +1,368 @@
+"""Tools, failures, cancellation, iteration limits and the request machine path."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+from support import Recorder, asks, call, phases
+
+from orchestrator import (
+    AgentExtension,
+    AgentRunConfig,
+    AssistantMessage,
+    ExternalEvent,
+    ExtensionEvent,
+    ImagePart,
+    MaxIterationsExceeded,
+    ModelError,
+    ResponseRouter,
+    ScriptedModel,
+    SessionBusy,
+    TextPart,
+    ToolMessage,
+    ToolRejected,
+    ToolStatus,
+    UserMessage,
+    create_agent,
+    tool,
+)
+from orchestrator.pending import require_bool
+
+from machines import REQUEST
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo text back."""
+    return text
+
+
+@tool
+def explode() -> str:
+    """Always fails."""
+    raise RuntimeError("disk on fire")
+
+
+def tool_messages(client, session: str = "default") -> list[ToolMessage]:  # type: ignore[no-untyped-def]
+    return [m for m in client.agent.history.load(session) if isinstance(m, ToolMessage)]
+
+
+def assert_every_call_has_one_result(history) -> None:  # type: ignore[no-untyped-def]
+    calls = [c.id for m in history if isinstance(m, AssistantMessage) for c in m.tool_calls]
+    results = [m.tool_call_id for m in history if isinstance(m, ToolMessage)]
+    assert sorted(calls) == sorted(results)
+    assert len(set(results)) == len(results)
+
+
+async def test_tool_exception_and_bad_arguments_become_failed_results_and_request_goes_on() -> None:
+    model = ScriptedModel(
+        [
+            asks(call("a", "explode"), call("b", "echo", txt="typo"), call("c", "missing")),
+            AssistantMessage("recovered"),
+        ]
+    )
+    client = await create_agent(model, tools=[echo, explode])
+    names = [event.name async for event in client.stream("go")]
+    assert names.count("tool_failed") == 3
+    results = {m.tool_call_id: m for m in tool_messages(client)}
+    assert results["a"].status is ToolStatus.FAILED
+    assert results["a"].content == "RuntimeError: disk on fire"
+    assert "missing required argument(s): text" in results["b"].content
+    assert "tool 'missing' is not available" in results["c"].content
+    assert model.requests[1].messages[-3:] == tuple(m for m in tool_messages(client))[-3:]
+    assert names[-1] == "run_completed"
+
+
+async def test_tools_of_one_message_run_concurrently_and_serial_tools_alone() -> None:
+    running: list[str] = []
+    peak: list[int] = []
+    release = trio.Event()
+
+    @tool
+    async def wait_a(label: str) -> str:
+        """Wait until both ran."""
+        running.append(label)
+        peak.append(len(running))
+        if len(running) == 2:
+            release.set()
+        await release.wait()
+        running.remove(label)
+        return label
+
+    @tool(serial=True)
+    async def alone() -> str:
+        """Serial tool."""
+        peak.append(len(running) + 1)
+        return "alone"
+
+    model = ScriptedModel(
+        [asks(call("1", "wait_a", label="x"), call("2", "wait_a", label="y"), call("3", "alone")), AssistantMessage("ok")]
+    )
+    client = await create_agent(model, tools=[wait_a, alone])
+    with trio.fail_after(5):
+        await client.run("go")
+    assert max(peak[:2]) == 2
+    assert peak[2] == 1
+    assert {m.tool_call_id for m in tool_messages(client)} == {"1", "2", "3"}
+
+
+async def test_cancelling_the_consumer_mid_tool_settles_history_and_runs_cancel_hooks() -> None:
+    started = trio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Sleeps."""
+        started.set()
+        await trio.sleep_forever()
+        return "never"
+
+    log: list[tuple[str, ...]] = []
+    model = ScriptedModel([asks(call("s1", "slow"), call("s2", "echo", text="quick"))])
+    client = await create_agent(model, tools=[slow, echo], extensions=[Recorder(log, "R")])
+    seen: list[str] = []
+    with trio.move_on_after(5) as scope:
+        async for event in client.stream("go", config=AgentRunConfig("s")):
+            seen.append(event.name)
+            if event.name == "tool_completed":
+                scope.cancel()
+    assert scope.cancelled_caught
+    assert started.is_set()
+    history = client.agent.history.load("s")  # type: ignore[union-attr]
+    assert_every_call_has_one_result(history)
+    by_id = {m.tool_call_id: m for m in tool_messages(client, "s")}
+    assert by_id["s1"].status is ToolStatus.CANCELLED
+    assert by_id["s2"].status is ToolStatus.SUCCEEDED
+    assert client.agent.transitions("s")[-1].dest == "cancelled"
+    assert ("R", "on_event", "run_cancelled") in log
+    assert client.state("s") is None
+    assert client.agent.running() == []
+
+
+async def test_cancel_scope_around_run_ends_request_cancelled() -> None:
+    @tool
+    async def slow() -> str:
+        """Sleeps."""
+        await trio.sleep_forever()
+        return ""
+
+    client = await create_agent(ScriptedModel([asks(call("s1", "slow"))]), tools=[slow])
+    with trio.move_on_after(0.05):
+        await client.run("go", config=AgentRunConfig("s"))
+    steps = client.agent.transitions("s")
+    assert steps[-1].trigger == "cancel"
+    assert steps[-1].source == "awaiting_tool"
+    assert tool_messages(client, "s")[0].status is ToolStatus.CANCELLED
+
+
+async def test_hook_exception_fails_the_request_runs_on_error_and_reaches_the_caller() -> None:
+    log: list[tuple[str, ...]] = []
+
+    class Broken(AgentExtension):
+        async def after_tool(self, context, call, result, error):  # type: ignore[no-untyped-def]
+            raise KeyError("boom")
+
+    model = ScriptedModel([asks(call("x", "echo", text="a")), AssistantMessage("never")])
+    client = await create_agent(model, tools=[echo], extensions=[Broken(), Recorder(log, "R")])
+    names: list[str] = []
+    with pytest.raises(KeyError, match="boom"):
+        async for event in client.stream("go", config=AgentRunConfig("s")):
+            names.append(event.name)
+    assert names[-1] == "run_failed"
+    assert ("R", "on_error", "KeyError") in log
+    assert client.agent.transitions("s")[-1].dest == "failed"
+    assert_every_call_has_one_result(client.agent.history.load("s"))  # type: ignore[union-attr]
+    assert ("R", "after_turn") not in log
+
+
+async def test_model_stream_without_completion_is_a_model_error() -> None:
+    class Silent:
+        async def stream(self, request):  # type: ignore[no-untyped-def]
+            if False:
+                yield None
+
+    client = await create_agent(Silent())
+    with pytest.raises(ModelError, match="without a completed response"):
+        await client.run("hi")
+
+
+async def test_max_iterations_ends_with_a_clear_error() -> None:
+    model = ScriptedModel([asks(call("c", "echo", text="again"))], repeat_last=True)
+    client = await create_agent(model, tools=[echo], max_iterations=3)
+    with pytest.raises(MaxIterationsExceeded, match="max_iterations=3"):
+        await client.run("loop", config=AgentRunConfig("s"))
+    assert len(model.requests) == 3
+    assert client.agent.transitions("s")[-1].dest == "failed"
+
+
+async def test_a_second_request_in_a_busy_session_is_refused() -> None:
+    gate = trio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Hold."""
+        await gate.wait()
+        return "ok"
+
+    client = await create_agent(ScriptedModel([asks(call("h", "hold")), AssistantMessage("one")]), tools=[hold])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run, "first")
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(SessionBusy):
+            await client.run("second")
+        gate.set()
+
+
+async def test_history_carries_over_and_multimodal_input_reaches_the_model() -> None:
+    model = ScriptedModel([AssistantMessage("one"), AssistantMessage("two")])
+    client = await create_agent(model, system_prompt="sys")
+    await client.run("first", config=AgentRunConfig("s"))
+    picture = UserMessage((TextPart("what is this?"), ImagePart(url="https://example.test/cat.png")))
+    await client.run(picture, config=AgentRunConfig("s"))
+    sent = model.requests[1].messages
+    assert [m.role for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[-1] == picture
+
+
+def approval_extension(router: ResponseRouter) -> AgentExtension:
+    class Approval(AgentExtension):
+        async def before_tool(self, context, call):  # type: ignore[no-untyped-def]
+            await context.emit(ExtensionEvent(name="approve", payload={"tool_call_id": call.id}))
+            answer = await router.wait(context, call.id, response_event="approve_response", validate=require_bool("ok"))
+            if not answer["ok"]:
+                raise ToolRejected("declined by the user")
+
+        def accept(self, config, event):  # type: ignore[no-untyped-def]
+            return router.accept(config, event)
+
+    return Approval()
+
+
+async def test_external_events_route_by_session_and_tool_call_id() -> None:
+    router = ResponseRouter()
+    ext = approval_extension(router)
+    model = ScriptedModel([asks(call("same-id", "echo", text="x")), AssistantMessage("done")])
+    client = await create_agent(model, tools=[echo], extensions=[ext])
+    seen_states: list[str | None] = []
+
+    async def consume(session: str, approve: bool) -> list[str]:
+        names = []
+        async for event in client.stream("go", config=AgentRunConfig(session)):
+            names.append(event.name)
+            if event.name == "approve":
+                await trio.testing.wait_all_tasks_blocked()
+                seen_states.append(client.state(session))
+                wrong = client.agent.emit_external_event(
+                    ExternalEvent("approve_response", {"tool_call_id": "same-id", "ok": True}),
+                    config=AgentRunConfig("nobody"),
+                )
+                assert wrong == []
+                taken = client.agent.emit_external_event(
+                    ExternalEvent("approve_response", {"tool_call_id": event.payload["tool_call_id"], "ok": approve}),
+                    config=AgentRunConfig(event.session_id),
+                )
+                assert taken == ["Approval"]
+        return names
+
+    model.steps = [asks(call("same-id", "echo", text="x")), asks(call("same-id", "echo", text="x"))]
+    model.add(AssistantMessage("done a"), AssistantMessage("done b"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume, "a", True)
+        nursery.start_soon(consume, "b", False)
+    assert seen_states == ["awaiting_approval", "awaiting_approval"]
+    assert tool_messages(client, "a")[0].status is ToolStatus.SUCCEEDED
+    assert tool_messages(client, "b")[0].status is ToolStatus.FAILED
+    assert tool_messages(client, "b")[0].content == "rejected: declined by the user"
+    assert router.waiting() == []
+
+
+async def test_emit_external_event_from_a_plain_thread_wakes_the_waiting_request() -> None:
+    router = ResponseRouter()
+    client = await create_agent(
+        ScriptedModel([asks(call("t1", "echo", text="x")), AssistantMessage("done")]),
+        tools=[echo],
+        extensions=[approval_extension(router)],
+    )
+    answers: list[list[str]] = []
+
+    def answer_from_thread(tool_call_id: str) -> None:
+        event = ExternalEvent("approve_response", {"tool_call_id": tool_call_id, "ok": True})
+        answers.append(client.agent.emit_external_event(event, config=AgentRunConfig("default")))
+        answers.append(client.agent.emit_external_event(event, config=AgentRunConfig("default")))
+
+    threads: list[threading.Thread] = []
+    with trio.fail_after(5):
+        async for event in client.stream("go"):
+            if event.name == "approve":
+                thread = threading.Thread(target=answer_from_thread, args=(event.payload["tool_call_id"],))
+                thread.start()
+                threads.append(thread)
+    for thread in threads:
+        thread.join()
+    assert answers == [["Approval"], []]
+    assert tool_messages(client)[0].status is ToolStatus.SUCCEEDED
+
+
+async def test_cancelling_while_waiting_for_approval_leaves_nothing_pending() -> None:
+    router = ResponseRouter()
+    client = await create_agent(
+        ScriptedModel([asks(call("w", "echo", text="x"))]), tools=[echo], extensions=[approval_extension(router)]
+    )
+    with trio.move_on_after(5) as scope:
+        async for event in client.stream("go", config=AgentRunConfig("s")):
+            if event.name == "approve":
+                assert len(router.waiting("s")) == 1
+                scope.cancel()
+    assert router.waiting() == []
+    steps = client.agent.transitions("s")
+    assert [s.trigger for s in steps if s.region == "phase"][-2:] == ["resume", "cancel"]
+    late = client.agent.emit_external_event(
+        ExternalEvent("approve_response", {"tool_call_id": "w", "ok": True}), config=AgentRunConfig("s")
+    )
+    assert late == []
+
+
+async def test_every_transition_taken_is_an_edge_of_the_generated_machine() -> None:
+    model = ScriptedModel([asks(call("1", "echo", text="a"), call("2", "explode")), AssistantMessage("fine")])
+    client = await create_agent(model, tools=[echo, explode])
+    events = [event async for event in client.stream("go", config=AgentRunConfig("s"))]
+    steps = client.agent.transitions("s")
+    assert phases(events) == [(s.source, s.trigger, s.dest) for s in steps if s.region == "phase"]
+    for step in steps:
+        region = REQUEST.region(step.region)
+        edges = region.edges(step.trigger, step.source)
+        assert step.dest in {edge.dest for edge in edges}, step
+    assert phases(events) == [
+        ("idle", "start", "setup"),
+        ("setup", "request_model", "awaiting_model"),
+        ("awaiting_model", "respond", "awaiting_tool"),
+        ("awaiting_tool", "request_model", "awaiting_model"),
+        ("awaiting_model", "answer", "answered"),
+        ("answered", "conclude", "concluding"),
+        ("concluding", "complete", "completed"),
+    ]
+
+
+async def test_events_carry_session_and_request_ids() -> None:
+    client = await create_agent(ScriptedModel([AssistantMessage("hello there")]))
+    events = [e async for e in client.stream("hi", config=AgentRunConfig("s9", request_id="r1"))]
+    assert {(e.session_id, e.request_id) for e in events} == {("s9", "r1")}
+    names = [e.name for e in events]
+    assert names[0] == "transition" and names[1] == "run_started"
+    assert names[-1] == "run_completed"
+    assert "".join(e.payload["text"] for e in events if e.name == "text_delta") == "hello there"
+
+
+async def test_compact_restores_and_stores_without_a_model_call() -> None:
+    class Summarize(AgentExtension):
+        async def on_compact(self, context):  # type: ignore[no-untyped-def]
+            context.replace_messages([UserMessage("summary of earlier talk")])
+
+    model = ScriptedModel([AssistantMessage("one")])
+    client = await create_agent(model, extensions=[Summarize()])
+    await client.run("first", config=AgentRunConfig("s"))
+    await client.agent.compact(AgentRunConfig("s"))
+    assert len(model.requests) == 1
+    assert client.agent.history.load("s") == [UserMessage("summary of earlier talk")]  # type: ignore[union-attr]
+    assert [s.trigger for s in client.agent.transitions("s")] == ["compact", "finish_compaction"]
