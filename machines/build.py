@@ -110,6 +110,11 @@ def _generate(definition: MachineDefinition, region: Region) -> Machine:
 
 
 @functools.cache
+def _trigger_regions(definition: MachineDefinition) -> dict[str, Region]:
+    return {trigger: region for region in definition.regions for trigger in region.triggers}
+
+
+@functools.cache
 def generated(definition: MachineDefinition) -> dict[str, Machine]:
     """The shared ``transitions`` machines of a definition, one per region."""
     return {region.name: _generate(definition, region) for region in definition.regions}
@@ -140,6 +145,7 @@ class BoundMachine:
         self.model = MachineModel(guards)
         self.history: list[Step] = []
         self._machines = generated(definition)
+        self._regions = _trigger_regions(definition)
         initial = initial or {}
         for region in definition.regions:
             self._machines[region.name].add_model(self.model, initial=initial.get(region.name, region.initial))
@@ -172,10 +178,9 @@ class BoundMachine:
 
     def try_fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition] | None:
         """Take ``trigger`` if a guard allows it; None when every guard refused."""
-        try:
-            region = self.definition.region_of(trigger)
-        except KeyError:
-            raise IllegalTransition(self.definition.name, "?", "?", trigger) from None
+        region = self._regions.get(trigger)
+        if region is None:
+            raise IllegalTransition(self.definition.name, "?", "?", trigger)
         machine = self._machines[region.name]
         source = self.state(region.name)
         self.model.taken = None

@@ -9,7 +9,7 @@ def _as_tuple(value: str | tuple[str, ...]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class State:
     """One state of a region."""
 
@@ -18,7 +18,7 @@ class State:
     final: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Transition:
     """A guarded edge.
 
@@ -41,7 +41,7 @@ class Transition:
         return self.conditions + tuple(f"!{name}" for name in self.unless)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Region:
     """An independent set of states held in one attribute of the model."""
 
@@ -91,7 +91,7 @@ class Region:
                 raise ValueError(f"region {self.name!r}, trigger {t.trigger!r} leaves a final state")
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class MachineDefinition:
     """A named machine made of one or more orthogonal regions."""
 

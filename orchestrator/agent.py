@@ -28,6 +28,10 @@ log = logging.getLogger("orchestrator.agent")
 _DEFAULT = object()
 
 
+def _discard(event: AgentEvent) -> None:
+    """Event sink of ``AgentClient.run``, which returns only the answer."""
+
+
 def _order(extensions: Iterable[AgentExtension]) -> list[AgentExtension]:
     ordered = sorted(extensions, key=lambda extension: extension.priority)
     names: set[str] = set()
@@ -166,13 +170,12 @@ class AgentClient:
         *,
         config: AgentRunConfig | None = None,
     ) -> AssistantMessage:
-        """Run one request and return its final answer."""
-        stream = self.agent.start(user_input, config)
-        async with stream:
-            async for _ in stream:
-                pass
-        assert stream.result is not None
-        return stream.result
+        """Run one request in the caller's task and return its final answer."""
+        run = self.agent._open_run(config or AgentRunConfig(), _as_input(user_input), _discard)
+        try:
+            return await run.run()
+        finally:
+            self.agent._close_run(run)
 
     def state(self, session_id: str) -> str | None:
         return self.agent.state(session_id)

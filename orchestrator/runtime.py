@@ -88,6 +88,7 @@ class RequestRun:
         self.hooks = agent.hooks
         self.context = AgentRunContext(self, config, request_id, input_message)
         self._send = send
+        self._ids = {"session_id": config.session_id, "request_id": request_id}
         self.machine = BoundMachine(REQUEST, self._guards())
         self.iterations = 0
         self.request: ModelRequest | None = None
@@ -99,9 +100,6 @@ class RequestRun:
         self.internal: UserMessage | SystemMessage | None = None
         self.capabilities: frozenset[str] | None = None
         self.error: BaseException | None = None
-        self._callbacks: dict[str, Callable[[], Awaitable[None]]] = {
-            name: getattr(self, f"_cb_{name}") for name in REQUEST.callback_names
-        }
 
     # guards -----------------------------------------------------------------
 
@@ -131,11 +129,12 @@ class RequestRun:
         step, edge = self.machine.fire(trigger, **kwargs)
         await self._announce(step)
         for name in edge.callbacks:
-            await self._callbacks[name]()
+            await _CALLBACKS[name](self)
 
     async def _announce(self, step: Step) -> None:
         await self.emit(
             ev.TransitionEvent(
+                **self._ids,
                 machine=step.machine,
                 region=step.region,
                 source=step.source,
@@ -178,14 +177,14 @@ class RequestRun:
         self.context.add_message(message)
         if self.agent.history is not None:
             self.agent.history.append(self.context.session_id, message)
-        await self.publish(ev.MessageAppendedEvent(message=message, index=len(self.context._messages) - 1))
+        await self.publish(ev.MessageAppendedEvent(**self._ids, message=message, index=len(self.context._messages) - 1))
 
     async def settle(self, call: ToolCall, status: ToolStatus, content: str) -> ToolMessage:
         """Append the one result of ``call`` and stream its outcome."""
         message = ToolMessage(call.id, call.name, content, status)
         self.open_calls.pop(call.id, None)
         await self.append(message)
-        await self.emit(_TOOL_EVENTS[status](call=call, result=message))
+        await self.emit(_TOOL_EVENTS[status](**self._ids, call=call, result=message))
         return message
 
     # the loop ---------------------------------------------------------------
@@ -283,13 +282,13 @@ class RequestRun:
     async def _call_model(self) -> AssistantMessage:
         assert self.request is not None
         self.iterations += 1
-        await self.emit(ev.ModelStartedEvent(iteration=self.iterations))
+        await self.emit(ev.ModelStartedEvent(**self._ids, iteration=self.iterations))
         completed: ResponseCompletedEvent | None = None
         stream = self._model_stream(self.request)
         try:
             async for event in stream:
                 if isinstance(event, TextDeltaEvent):
-                    await self.emit(ev.TextDeltaEvent(text=event.text))
+                    await self.emit(ev.TextDeltaEvent(**self._ids, text=event.text))
                 elif isinstance(event, ResponseCompletedEvent):
                     completed = event
         finally:
@@ -331,7 +330,7 @@ class RequestRun:
 
     async def _run_call(self, requested: ToolCall) -> None:
         call = ToolCall(requested.id, requested.name, dict(requested.arguments))
-        await self.emit(ev.ToolStartedEvent(call=call))
+        await self.emit(ev.ToolStartedEvent(**self._ids, call=call))
         error: BaseException | None = None
         try:
             await self._run_hook("before_tool", call)
@@ -451,7 +450,7 @@ class RequestRun:
 
     async def _cb_emit_started(self) -> None:
         assert self.context.input_message is not None
-        await self.emit(ev.RunStartedEvent(input=self.context.input_message))
+        await self.emit(ev.RunStartedEvent(**self._ids, input=self.context.input_message))
 
     async def _cb_before_run(self) -> None:
         await self._run_hook("before_run")
@@ -472,7 +471,7 @@ class RequestRun:
         assert self.response is not None
         await self.append(self.response)
         self.open_calls = {call.id: call for call in self.response.tool_calls}
-        await self.emit(ev.ModelCompletedEvent(message=self.response))
+        await self.emit(ev.ModelCompletedEvent(**self._ids, message=self.response))
 
     async def _cb_after_model(self) -> None:
         assert self.response is not None
@@ -508,7 +507,7 @@ class RequestRun:
 
     async def _cb_emit_completed(self) -> None:
         assert self.response is not None
-        await self.emit(ev.RunCompletedEvent(result=self.response))
+        await self.emit(ev.RunCompletedEvent(**self._ids, result=self.response))
 
     async def _cb_on_error(self) -> None:
         assert self.error is not None
@@ -520,10 +519,10 @@ class RequestRun:
 
     async def _cb_emit_failed(self) -> None:
         assert self.error is not None
-        await self.emit(ev.RunFailedEvent(error=self.error))
+        await self.emit(ev.RunFailedEvent(**self._ids, error=self.error))
 
     async def _cb_on_cancelled(self) -> None:
-        event = self._stamp(ev.RunCancelledEvent())
+        event = self._stamp(ev.RunCancelledEvent(**self._ids))
         self._send(event)
         for extension in self.hooks["on_event"]:
             try:
@@ -538,6 +537,11 @@ class RequestRun:
         if self.agent.history is not None:
             kept = [m for m in self.context.messages if not isinstance(m, SystemMessage)]
             self.agent.history.replace(self.context.session_id, kept)
+
+
+_CALLBACKS: dict[str, Callable[[RequestRun], Awaitable[None]]] = {
+    name: getattr(RequestRun, f"_cb_{name}") for name in REQUEST.callback_names
+}
 
 
 def _unwrap(error: BaseException) -> BaseException:
