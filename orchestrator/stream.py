@@ -25,6 +25,29 @@ if TYPE_CHECKING:
     from orchestrator.runtime import RequestRun
 
 
+class _Outcome:
+    """What the request task and the stream share; the task never holds the stream."""
+
+    def __init__(self, run: RequestRun) -> None:
+        self.run = run
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+        self.result: AssistantMessage | None = None
+        self.error: Exception | None = None
+
+
+async def _drive(agent: Agent, outcome: _Outcome, send: trio.MemorySendChannel[AgentEvent]) -> None:
+    try:
+        with outcome.scope:
+            outcome.result = await outcome.run.run()
+    except Exception as error:
+        outcome.error = error
+    finally:
+        agent._close_run(outcome.run)
+        send.close()
+        outcome.done.set()
+
+
 class RunStream:
     """Iterate with ``async for``; use ``async with`` to close it deterministically."""
 
@@ -33,30 +56,30 @@ class RunStream:
         self._config = config
         self._message = message
         self._receive: trio.MemoryReceiveChannel[AgentEvent] | None = None
-        self._scope = trio.CancelScope()
-        self._done = trio.Event()
+        self._outcome: _Outcome | None = None
         self._raised = False
-        self.run: RequestRun | None = None
-        self.result: AssistantMessage | None = None
-        self.error: BaseException | None = None
+
+    @property
+    def run(self) -> RequestRun | None:
+        return self._outcome.run if self._outcome else None
+
+    @property
+    def result(self) -> AssistantMessage | None:
+        return self._outcome.result if self._outcome else None
+
+    @property
+    def error(self) -> Exception | None:
+        return self._outcome.error if self._outcome else None
 
     def _start(self) -> trio.MemoryReceiveChannel[AgentEvent]:
         send, receive = trio.open_memory_channel[AgentEvent](math.inf)
-        self.run = self._agent._open_run(self._config, self._message, send.send_nowait)
+        run = self._agent._open_run(self._config, self._message, send.send_nowait)
+        self._outcome = _Outcome(run)
         self._receive = receive
-        trio.lowlevel.spawn_system_task(self._drive, self.run, send, name=f"request {self.run.context.request_id}")
+        trio.lowlevel.spawn_system_task(
+            _drive, self._agent, self._outcome, send, name=f"request {run.context.request_id}"
+        )
         return receive
-
-    async def _drive(self, run: RequestRun, send: trio.MemorySendChannel[AgentEvent]) -> None:
-        try:
-            with self._scope:
-                self.result = await run.run()
-        except Exception as error:
-            self.error = error
-        finally:
-            self._agent._close_run(run)
-            send.close()
-            self._done.set()
 
     def __aiter__(self) -> RunStream:
         return self
@@ -71,18 +94,16 @@ class RunStream:
                 raise self.error from None
             raise StopAsyncIteration from None
         except trio.Cancelled:
-            await self._abort()
+            await self.aclose()
             raise
-
-    async def _abort(self) -> None:
-        self._scope.cancel()
-        with trio.CancelScope(shield=True):
-            await self._done.wait()
 
     async def aclose(self) -> None:
         """Cancel the request if it still runs and wait until it has ended."""
-        if self.run is not None and not self._done.is_set():
-            await self._abort()
+        outcome = self._outcome
+        if outcome is not None and not outcome.done.is_set():
+            outcome.scope.cancel()
+            with trio.CancelScope(shield=True):
+                await outcome.done.wait()
 
     async def __aenter__(self) -> RunStream:
         return self
@@ -96,6 +117,7 @@ class RunStream:
         await self.aclose()
 
     def __del__(self) -> None:
-        if self.run is not None and not self._done.is_set():
+        outcome = self._outcome
+        if outcome is not None and not outcome.done.is_set():
             with contextlib.suppress(RuntimeError):
-                self._scope.cancel()
+                outcome.scope.cancel()

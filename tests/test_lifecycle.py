@@ -366,3 +366,27 @@ async def test_compact_restores_and_stores_without_a_model_call() -> None:
     assert len(model.requests) == 1
     assert client.agent.history.load("s") == [UserMessage("summary of earlier talk")]  # type: ignore[union-attr]
     assert [s.trigger for s in client.agent.transitions("s")] == ["compact", "finish_compaction"]
+
+
+async def test_closing_or_abandoning_a_stream_cancels_its_request() -> None:
+    @tool
+    async def slow() -> str:
+        """Sleeps."""
+        await trio.sleep_forever()
+        return ""
+
+    client = await create_agent(ScriptedModel([asks(call("s1", "slow"))], repeat_last=True), tools=[slow])
+    async with client.stream("go", config=AgentRunConfig("closed")) as events:
+        async for event in events:
+            if event.name == "tool_started":
+                break
+    assert client.agent.transitions("closed")[-1].dest == "cancelled"
+
+    async for event in client.stream("go", config=AgentRunConfig("dropped")):
+        if event.name == "tool_started":
+            break
+    with trio.fail_after(5):
+        while client.agent.running():
+            await trio.sleep(0.01)
+    assert client.agent.transitions("dropped")[-1].dest == "cancelled"
+    assert tool_messages(client, "dropped")[0].status is ToolStatus.CANCELLED
