@@ -121,10 +121,15 @@ def generated(definition: MachineDefinition) -> dict[str, Machine]:
 
 
 class MachineModel:
-    """The object whose attributes ``transitions`` updates; one per bound machine."""
+    """The object whose attributes ``transitions`` updates; one per bound machine.
 
-    def __init__(self, guards: Mapping[str, Guard]) -> None:
+    ``host`` is the object the guards inspect (reach it as ``event.model.host``),
+    so one guard table can serve every model.
+    """
+
+    def __init__(self, guards: Mapping[str, Guard], host: object = None) -> None:
         self.guards = guards
+        self.host = host
         self.taken: Transition | None = None
 
 
@@ -137,12 +142,13 @@ class BoundMachine:
         guards: Mapping[str, Guard],
         *,
         initial: Mapping[str, str] | None = None,
+        host: object = None,
     ) -> None:
         missing = definition.guard_names - set(guards)
         if missing:
             raise ValueError(f"{definition.name}: no predicate for guards {sorted(missing)}")
         self.definition = definition
-        self.model = MachineModel(guards)
+        self.model = MachineModel(guards, host)
         self.history: list[Step] = []
         self._machines = generated(definition)
         self._regions = _trigger_regions(definition)

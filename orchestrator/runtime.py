@@ -89,7 +89,7 @@ class RequestRun:
         self.context = AgentRunContext(self, config, request_id, input_message)
         self._send = send
         self._ids = {"session_id": config.session_id, "request_id": request_id}
-        self.machine = BoundMachine(REQUEST, self._guards())
+        self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
         self.iterations = 0
         self.request: ModelRequest | None = None
         self.response: AssistantMessage | None = None
@@ -100,27 +100,6 @@ class RequestRun:
         self.internal: UserMessage | SystemMessage | None = None
         self.capabilities: frozenset[str] | None = None
         self.error: BaseException | None = None
-
-    # guards -----------------------------------------------------------------
-
-    def _guards(self) -> dict[str, Callable[[Any], bool]]:
-        def tool_registered(event: Any) -> bool:
-            return event.kwargs["call"].name in self.context.tools
-
-        def tool_in_capabilities(event: Any) -> bool:
-            caps = self.capabilities
-            return caps is not None and event.kwargs["call"].name in caps
-
-        return {
-            "within_budget": lambda _: self.iterations < self.agent.max_iterations,
-            "tool_results_complete": lambda _: not self.open_calls,
-            "has_tool_calls": lambda _: bool(self.response and self.response.tool_calls),
-            "has_internal_input": lambda _: self.internal is not None,
-            "approvals_outstanding": lambda _: self.approvals > 0,
-            "steering_pending": lambda _: self.steering is not None,
-            "tool_registered": tool_registered,
-            "tool_in_capabilities": tool_in_capabilities,
-        }
 
     # stepping ---------------------------------------------------------------
 
@@ -538,6 +517,33 @@ class RequestRun:
             kept = [m for m in self.context.messages if not isinstance(m, SystemMessage)]
             self.agent.history.replace(self.context.session_id, kept)
 
+
+def _run_of(event: Any) -> RequestRun:
+    run: RequestRun = event.model.host
+    return run
+
+
+def _within_budget(event: Any) -> bool:
+    run = _run_of(event)
+    limit: int = run.agent.max_iterations
+    return run.iterations < limit
+
+
+def _tool_in_capabilities(event: Any) -> bool:
+    caps = _run_of(event).capabilities
+    return caps is not None and event.kwargs["call"].name in caps
+
+
+_GUARDS: dict[str, Callable[[Any], bool]] = {
+    "within_budget": _within_budget,
+    "tool_results_complete": lambda e: not _run_of(e).open_calls,
+    "has_tool_calls": lambda e: bool((r := _run_of(e).response) and r.tool_calls),
+    "has_internal_input": lambda e: _run_of(e).internal is not None,
+    "approvals_outstanding": lambda e: _run_of(e).approvals > 0,
+    "steering_pending": lambda e: _run_of(e).steering is not None,
+    "tool_registered": lambda e: e.kwargs["call"].name in _run_of(e).context.tools,
+    "tool_in_capabilities": _tool_in_capabilities,
+}
 
 _CALLBACKS: dict[str, Callable[[RequestRun], Awaitable[None]]] = {
     name: getattr(RequestRun, f"_cb_{name}") for name in REQUEST.callback_names
