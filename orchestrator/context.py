@@ -93,7 +93,7 @@ class AgentRunContext:
 
     @property
     def plan_mode_active(self) -> bool:
-        return self._run.machine.state("mode") == "plan_active"
+        return self._run.plan_mode_active
 
     @property
     def capabilities(self) -> frozenset[str] | None:

@@ -282,7 +282,7 @@ class RequestRun:
 
     def assemble(self) -> ModelRequest:
         tools = tuple(self.context.tools.values())
-        if self.capabilities is not None and self.context.plan_mode_active:
+        if self.capabilities is not None and self.plan_mode_active:
             tools = tuple(t for t in tools if t.name in self.capabilities)
         return ModelRequest(self.context.messages, tools, tuple(self.context.server_tools))
 
@@ -354,13 +354,18 @@ class RequestRun:
         with trio.CancelScope(shield=True):
             await self._announce(step)
 
+    @property
+    def plan_mode_active(self) -> bool:
+        """Whether the mode region has left its initial (unrestricted) state."""
+        return self.machine.state("mode") != REQUEST.region("mode").initial
+
     async def enter_plan_mode(self, capabilities: frozenset[str]) -> None:
         self.capabilities = capabilities
-        if self.machine.state("mode") != "plan_active":
+        if self.machine.may("enter_plan"):
             await self.step("enter_plan")
 
     async def exit_plan_mode(self) -> None:
-        if self.machine.state("mode") == "plan_active":
+        if self.machine.may("exit_plan"):
             await self.step("exit_plan")
         self.capabilities = None
 

@@ -390,3 +390,21 @@ async def test_closing_or_abandoning_a_stream_cancels_its_request() -> None:
             await trio.sleep(0.01)
     assert client.agent.transitions("dropped")[-1].dest == "cancelled"
     assert tool_messages(client, "dropped")[0].status is ToolStatus.CANCELLED
+
+
+async def test_plan_active_mode_offers_and_executes_only_its_capability_set() -> None:
+    class Restrict(AgentExtension):
+        async def on_state(self, context):  # type: ignore[no-untyped-def]
+            await context.enter_plan_mode({"echo"})
+            assert context.plan_mode_active
+
+    model = ScriptedModel([asks(call("1", "explode"), call("2", "echo", text="ok")), AssistantMessage("done")])
+    client = await create_agent(model, tools=[echo, explode], extensions=[Restrict()])
+    await client.run("go", config=AgentRunConfig("s"))
+    assert [t.name for t in model.requests[0].tools] == ["echo"]
+    results = {m.tool_call_id: m for m in tool_messages(client, "s")}
+    assert results["1"].status is ToolStatus.FAILED
+    assert "not available" in results["1"].content
+    assert results["2"].status is ToolStatus.SUCCEEDED
+    mode_steps = [(s.source, s.trigger, s.dest) for s in client.agent.transitions("s") if s.region == "mode"]
+    assert mode_steps == [("normal", "enter_plan", "plan_active"), ("plan_active", "admit_tool", "plan_active")]
