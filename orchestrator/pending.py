@@ -20,6 +20,7 @@ from machines.approval import APPROVAL
 from machines.build import BoundMachine, GuardRefused, IllegalTransition
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import AgentError
+from orchestrator.events import AgentEvent
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
@@ -119,8 +120,13 @@ class ResponseRouter:
         *,
         response_event: str,
         validate: Validator | None = None,
+        announce: AgentEvent | None = None,
     ) -> dict[str, Any]:
-        """Pause the request in awaiting_approval until ``response_event`` for ``key``."""
+        """Pause the request in awaiting_approval until ``response_event`` for ``key``.
+
+        ``announce`` is emitted once the wait is registered and the request paused,
+        so an answer to it can never arrive before the wait exists.
+        """
         pending = PendingResponse(context.session_id, context.request_id, response_event, key, validate)
         slot = (pending.session_id, response_event, key)
         with self._lock:
@@ -130,6 +136,8 @@ class ResponseRouter:
             self._waits[slot] = pending
         try:
             async with context.paused():
+                if announce is not None:
+                    await context.emit(announce)
                 await pending.woken.wait()
         finally:
             with self._lock:

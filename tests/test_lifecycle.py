@@ -228,8 +228,13 @@ async def test_history_carries_over_and_multimodal_input_reaches_the_model() -> 
 def approval_extension(router: ResponseRouter) -> AgentExtension:
     class Approval(AgentExtension):
         async def before_tool(self, context, call):  # type: ignore[no-untyped-def]
-            await context.emit(ExtensionEvent(name="approve", payload={"tool_call_id": call.id}))
-            answer = await router.wait(context, call.id, response_event="approve_response", validate=require_bool("ok"))
+            answer = await router.wait(
+                context,
+                call.id,
+                response_event="approve_response",
+                validate=require_bool("ok"),
+                announce=ExtensionEvent(name="approve", payload={"tool_call_id": call.id}),
+            )
             if not answer["ok"]:
                 raise ToolRejected("declined by the user")
 
@@ -408,3 +413,25 @@ async def test_plan_active_mode_offers_and_executes_only_its_capability_set() ->
     assert results["2"].status is ToolStatus.SUCCEEDED
     mode_steps = [(s.source, s.trigger, s.dest) for s in client.agent.transitions("s") if s.region == "mode"]
     assert mode_steps == [("normal", "enter_plan", "plan_active"), ("plan_active", "admit_tool", "plan_active")]
+
+
+async def test_an_answer_given_while_extensions_still_handle_the_announcement_is_taken() -> None:
+    router = ResponseRouter()
+
+    class SlowObserver(AgentExtension):
+        async def on_event(self, context, event):  # type: ignore[no-untyped-def]
+            if event.name == "approve":
+                await trio.sleep(0.01)
+
+    client = await create_agent(
+        ScriptedModel([asks(call("r", "echo", text="x")), AssistantMessage("done")]),
+        tools=[echo],
+        extensions=[approval_extension(router), SlowObserver()],
+    )
+    taken: list[list[str]] = []
+    with trio.fail_after(5):
+        async for event in client.stream("go"):
+            if event.name == "approve":
+                answer = ExternalEvent("approve_response", {"tool_call_id": "r", "ok": True})
+                taken.append(client.agent.emit_external_event(answer, config=AgentRunConfig()))
+    assert taken == [["Approval"]]
