@@ -123,7 +123,6 @@ class _RequestState:
 
     session_id: str
     proposal: _Proposal | None = None
-    announcement: AgentEvent | None = None
     offered: set[str] = attrs.field(factory=set)
     prompt: SystemMessage | None = None
     replaced: tuple[Message, ...] = ()
@@ -290,13 +289,16 @@ class PlanModeExtension(AgentExtension):
         else:
             request = ExitPlanModeEvent(tool_call_id=call.id, plan=text)
             response_event = EXIT_RESPONSE
-        state.announcement = request
         try:
             answer = await self.router.wait(
-                context, call.id, response_event=response_event, validate=require_bool("approved")
+                context,
+                call.id,
+                response_event=response_event,
+                validate=require_bool("approved"),
+                announce=request,
             )
         except BaseException:
-            state.proposal = state.announcement = None
+            state.proposal = None
             if self.mode(context.session_id) in _AWAITING:
                 step = self._fire(context.session_id, "withdraw")
                 with trio.CancelScope(shield=True):
@@ -341,21 +343,7 @@ class PlanModeExtension(AgentExtension):
         self._release(context)
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
-        """Wake external waits and release restoration state on cancellation.
-
-        The enter/exit request event goes out here, once the request has
-        entered awaiting_approval: the wait exists before anyone can answer.
-        """
-        state = self._requests.get(context)
-        if (
-            state is not None
-            and state.announcement is not None
-            and isinstance(event, TransitionEvent)
-            and event.machine == REQUEST.name
-            and event.trigger == "await_approval"
-        ):
-            announcement, state.announcement = state.announcement, None
-            await context.emit(announcement)
+        """Wake external waits and release restoration state on cancellation."""
         ended = isinstance(event, RunCancelledEvent) or (
             isinstance(event, TransitionEvent)
             and event.machine == REQUEST.name
