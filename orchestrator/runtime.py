@@ -337,7 +337,7 @@ class RequestRun:
             return await wrappers[index].on_tool_call(self.context, call, lambda c: self._tool_chain(index + 1, c))
         definition = self.context.tools[call.name]
         try:
-            value = await definition.invoke(call.arguments, {"context": self.context})
+            value = await definition.invoke(call.arguments, {"context": self.context, "call": call})
         except ToolArgumentsError as invalid:
             return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
         return value if isinstance(value, ToolResult) else ToolResult(_as_text(value))

@@ -41,8 +41,9 @@ class ToolResult:
 class ToolDefinition:
     """A local tool: name, description, JSON schema, and the handler that runs it.
 
-    ``inject`` lists handler parameters filled by the runtime (the run context),
-    not by the model. ``serial`` tools never run beside other calls.
+    ``inject`` pairs handler parameters filled by the runtime, not by the model,
+    with what fills them: ``"context"`` (the AgentRunContext) or ``"call"``
+    (the ToolCall being run). ``serial`` tools never run beside other calls.
     """
 
     name: str
@@ -50,14 +51,14 @@ class ToolDefinition:
     parameters: Mapping[str, Any]
     handler: Handler | None = None
     serial: bool = False
-    inject: tuple[str, ...] = ()
+    inject: tuple[tuple[str, str], ...] = ()
 
     async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
         """Validate ``arguments`` and run the handler (sync handlers run inline)."""
         if self.handler is None:
             raise ToolArgumentsError(f"tool {self.name!r} has no local handler")
         values = validate_arguments(self.parameters, arguments)
-        values.update({name: injected[name] for name in self.inject})
+        values.update({name: injected[kind] for name, kind in self.inject})
         produced = self.handler(**values)
         if inspect.isawaitable(produced):
             return await produced
@@ -135,8 +136,28 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), arguments
 
 
-def _is_context_hint(annotation: Any) -> bool:
-    return bool(getattr(annotation, "__name__", annotation) == "AgentRunContext")
+_INJECTED_HINTS = {"AgentRunContext": "context", "ToolCall": "call"}
+
+
+def _injected_kind(annotation: Any) -> str | None:
+    name = getattr(annotation, "__name__", annotation)
+    return _INJECTED_HINTS.get(name) if isinstance(name, str) else None
+
+
+def _resolved_hints(fn: Handler) -> dict[str, Any]:
+    """Type hints of ``fn``; a hint that cannot be resolved stays a string."""
+    try:
+        return get_type_hints(fn)
+    except NameError:
+        pass
+    namespace = dict(getattr(fn, "__globals__", {}))
+    resolved: dict[str, Any] = {}
+    for key, value in getattr(fn, "__annotations__", {}).items():
+        try:
+            resolved[key] = eval(value, namespace) if isinstance(value, str) else value
+        except NameError:
+            resolved[key] = value
+    return resolved
 
 
 def build_tool(
@@ -148,20 +169,18 @@ def build_tool(
 ) -> ToolDefinition:
     """Build a ToolDefinition from a function's signature, hints and docstring."""
     signature = inspect.signature(fn)
-    try:
-        hints = get_type_hints(fn)
-    except NameError:
-        hints = {key: value for key, value in getattr(fn, "__annotations__", {}).items()}
+    hints = _resolved_hints(fn)
     summary, arg_docs = _parse_docstring(fn.__doc__ or "")
     properties: dict[str, Any] = {}
     required: list[str] = []
-    inject: list[str] = []
+    inject: list[tuple[str, str]] = []
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"tool {fn.__name__!r}: *args/**kwargs are not supported")
         hint = hints.get(param.name, param.annotation)
-        if _is_context_hint(hint):
-            inject.append(param.name)
+        kind = _injected_kind(hint)
+        if kind is not None:
+            inject.append((param.name, kind))
             continue
         prop = schema_for(hint)
         if param.name in arg_docs:

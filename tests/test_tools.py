@@ -6,7 +6,7 @@ from typing import Literal
 
 import pytest
 
-from orchestrator import AgentRunContext, ToolArgumentsError, tool
+from orchestrator import AgentRunContext, ToolArgumentsError, ToolCall, tool
 from orchestrator.tools import validate_arguments
 
 
@@ -46,11 +46,11 @@ def test_schema_comes_from_hints_defaults_and_docstring() -> None:
 
 def test_decorator_options_and_context_injection() -> None:
     @tool(name="renamed", description="custom", serial=True)
-    def handler(context: AgentRunContext, path: str) -> str:
+    def handler(context: AgentRunContext, path: str, call: ToolCall) -> str:
         return path
 
     assert (handler.name, handler.description, handler.serial) == ("renamed", "custom", True)
-    assert handler.inject == ("context",)
+    assert handler.inject == (("context", "context"), ("call", "call"))
     assert list(handler.parameters["properties"]) == ["path"]
 
 

@@ -1,0 +1,97 @@
+"""AskUserExtension: the model asks the user a question and waits for the answer.
+
+``ask_user(question, options)`` pauses its call in awaiting_approval, streams an
+``ask_user`` event and resumes when ``ask_user_response`` with
+``{"tool_call_id": ..., "answer": ...}`` arrives through
+``Agent.emit_external_event``. Routing and the pending-call rules are those of
+``orchestrator.pending.ResponseRouter``, as for Plan Mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import attrs
+
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.events import AgentEvent, RunCancelledEvent
+from orchestrator.extensions.base import AgentExtension
+from orchestrator.messages import ToolCall
+from orchestrator.pending import ResponseRouter, Validator
+from orchestrator.tools import ToolDefinition, build_tool
+
+if TYPE_CHECKING:
+    from orchestrator.context import AgentRunContext
+
+ASK_EVENT = "ask_user"
+ANSWER_EVENT = "ask_user_response"
+
+
+@attrs.frozen(kw_only=True)
+class AskUserEvent(AgentEvent):
+    """The model asks a question; answer with ``response_event``."""
+
+    kind: ClassVar[str] = ASK_EVENT
+    tool_call_id: str
+    question: str
+    options: tuple[str, ...]
+    response_event: str = ANSWER_EVENT
+
+
+def _answer_validator(options: tuple[str, ...]) -> Validator:
+    def check(payload: Mapping[str, Any]) -> str | None:
+        answer = payload.get("answer")
+        if not isinstance(answer, str):
+            return "'answer' must be a string"
+        if options and answer not in options:
+            return f"'answer' must be one of {list(options)}"
+        return None
+
+    return check
+
+
+class AskUserExtension(AgentExtension):
+    """Offers ``ask_user`` and routes the user's answers back to waiting calls."""
+
+    def __init__(self) -> None:
+        self.router = ResponseRouter()
+        self.tool = self._build_tool()
+
+    def _build_tool(self) -> ToolDefinition:
+        router = self.router
+
+        async def ask_user(
+            context: AgentRunContext, call: ToolCall, question: str, options: list[str] | None = None
+        ) -> str:
+            """Ask the user a question and wait for the answer.
+
+            Args:
+                question: what to ask
+                options: allowed answers; leave empty for a free answer
+            """
+            call_id = call.id
+            choices = tuple(options or ())
+            answer = await router.wait(
+                context,
+                call_id,
+                response_event=ANSWER_EVENT,
+                validate=_answer_validator(choices),
+                announce=AskUserEvent(tool_call_id=call_id, question=question, options=choices),
+            )
+            return str(answer["answer"])
+
+        return build_tool(ask_user)
+
+    async def on_tool(self, context: AgentRunContext) -> None:
+        context.register_tool(self.tool)
+
+    async def on_error(self, context: AgentRunContext, error: BaseException) -> None:
+        self.router.withdraw_request(context.request_id)
+
+    async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
+        if isinstance(event, RunCancelledEvent):
+            self.router.withdraw_request(context.request_id)
+
+    def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
+        return event.name == ANSWER_EVENT and self.router.accept(config, event)
