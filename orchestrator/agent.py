@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import trio
 
@@ -26,10 +25,6 @@ from orchestrator.tools import ToolDefinition
 log = logging.getLogger("orchestrator.agent")
 
 _DEFAULT = object()
-
-
-def _discard(event: AgentEvent) -> None:
-    """Event sink of ``AgentClient.run``, which returns only the answer."""
 
 
 def _order(extensions: Iterable[AgentExtension]) -> list[AgentExtension]:
@@ -89,7 +84,9 @@ class Agent:
         config = config or AgentRunConfig()
         return RunStream(self, config, _as_input(user_input))
 
-    def _open_run(self, config: AgentRunConfig, message: UserMessage | None, send: Any) -> RequestRun:
+    def _open_run(
+        self, config: AgentRunConfig, message: UserMessage | None, send: Callable[[AgentEvent], None] | None
+    ) -> RequestRun:
         if config.session_id in self._live:
             raise SessionBusy(config.session_id)
         request_id = config.request_id or uuid.uuid4().hex
@@ -171,7 +168,7 @@ class AgentClient:
         config: AgentRunConfig | None = None,
     ) -> AssistantMessage:
         """Run one request in the caller's task and return its final answer."""
-        run = self.agent._open_run(config or AgentRunConfig(), _as_input(user_input), _discard)
+        run = self.agent._open_run(config or AgentRunConfig(), _as_input(user_input), None)
         try:
             return await run.run()
         finally:
@@ -182,6 +179,12 @@ class AgentClient:
 
     def transitions(self, session_id: str) -> list[Step]:
         return self.agent.transitions(session_id)
+
+    def trace(self, session_id: str) -> str:
+        """Mermaid flowchart of the path of the session's running or latest request."""
+        from orchestrator.trace import trace_mermaid
+
+        return trace_mermaid(self.agent.transitions(session_id))
 
 
 async def create_agent(

@@ -82,12 +82,14 @@ class RequestRun:
         config: AgentRunConfig,
         request_id: str,
         input_message: UserMessage | None,
-        send: Callable[[ev.AgentEvent], None],
+        send: Callable[[ev.AgentEvent], None] | None,
     ) -> None:
         self.agent = agent
         self.hooks = agent.hooks
         self.context = AgentRunContext(self, config, request_id, input_message)
-        self._send = send
+        self._send = send if send is not None else _drop
+        # No consumer and no on_event hook: events would reach nobody, so none are built.
+        self._quiet = send is None and not agent.hooks["on_event"]
         self._ids = {"session_id": config.session_id, "request_id": request_id}
         self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
         self.iterations = 0
@@ -111,6 +113,8 @@ class RequestRun:
             await _CALLBACKS[name](self)
 
     async def _announce(self, step: Step) -> None:
+        if self._quiet:
+            return
         await self.emit(
             ev.TransitionEvent(
                 **self._ids,
@@ -134,11 +138,15 @@ class RequestRun:
         )
 
     async def emit(self, event: ev.AgentEvent) -> None:
+        if self._quiet:
+            return
         event = self._stamp(event)
         self._send(event)
         await self._deliver(event)
 
     async def publish(self, event: ev.AgentEvent) -> None:
+        if self._quiet:
+            return
         await self._deliver(self._stamp(event))
 
     async def _deliver(self, event: ev.AgentEvent) -> None:
@@ -521,6 +529,10 @@ class RequestRun:
         if self.agent.history is not None:
             kept = [m for m in self.context.messages if not isinstance(m, SystemMessage)]
             self.agent.history.replace(self.context.session_id, kept)
+
+
+def _drop(event: ev.AgentEvent) -> None:
+    """Event sink of a request nobody streams."""
 
 
 def _run_of(event: Any) -> RequestRun:

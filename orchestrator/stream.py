@@ -87,7 +87,11 @@ class RunStream:
     async def __anext__(self) -> AgentEvent:
         receive = self._receive if self._receive is not None else self._start()
         try:
-            return await receive.receive()
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                return receive.receive_nowait()
+            except trio.WouldBlock:
+                return await receive.receive()
         except trio.EndOfChannel:
             if self.error is not None and not self._raised:
                 self._raised = True

@@ -5,18 +5,20 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import Any
 
 import pytest
 import trio
-from support import asks, call
+import trio.testing
+from support import asks, call, phases
 
 from orchestrator import (
-    Agent,
     AgentExtension,
     AgentRunConfig,
     AssistantMessage,
     ExternalEvent,
     ImagePart,
+    MaxIterationsExceeded,
     ModelRequest,
     ScriptedModel,
     TextPart,
@@ -26,13 +28,19 @@ from orchestrator import (
     create_agent,
     tool,
 )
-from orchestrator.extensions.steering import SteeringExtension, SteeringMessageEvent
+from orchestrator.events import AgentEvent, ToolSkippedEvent
+from orchestrator.extensions.steering import SteeringClosed, SteeringExtension, SteeringMessageEvent
 
 SKIPPED = "skipped: new user input arrived before this call ran"
+TAKEN = ["SteeringExtension"]
 
 
 def steer(text: str) -> ExternalEvent:
     return ExternalEvent("steering_message", {"content": text})
+
+
+def user_texts(request: ModelRequest) -> list[str]:
+    return [m.text for m in request.messages if isinstance(m, UserMessage)]
 
 
 @tool(serial=True)
@@ -41,77 +49,152 @@ def step(n: int) -> str:
     return f"step {n}"
 
 
-async def make(model: ScriptedModel, **kwargs):  # type: ignore[no-untyped-def]
+async def make(model: ScriptedModel, **kwargs: Any) -> tuple[Any, SteeringExtension]:
     steering = SteeringExtension()
     client = await create_agent(model, extensions=[steering, *kwargs.pop("extensions", [])], **kwargs)
     return client, steering
 
 
+class Emitter:
+    """Sends steering through the agent it is later bound to (from inside a script step or tool)."""
+
+    agent: Any = None
+
+    def __call__(self, text: str, config: AgentRunConfig | None = None) -> list[str]:
+        taken: list[str] = self.agent.emit_external_event(steer(text), config=config or AgentRunConfig())
+        return taken
+
+
+# interrupts ------------------------------------------------------------------
+
+
 async def test_steering_during_a_model_call_skips_every_call_of_that_message() -> None:
-    holder: dict[str, object] = {}
+    emit = Emitter()
 
     def respond(request: ModelRequest) -> AssistantMessage:
-        taken = holder["agent"].emit_external_event(steer("Stop editing; explain first."), config=AgentRunConfig("s1"))  # type: ignore[attr-defined]
-        assert taken == ["SteeringExtension"]
+        assert emit("Stop editing; explain first.", AgentRunConfig("s1")) == TAKEN
         return asks(call("a", "step", n=1), call("b", "step", n=2))
 
     model = ScriptedModel([respond, AssistantMessage("Here is the explanation.")])
     client, steering = await make(model, tools=[step])
-    holder["agent"] = client.agent
-    result = await client.run("edit the file", config=AgentRunConfig("s1"))
+    emit.agent = client.agent
+    result = await client.run("edit the file", config=AgentRunConfig("s1", request_id="r1"))
     assert result.content == "Here is the explanation."
-    tail = model.requests[1].messages[-3:]
-    assert tail == (
+    assert model.requests[1].messages[-4:] == (
+        AssistantMessage("", (call("a", "step", n=1), call("b", "step", n=2))),
         ToolMessage("a", "step", SKIPPED, ToolStatus.SKIPPED),
         ToolMessage("b", "step", SKIPPED, ToolStatus.SKIPPED),
         UserMessage("Stop editing; explain first."),
     )
     assert [s.trigger for s in client.transitions("s1") if s.region == "phase"].count("steer") == 1
-    assert steering.routed() == []
+    assert emit("late", AgentRunConfig("s1")) == []
+    assert emit("late", AgentRunConfig("s1", request_id="r1")) == []
+    assert steering._inboxes == {}
 
 
 async def test_steering_during_a_batch_lets_the_running_call_finish_and_skips_the_rest() -> None:
-    holder: dict[str, object] = {}
+    emit = Emitter()
+    ran: list[str] = []
 
     @tool(serial=True)
     async def first() -> str:
         """Runs while steering arrives."""
-        holder["agent"].emit_external_event(steer("Inspect another file."), config=AgentRunConfig("s"))  # type: ignore[attr-defined]
-        await trio.sleep(0)
+        ran.append("first")
+        assert emit("Inspect another file.", AgentRunConfig("s")) == TAKEN
+        await trio.lowlevel.checkpoint()
         return "first finished"
 
-    model = ScriptedModel([asks(call("1", "first"), call("2", "step", n=2), call("3", "step", n=3)), AssistantMessage("ok")])
-    client, _ = await make(model, tools=[first, step])
-    holder["agent"] = client.agent
-    names = [event.name async for event in client.stream("go", config=AgentRunConfig("s"))]
+    @tool(serial=True)
+    def later(n: int) -> str:
+        """Must never run once steering arrived."""
+        ran.append(f"later {n}")
+        return "ran"
+
+    calls = (call("1", "first"), call("2", "later", n=2), call("3", "later", n=3))
+    model = ScriptedModel([asks(*calls), AssistantMessage("ok")])
+    client, _ = await make(model, tools=[first, later])
+    emit.agent = client.agent
+    events: list[AgentEvent] = [event async for event in client.stream("go", config=AgentRunConfig("s"))]
+    assert ran == ["first"]
+    names = [event.name for event in events]
+    assert names.count("tool_started") == 1
     assert names.count("tool_completed") == 1
-    assert names.count("tool_skipped") == 2
+    skipped = [event for event in events if isinstance(event, ToolSkippedEvent)]
+    assert [(e.call, e.result) for e in skipped] == [
+        (calls[1], ToolMessage("2", "later", SKIPPED, ToolStatus.SKIPPED)),
+        (calls[2], ToolMessage("3", "later", SKIPPED, ToolStatus.SKIPPED)),
+    ]
+    assert len(model.requests) == 2
     assert model.requests[1].messages[-4:] == (
         ToolMessage("1", "first", "first finished"),
-        ToolMessage("2", "step", SKIPPED, ToolStatus.SKIPPED),
-        ToolMessage("3", "step", SKIPPED, ToolStatus.SKIPPED),
+        ToolMessage("2", "later", SKIPPED, ToolStatus.SKIPPED),
+        ToolMessage("3", "later", SKIPPED, ToolStatus.SKIPPED),
         UserMessage("Inspect another file."),
     )
+    walk = phases(events)
+    steered = walk.index(("awaiting_tool", "steer", "steering_interrupt"))
+    assert walk[steered + 1] == ("steering_interrupt", "request_model", "awaiting_model")
 
 
-async def test_after_turn_sees_the_steering_message_already_appended() -> None:
-    seen: list[str] = []
+async def test_after_turn_runs_once_the_skipped_results_and_the_steering_are_appended() -> None:
+    seen: list[tuple[Any, ...]] = []
 
     class Turns(AgentExtension):
         async def after_turn(self, context, result):  # type: ignore[no-untyped-def]
-            seen.append(context.messages[-1].role)
+            seen.append(context.messages[-2:])
 
-    holder: dict[str, object] = {}
+    emit = Emitter()
 
     def respond(request: ModelRequest) -> AssistantMessage:
-        holder["agent"].emit_external_event(steer("change of plan"), config=AgentRunConfig())  # type: ignore[attr-defined]
+        emit("change of plan")
         return asks(call("a", "step", n=1))
 
     model = ScriptedModel([respond, AssistantMessage("ok")])
     client, _ = await make(model, tools=[step], extensions=[Turns()])
-    holder["agent"] = client.agent
+    emit.agent = client.agent
     await client.run("go")
-    assert seen == ["user", "assistant"]
+    assert seen == [
+        (ToolMessage("a", "step", SKIPPED, ToolStatus.SKIPPED), UserMessage("change of plan")),
+        (UserMessage("change of plan"), AssistantMessage("ok")),
+    ]
+
+
+async def test_steering_during_a_final_answer_starts_a_steering_turn() -> None:
+    emit = Emitter()
+
+    def respond(request: ModelRequest) -> AssistantMessage:
+        emit("one more thing")
+        return AssistantMessage("done")
+
+    model = ScriptedModel([respond, AssistantMessage("about that thing")])
+    client, _ = await make(model)
+    emit.agent = client.agent
+    assert (await client.run("go")).content == "about that thing"
+    assert model.requests[1].messages[-2:] == (AssistantMessage("done"), UserMessage("one more thing"))
+    assert ("answered", "steer", "steering_interrupt") in [
+        (s.source, s.trigger, s.dest) for s in client.transitions("default")
+    ]
+
+
+async def test_several_queued_messages_are_answered_one_at_a_time_in_order() -> None:
+    emit = Emitter()
+
+    def respond(request: ModelRequest) -> AssistantMessage:
+        assert emit("first") == TAKEN
+        assert emit("second") == TAKEN
+        return AssistantMessage("initial")
+
+    def echo(request: ModelRequest) -> AssistantMessage:
+        return AssistantMessage("re: " + user_texts(request)[-1])
+
+    model = ScriptedModel([respond, echo], repeat_last=True)
+    client, _ = await make(model)
+    emit.agent = client.agent
+    assert (await client.run("go")).content == "re: second"
+    assert [user_texts(r) for r in model.requests] == [["go"], ["go", "first"], ["go", "first", "second"]]
+
+
+# routing -----------------------------------------------------------------------
 
 
 async def test_no_running_request_means_steering_is_refused() -> None:
@@ -121,7 +204,7 @@ async def test_no_running_request_means_steering_is_refused() -> None:
     assert client.agent.emit_external_event(steer("late"), config=AgentRunConfig("s")) == []
 
 
-@pytest.mark.parametrize("payload", [{}, {"content": ""}, {"content": 3}])
+@pytest.mark.parametrize("payload", [{}, {"content": ""}, {"content": "  "}, {"content": 3}, {"text": "hi"}])
 async def test_malformed_steering_is_refused(payload: dict[str, object]) -> None:
     gate = trio.Event()
 
@@ -131,13 +214,15 @@ async def test_malformed_steering_is_refused(payload: dict[str, object]) -> None
         await gate.wait()
         return "held"
 
-    client, steering = await make(ScriptedModel([asks(call("h", "hold")), AssistantMessage("ok")]), tools=[hold])
+    model = ScriptedModel([asks(call("h", "hold")), AssistantMessage("ok")])
+    client, _ = await make(model, tools=[hold])
     async with trio.open_nursery() as nursery:
         nursery.start_soon(client.run, "go")
         await trio.testing.wait_all_tasks_blocked()
         event = ExternalEvent("steering_message", payload)
         assert client.agent.emit_external_event(event, config=AgentRunConfig()) == []
         gate.set()
+    assert user_texts(model.requests[1]) == ["go"]
 
 
 async def test_sessions_and_request_ids_route_independently() -> None:
@@ -150,13 +235,13 @@ async def test_sessions_and_request_ids_route_independently() -> None:
         return "held"
 
     def script(request: ModelRequest) -> AssistantMessage:
-        user = [m for m in request.messages if isinstance(m, UserMessage)]
+        user = user_texts(request)
         if len(user) == 1:
-            return asks(call("h", "hold", session=user[0].text))
-        return AssistantMessage("answered: " + user[-1].text)
+            return asks(call("h", "hold", session=user[0]))
+        return AssistantMessage("answered: " + ", ".join(user[1:]))
 
     model = ScriptedModel([script], repeat_last=True)
-    client, steering = await make(model, tools=[hold])
+    client, _ = await make(model, tools=[hold])
     results: dict[str, str] = {}
 
     async def run(session: str) -> None:
@@ -168,13 +253,17 @@ async def test_sessions_and_request_ids_route_independently() -> None:
         nursery.start_soon(run, "b")
         await trio.testing.wait_all_tasks_blocked()
         agent = client.agent
-        assert agent.emit_external_event(steer("to a, wrong request"), config=AgentRunConfig("a", "req-b")) == []
-        assert agent.emit_external_event(steer("to a"), config=AgentRunConfig("a", "req-a")) == ["SteeringExtension"]
-        assert agent.emit_external_event(steer("to b"), config=AgentRunConfig("b")) == ["SteeringExtension"]
+        assert agent.emit_external_event(steer("x"), config=AgentRunConfig("a", "req-b")) == []
+        assert agent.emit_external_event(steer("x"), config=AgentRunConfig("a", "req-zz")) == []
+        assert agent.emit_external_event(steer("to a"), config=AgentRunConfig("a", "req-a")) == TAKEN
+        assert agent.emit_external_event(steer("to b"), config=AgentRunConfig("b")) == TAKEN
         assert agent.emit_external_event(steer("to c"), config=AgentRunConfig("c")) == []
         gates["a"].set()
         gates["b"].set()
     assert results == {"a": "answered: to a", "b": "answered: to b"}
+
+
+# typed input -------------------------------------------------------------------
 
 
 async def test_typed_multimodal_steering_through_publish() -> None:
@@ -187,12 +276,35 @@ async def test_typed_multimodal_steering_through_publish() -> None:
     model = ScriptedModel([asks(call("a", "step", n=1), call("b", "step", n=2)), AssistantMessage("I see it.")])
     client, _ = await make(model, tools=[step], extensions=[Camera()])
     await client.run("go")
-    assert model.requests[1].messages[-1] == picture
-    assert model.requests[1].messages[-2] == ToolMessage("b", "step", SKIPPED, ToolStatus.SKIPPED)
+    assert model.requests[1].messages[-3:] == (
+        ToolMessage("a", "step", "step 1"),
+        ToolMessage("b", "step", SKIPPED, ToolStatus.SKIPPED),
+        picture,
+    )
+
+
+async def test_publishing_after_the_inbox_closed_raises() -> None:
+    outcomes: list[str] = []
+
+    class Late(AgentExtension):
+        async def after_run(self, context, result):  # type: ignore[no-untyped-def]
+            try:
+                await context.publish(SteeringMessageEvent(UserMessage("too late")))
+            except SteeringClosed:
+                outcomes.append("refused")
+
+    model = ScriptedModel([AssistantMessage("ok")])
+    client, _ = await make(model, extensions=[Late()])
+    assert (await client.run("go")).content == "ok"
+    assert outcomes == ["refused"]
+    assert len(model.requests) == 1
+
+
+# internal messages and the budget ----------------------------------------------
 
 
 async def test_internal_messages_wait_until_steering_is_answered() -> None:
-    holder: dict[str, object] = {}
+    emit = Emitter()
 
     class Background(AgentExtension):
         async def after_model(self, context, response):  # type: ignore[no-untyped-def]
@@ -201,111 +313,216 @@ async def test_internal_messages_wait_until_steering_is_answered() -> None:
                 context.queue_internal_message(UserMessage("background job finished"))
 
     def first(request: ModelRequest) -> AssistantMessage:
-        holder["agent"].emit_external_event(steer("urgent"), config=AgentRunConfig())  # type: ignore[attr-defined]
+        emit("urgent")
         return AssistantMessage("first answer")
 
     model = ScriptedModel([first, AssistantMessage("steering answered"), AssistantMessage("internal answered")])
     client, _ = await make(model, extensions=[Background()])
-    holder["agent"] = client.agent
+    emit.agent = client.agent
     result = await client.run("go")
     assert result.content == "internal answered"
-    assert [m.text for m in model.requests[1].messages if isinstance(m, UserMessage)] == ["go", "urgent"]
-    assert [m.text for m in model.requests[2].messages if isinstance(m, UserMessage)] == [
-        "go",
-        "urgent",
-        "background job finished",
+    assert [user_texts(r) for r in model.requests] == [
+        ["go"],
+        ["go", "urgent"],
+        ["go", "urgent", "background job finished"],
     ]
 
 
+async def test_steering_arriving_while_an_internal_message_is_answered_comes_next() -> None:
+    emit = Emitter()
+
+    class Background(AgentExtension):
+        async def before_run(self, context):  # type: ignore[no-untyped-def]
+            context.queue_internal_message(UserMessage("background job finished"))
+
+    def internal_turn(request: ModelRequest) -> AssistantMessage:
+        assert emit("urgent") == TAKEN
+        return AssistantMessage("about the job")
+
+    model = ScriptedModel([AssistantMessage("hi"), internal_turn, AssistantMessage("about urgent")])
+    client, _ = await make(model, extensions=[Background()])
+    emit.agent = client.agent
+    assert (await client.run("go")).content == "about urgent"
+    assert user_texts(model.requests[2]) == ["go", "background job finished", "urgent"]
+
+
 async def test_steering_resets_the_iteration_budget() -> None:
-    holder: dict[str, object] = {}
+    def script(emit: Emitter | None) -> list[Any]:
+        def first(request: ModelRequest) -> AssistantMessage:
+            if emit is not None:
+                emit("new task")
+            return asks(call("a", "step", n=1))
 
-    def first(request: ModelRequest) -> AssistantMessage:
-        holder["agent"].emit_external_event(steer("new task"), config=AgentRunConfig())  # type: ignore[attr-defined]
-        return asks(call("a", "step", n=1))
+        return [first, asks(call("b", "step", n=2)), AssistantMessage("done")]
 
-    model = ScriptedModel([first, asks(call("b", "step", n=2)), AssistantMessage("done")])
+    plain, _ = await make(ScriptedModel(script(None)), tools=[step], max_iterations=2)
+    with pytest.raises(MaxIterationsExceeded):
+        await plain.run("go")
+
+    emit = Emitter()
+    model = ScriptedModel(script(emit))
     client, _ = await make(model, tools=[step], max_iterations=2)
-    holder["agent"] = client.agent
+    emit.agent = client.agent
     assert (await client.run("go")).content == "done"
     assert len(model.requests) == 3
 
 
-async def test_close_clears_routing_after_failure_and_cancellation() -> None:
+# closing -------------------------------------------------------------------------
+
+
+async def test_close_clears_routing_and_messages_after_failure() -> None:
+    emit = Emitter()
+    failures = [ValueError("boom")]
+
     class Boom(AgentExtension):
         async def after_model(self, context, response):  # type: ignore[no-untyped-def]
-            raise ValueError("boom")
+            if failures:
+                assert emit("queued before the failure", AgentRunConfig("s")) == TAKEN
+                raise failures.pop()
 
-    client, steering = await make(ScriptedModel([AssistantMessage("x")]), extensions=[Boom()])
-    with pytest.raises(ValueError):
-        await client.run("go")
-    assert steering.routed() == []
+    model = ScriptedModel([AssistantMessage("x"), AssistantMessage("fresh")])
+    client, steering = await make(model, extensions=[Boom()])
+    emit.agent = client.agent
+    with pytest.raises(ValueError, match="boom"):
+        await client.run("go", config=AgentRunConfig("s"))
+    assert emit("after", AgentRunConfig("s")) == []
+    assert steering._inboxes == {}
+    assert (await client.run("again", config=AgentRunConfig("s"))).content == "fresh"
+    assert "queued before the failure" not in user_texts(model.requests[1])
 
+
+async def test_close_clears_routing_and_messages_after_cancellation() -> None:
     @tool
     async def forever() -> str:
         """Never ends."""
         await trio.sleep_forever()
         return ""
 
-    client, steering = await make(ScriptedModel([asks(call("f", "forever"))]), tools=[forever])
+    model = ScriptedModel([asks(call("f", "forever")), AssistantMessage("fresh")])
+    client, steering = await make(model, tools=[forever])
     with trio.move_on_after(5) as scope:
-        async for event in client.stream("go"):
+        async for event in client.stream("go", config=AgentRunConfig("s")):
             if event.name == "tool_started":
-                assert client.agent.emit_external_event(steer("queued"), config=AgentRunConfig()) != []
-                assert steering.routed()[0][2] == 1
+                assert client.agent.emit_external_event(steer("queued"), config=AgentRunConfig("s")) == TAKEN
                 scope.cancel()
-    assert steering.routed() == []
+    assert scope.cancelled_caught
+    assert client.state("s") is None
+    assert client.agent.emit_external_event(steer("after"), config=AgentRunConfig("s")) == []
+    assert steering._inboxes == {}
+    assert (await client.run("next", config=AgentRunConfig("s"))).content == "fresh"
+    assert "queued" not in user_texts(model.requests[1])
 
 
-def test_steering_racing_request_completion_is_never_lost_nor_answered_twice() -> None:
-    async def main() -> None:
-        def final(request: ModelRequest) -> AssistantMessage:
-            users = [m.text for m in request.messages if isinstance(m, UserMessage)]
-            return AssistantMessage("re: " + users[-1])
+# select_next, directly ---------------------------------------------------------
 
-        model = ScriptedModel([final], repeat_last=True)
-        steering = SteeringExtension()
-        rng = random.Random(7)
-        accepted_count = refused_count = 0
-        for index in range(200):
-            session = f"s{index}"
-            outcome: list[list[str]] = []
-            agent: list[Agent] = []
-            go = threading.Event()
 
-            def emitter(session: str = session, delay: float = rng.uniform(0, 0.003)) -> None:
-                go.wait()
-                time.sleep(delay)
-                outcome.append(agent[0].emit_external_event(steer("late"), config=AgentRunConfig(session)))
+class FakeContext:
+    def __init__(self, session_id: str, request_id: str) -> None:
+        self.session_id = session_id
+        self.request_id = request_id
 
-            thread = threading.Thread(target=emitter)
-            thread.start()
 
-            class Release(AgentExtension):
-                async def before_model(self, context, request):  # type: ignore[no-untyped-def]
-                    go.set()
+def test_select_next_returns_steering_without_asking_for_other_input() -> None:
+    steering = SteeringExtension()
+    context: Any = FakeContext("s", "r")
+    steering.open(context)
+    assert steering.accept(AgentRunConfig("s"), steer("urgent"))
+    asked: list[bool] = []
+    assert steering.select_next(context, lambda: asked.append(True) or True) == UserMessage("urgent")
+    assert asked == []
+    assert steering.take(context) is None
+    assert steering.accept(AgentRunConfig("s"), steer("still open"))
+    steering.close(context)
 
-                async def after_model(self, context, response):  # type: ignore[no-untyped-def]
-                    await trio.sleep(0.001)
 
-            client = await create_agent(model, extensions=[steering, Release()])
-            agent.append(client.agent)
-            await client.run("first", config=AgentRunConfig(session))
-            await trio.to_thread.run_sync(thread.join)
-            history = client.agent.history.load(session)  # type: ignore[union-attr]
-            steering_messages = [m for m in history if isinstance(m, UserMessage) and m.text == "late"]
-            answers = [m for m in history if isinstance(m, AssistantMessage) and m.content == "re: late"]
-            if outcome == [["SteeringExtension"]]:
-                accepted_count += 1
-                assert len(steering_messages) == 1
-                assert len(answers) == 1
-                assert history.index(answers[0]) > history.index(steering_messages[0])
-            else:
-                assert outcome == [[]]
-                assert steering_messages == []
-                refused_count += 1
-            assert steering.routed() == []
-        assert accepted_count > 0
-        assert accepted_count + refused_count == 200
+def test_select_next_stays_open_while_other_input_is_reserved() -> None:
+    steering = SteeringExtension()
+    context: Any = FakeContext("s", "r")
+    steering.open(context)
+    assert steering.select_next(context, lambda: True) is None
+    assert steering.accept(AgentRunConfig("s", "r"), steer("during the internal turn"))
+    assert steering.take(context) == UserMessage("during the internal turn")
+    steering.close(context)
+    assert not steering.accept(AgentRunConfig("s", "r"), steer("after close"))
 
-    trio.run(main)
+
+def test_select_next_holds_the_lock_while_reserving_and_then_closes() -> None:
+    steering = SteeringExtension()
+    context: Any = FakeContext("s", "r")
+    steering.open(context)
+    racing: list[bool] = []
+    racer = threading.Thread(target=lambda: racing.append(steering.accept(AgentRunConfig("s"), steer("racing"))))
+    blocked: list[bool] = []
+
+    def reserve() -> bool:
+        racer.start()
+        racer.join(timeout=0.05)
+        blocked.append(racer.is_alive())
+        return False
+
+    assert steering.select_next(context, reserve) is None
+    racer.join()
+    assert blocked == [True]
+    assert racing == [False]
+    assert steering.take(context) is None
+    steering.close(context)
+
+
+async def test_steering_racing_request_completion_is_never_lost_nor_answered_twice() -> None:
+    def echo(request: ModelRequest) -> AssistantMessage:
+        return AssistantMessage("re: " + user_texts(request)[-1])
+
+    model = ScriptedModel([echo], repeat_last=True)
+    steering = SteeringExtension()
+    rng = random.Random(7)
+    accepted = refused = 0
+    for index in range(200):
+        taken, result, history = await _race_one_request(steering, model, f"s{index}", rng.uniform(0, 0.004))
+        late = [m for m in history if m == UserMessage("late")]
+        answers = [m for m in history if m == AssistantMessage("re: late")]
+        if taken == TAKEN:
+            accepted += 1
+            assert len(late) == 1
+            assert len(answers) == 1
+            assert history.index(answers[0]) > history.index(late[0])
+            assert result == AssistantMessage("re: late")
+        else:
+            assert taken == []
+            assert late == [] and answers == []
+            assert result == AssistantMessage("re: first")
+            refused += 1
+        assert steering._inboxes == {}
+    assert accepted > 0
+    assert refused > 0
+
+
+async def _race_one_request(
+    steering: SteeringExtension, model: ScriptedModel, session: str, delay: float
+) -> tuple[list[str], AssistantMessage, list[Any]]:
+    """One request whose steering is sent from a plain thread as the request completes."""
+    started = threading.Event()
+    outcome: list[list[str]] = []
+    emit = Emitter()
+
+    def emitter() -> None:
+        started.wait()
+        time.sleep(delay)
+        outcome.append(emit("late", AgentRunConfig(session)))
+
+    class Release(AgentExtension):
+        async def before_model(self, context, request):  # type: ignore[no-untyped-def]
+            started.set()
+
+        async def after_model(self, context, response):  # type: ignore[no-untyped-def]
+            await trio.sleep(0.001)
+
+        async def after_run(self, context, result):  # type: ignore[no-untyped-def]
+            await trio.sleep(0.001)  # widens the window between select_next and close
+
+    client = await create_agent(model, extensions=[steering, Release()])
+    emit.agent = client.agent
+    thread = threading.Thread(target=emitter)
+    thread.start()
+    result = await client.run("first", config=AgentRunConfig(session))
+    await trio.to_thread.run_sync(thread.join)
+    return outcome[0], result, client.agent.history.load(session)

@@ -3,7 +3,9 @@
 ``ask_user(question, options)`` pauses its call in awaiting_approval, streams an
 ``ask_user`` event and resumes when ``ask_user_response`` with
 ``{"tool_call_id": ..., "answer": ...}`` arrives through
-``Agent.emit_external_event``. Routing and the pending-call rules are those of
+``Agent.emit_external_event``; the answer is the tool result. An answer must be
+a string and, when options were given, one of them; anything else is refused.
+Routing and the pending-call rules are those of
 ``orchestrator.pending.ResponseRouter``, as for Plan Mode.
 """
 
@@ -61,17 +63,15 @@ class AskUserExtension(AgentExtension):
     def _build_tool(self) -> ToolDefinition:
         router = self.router
 
-        async def ask_user(
-            context: AgentRunContext, call: ToolCall, question: str, options: list[str] | None = None
-        ) -> str:
+        async def ask_user(context: AgentRunContext, call: ToolCall, question: str, options: list[str]) -> str:
             """Ask the user a question and wait for the answer.
 
             Args:
                 question: what to ask
-                options: allowed answers; leave empty for a free answer
+                options: the allowed answers; an empty list allows any answer
             """
             call_id = call.id
-            choices = tuple(options or ())
+            choices = tuple(options)
             answer = await router.wait(
                 context,
                 call_id,
@@ -84,14 +84,18 @@ class AskUserExtension(AgentExtension):
         return build_tool(ask_user)
 
     async def on_tool(self, context: AgentRunContext) -> None:
+        """Offer ``ask_user`` in every request."""
         context.register_tool(self.tool)
 
     async def on_error(self, context: AgentRunContext, error: BaseException) -> None:
+        """Drop the failed request's questions."""
         self.router.withdraw_request(context.request_id)
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
+        """Drop a cancelled request's questions."""
         if isinstance(event, RunCancelledEvent):
             self.router.withdraw_request(context.request_id)
 
     def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
+        """Take an ``ask_user_response`` that answers a waiting question of this session."""
         return event.name == ANSWER_EVENT and self.router.accept(config, event)

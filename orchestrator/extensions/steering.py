@@ -21,6 +21,7 @@ import attrs
 from machines.build import BoundMachine
 from machines.steering import STEERING_INBOX
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import UserMessage
@@ -33,30 +34,35 @@ log = logging.getLogger("orchestrator.extensions.steering")
 STEERING_EVENT = "steering_message"
 
 
+class SteeringClosed(AgentError):
+    """Typed steering was published to a request whose inbox no longer accepts input."""
+
+
 @attrs.frozen
 class SteeringMessageEvent(AgentEvent):
     """Typed steering input published inside a request."""
 
-    kind: ClassVar[str] = "steering_message"
-    message: UserMessage
+    kind: ClassVar[str] = STEERING_EVENT
+    message: UserMessage = attrs.field(validator=attrs.validators.instance_of(UserMessage))
 
 
 class _Inbox:
     """One request's queue and its steering_inbox machine."""
 
-    def __init__(self, session_id: str, request_id: str) -> None:
-        self.session_id = session_id
-        self.request_id = request_id
+    def __init__(self, context: AgentRunContext) -> None:
+        self.owner = context
+        self.session_id = context.session_id
+        self.request_id = context.request_id
         self.messages: deque[UserMessage] = deque()
-        self.machine = BoundMachine(STEERING_INBOX, {"has_more": lambda _: len(self.messages) > 0})
+        self.machine = BoundMachine(STEERING_INBOX, {"has_messages": lambda _: bool(self.messages)})
 
     @property
     def accepting(self) -> bool:
         return self.machine.may("hold")
 
     def put(self, message: UserMessage) -> None:
-        self.messages.append(message)
         self.machine.fire("hold")
+        self.messages.append(message)
 
     def pop(self) -> UserMessage | None:
         if not self.messages:
@@ -67,36 +73,55 @@ class _Inbox:
 
 
 class SteeringExtension(AgentExtension):
-    """Agent-owned urgent user inbox, checked after each model and tool call."""
+    """Agent-owned urgent user inbox, checked after each model and tool call.
+
+    Steering replaces the continuation of the current task. It does not cancel
+    an in-flight model or tool. Unexecuted tool calls receive explicit skipped
+    results before the new user message is appended. Internal messages remain
+    queued until steering has been answered.
+
+    Messages are answered one at a time, in the order they were accepted: each
+    becomes its own UserMessage and its own steering turn. External text is
+    routed to ``config.request_id`` when given, otherwise to the oldest running
+    request of ``config.session_id``; blank or non-string content is refused.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._inboxes: dict[str, _Inbox] = {}
+        self._inboxes: dict[tuple[str, str], _Inbox] = {}
+
+    def _own(self, context: AgentRunContext) -> _Inbox | None:
+        inbox = self._inboxes.get((context.session_id, context.request_id))
+        return inbox if inbox is not None and inbox.owner is context else None
 
     def open(self, context: AgentRunContext) -> None:
         """Initialize request-local routing before extension hooks run."""
-        inbox = _Inbox(context.session_id, context.request_id)
+        inbox = _Inbox(context)
         inbox.machine.fire("open")
+        key = (context.session_id, context.request_id)
         with self._lock:
-            self._inboxes[context.request_id] = inbox
+            if key in self._inboxes:
+                inbox.machine.unbind()
+                raise ValueError(f"request {context.request_id!r} of session {context.session_id!r} is already open")
+            self._inboxes[key] = inbox
 
     def close(self, context: AgentRunContext) -> None:
         """Clear routing and messages on every request exit."""
         with self._lock:
-            inbox = self._inboxes.pop(context.request_id, None)
+            inbox = self._own(context)
             if inbox is None:
                 return
-            if inbox.messages:
-                log.info(
-                    "request %s ended with %d steering message(s) unanswered", inbox.request_id, len(inbox.messages)
-                )
+            del self._inboxes[(inbox.session_id, inbox.request_id)]
+            dropped = len(inbox.messages)
             inbox.messages.clear()
             if inbox.machine.may("close"):
                 inbox.machine.fire("close")
         inbox.machine.unbind()
+        if dropped:
+            log.info("request %s ended with %d steering message(s) unanswered", inbox.request_id, dropped)
 
     def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
-        """Route external text by session and optional request id, from any thread."""
+        """Route external text by session and optional request ID, from any thread."""
         if event.name != STEERING_EVENT:
             return False
         content = event.payload.get("content") if isinstance(event.payload, Mapping) else None
@@ -106,56 +131,52 @@ class SteeringExtension(AgentExtension):
         with self._lock:
             inbox = self._route(config)
             if inbox is None:
+                log.info("refused steering for %s: no open request", config.session_id)
                 return False
             inbox.put(UserMessage(content))
         return True
 
     def _route(self, config: AgentRunConfig) -> _Inbox | None:
         if config.request_id is not None:
-            inbox = self._inboxes.get(config.request_id)
-            if inbox is None or inbox.session_id != config.session_id:
-                return None
-            return inbox if inbox.accepting else None
+            inbox = self._inboxes.get((config.session_id, config.request_id))
+            return inbox if inbox is not None and inbox.accepting else None
         for inbox in self._inboxes.values():
             if inbox.session_id == config.session_id and inbox.accepting:
                 return inbox
         return None
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
-        """Receive typed user input, including multimodal UserMessages."""
+        """Receive typed user input, including multimodal UserMessages.
+
+        Raises SteeringClosed when the request no longer accepts steering (it is
+        completing or was never opened), so the publisher knows it was not taken.
+        """
         if not isinstance(event, SteeringMessageEvent):
             return
         with self._lock:
-            inbox = self._inboxes.get(context.request_id)
+            inbox = self._own(context)
             if inbox is None or not inbox.accepting:
-                raise RuntimeError(f"request {context.request_id} no longer accepts steering")
+                raise SteeringClosed(f"request {context.request_id} no longer accepts steering")
             inbox.put(event.message)
 
     def take(self, context: AgentRunContext) -> UserMessage | None:
         """Poll after a model/tool call without closing an empty inbox."""
         with self._lock:
-            inbox = self._inboxes.get(context.request_id)
+            inbox = self._own(context)
             return inbox.pop() if inbox is not None else None
 
     def select_next(self, context: AgentRunContext, reserve_other_input: Callable[[], bool]) -> UserMessage | None:
         """Return only steering input; atomically close when no input remains.
 
-        The lock is held while ``reserve_other_input`` runs, so a message is
-        either returned here or refused by ``accept`` afterwards.
+        The steering lock is held while the synchronous ``reserve_other_input``
+        runs, so a racing message is either returned here or refused by
+        ``accept``. The inbox stays open when the callback reserved other input.
         """
         with self._lock:
-            inbox = self._inboxes.get(context.request_id)
-            if inbox is None:
-                reserve_other_input()
-                return None
-            message = inbox.pop()
+            inbox = self._own(context)
+            message = inbox.pop() if inbox is not None else None
             if message is not None:
                 return message
-            if not reserve_other_input() and inbox.machine.may("close"):
-                inbox.machine.fire("close")
+            if not reserve_other_input() and inbox is not None and inbox.machine.may("complete"):
+                inbox.machine.fire("complete")
             return None
-
-    def routed(self) -> list[tuple[str, str, int]]:
-        """(session_id, request_id, queued) of every open inbox."""
-        with self._lock:
-            return [(i.session_id, i.request_id, len(i.messages)) for i in self._inboxes.values()]

@@ -1,0 +1,275 @@
+"""A model on the Anthropic Messages API."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from orchestrator.messages import (
+    AssistantMessage,
+    ImagePart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    ToolStatus,
+    UserMessage,
+)
+from orchestrator.model import (
+    ModelEvent,
+    ModelRequest,
+    ResponseCompletedEvent,
+    TextDeltaEvent,
+    ToolCallStreamEvent,
+    Usage,
+)
+from orchestrator.providers._http import decode, parse_arguments, post_sse
+from orchestrator.providers.errors import AuthenticationError, MalformedStreamError, error_from_type
+from orchestrator.providers.retry import RetryPolicy, Sleep, stream_with_retry
+from orchestrator.tools import ServerToolDefinition, ToolDefinition
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["ANTHROPIC_VERSION", "DEFAULT_ANTHROPIC_BASE_URL", "AnthropicModel", "anthropic_messages"]
+
+DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+def _image_block(part: ImagePart) -> dict[str, Any]:
+    if part.url is not None:
+        return {"type": "image", "source": {"type": "url", "url": part.url}}
+    assert part.data is not None
+    data = base64.b64encode(part.data).decode("ascii")
+    return {"type": "image", "source": {"type": "base64", "media_type": part.media_type, "data": data}}
+
+
+def _user_blocks(message: UserMessage) -> list[dict[str, Any]]:
+    if isinstance(message.content, str):
+        return [{"type": "text", "text": message.content}] if message.content else []
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else _image_block(part)
+        for part in message.content
+        if not (isinstance(part, TextPart) and not part.text)
+    ]
+
+
+def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)}
+        for call in message.tool_calls
+    )
+    return blocks
+
+
+def _tool_result(message: ToolMessage) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
+    if message.status is not ToolStatus.SUCCEEDED:
+        block["is_error"] = True
+    return block
+
+
+def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
+    """The ``system`` text and the ``messages`` list for our messages.
+
+    System messages are joined into ``system``. Consecutive messages of one
+    role are merged into one turn, so the tool results of one assistant turn
+    become one user turn of ``tool_result`` blocks (steering input after them
+    joins that turn). Empty turns are left out.
+    """
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            if message.content:
+                system.append(message.content)
+            continue
+        if isinstance(message, AssistantMessage):
+            role, blocks = "assistant", _assistant_blocks(message)
+        elif isinstance(message, ToolMessage):
+            role, blocks = "user", [_tool_result(message)]
+        else:
+            role, blocks = "user", _user_blocks(message)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return "\n\n".join(system), turns
+
+
+def anthropic_tools(tools: tuple[ToolDefinition, ...], server_tools: tuple[ServerToolDefinition, ...]) -> list[Any]:
+    """Local tools as ``input_schema`` definitions, server tools as ``{"type": ..., **options}``."""
+    encoded: list[Any] = [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)} for t in tools
+    ]
+    encoded.extend({"type": s.type, **s.options} for s in server_tools)
+    return encoded
+
+
+@attrs.define
+class _Block:
+    kind: str
+    text: list[str] = attrs.field(factory=list)
+    id: str = ""
+    name: str = ""
+    initial: dict[str, Any] = attrs.field(factory=dict)
+
+    def call(self) -> ToolCall:
+        raw = "".join(self.text)
+        return ToolCall(self.id, self.name, parse_arguments(raw) if raw else dict(self.initial))
+
+
+class _Assembler:
+    """Builds one response from Messages stream events."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, _Block] = {}
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.started = False
+        self.stopped = False
+
+    def feed(self, data: dict[str, Any]) -> list[ModelEvent]:
+        kind = data.get("type")
+        if kind == "error":
+            error = data.get("error") or {}
+            raise error_from_type(error.get("type"), str(error.get("message", "stream error")), body=str(data))
+        if kind == "message_start":
+            self.started = True
+            self._usage(data.get("message", {}).get("usage") or {})
+        elif not self.started and kind != "ping":
+            raise MalformedStreamError(f"{kind} event before message_start")
+        elif kind == "content_block_start":
+            block = data.get("content_block") or {}
+            self.blocks[int(data["index"])] = _Block(
+                block.get("type", ""),
+                id=block.get("id", ""),
+                name=block.get("name", ""),
+                initial=block.get("input") or {},
+            )
+            if block.get("type") == "text" and block.get("text"):
+                self.blocks[int(data["index"])].text.append(block["text"])
+                return [TextDeltaEvent(block["text"])]
+        elif kind == "content_block_delta":
+            return self._delta(data)
+        elif kind == "content_block_stop":
+            stopped = self.blocks.get(int(data["index"]))
+            if stopped is not None and stopped.kind == "tool_use":
+                return [ToolCallStreamEvent(stopped.id, stopped.name)]
+        elif kind == "message_delta":
+            self._usage(data.get("usage") or {})
+        elif kind == "message_stop":
+            self.stopped = True
+        return []
+
+    def _delta(self, data: dict[str, Any]) -> list[ModelEvent]:
+        block = self.blocks.get(int(data["index"]))
+        if block is None:
+            raise MalformedStreamError(f"delta for unknown content block {data['index']}")
+        delta = data.get("delta") or {}
+        if delta.get("type") == "text_delta":
+            block.text.append(delta.get("text", ""))
+            return [TextDeltaEvent(delta["text"])] if delta.get("text") else []
+        if delta.get("type") == "input_json_delta":
+            block.text.append(delta.get("partial_json", ""))
+        return []
+
+    def _usage(self, usage: Mapping[str, Any]) -> None:
+        if "input_tokens" in usage:
+            self.input_tokens = sum(
+                int(usage.get(key) or 0)
+                for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+            )
+        if "output_tokens" in usage:
+            self.output_tokens = int(usage["output_tokens"] or 0)
+
+    def completed(self) -> ResponseCompletedEvent:
+        ordered = [self.blocks[index] for index in sorted(self.blocks)]
+        text = "".join("".join(b.text) for b in ordered if b.kind == "text")
+        calls = tuple(b.call() for b in ordered if b.kind == "tool_use")
+        return ResponseCompletedEvent(AssistantMessage(text, calls), Usage(self.input_tokens, self.output_tokens))
+
+
+class AnthropicModel:
+    """Streams responses from the Anthropic Messages API.
+
+    ``model`` defaults to ``$ANTHROPIC_MODEL``, ``api_key`` to
+    ``$ANTHROPIC_API_KEY`` and ``base_url`` to ``$ANTHROPIC_BASE_URL`` (else
+    the Anthropic API, where a key is required). ``extra_body`` is merged into
+    every request (``temperature``, ``thinking``, ...).
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        max_tokens: int = 4096,
+        max_retries: int = 2,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        sleep: Sleep | None = None,
+    ) -> None:
+        resolved = model or os.environ.get("ANTHROPIC_MODEL")
+        if not resolved:
+            raise ValueError("AnthropicModel needs a model name (argument or $ANTHROPIC_MODEL)")
+        self.model = resolved
+        self.base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL).rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self.client = client
+        self.max_tokens = max_tokens
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy(max_retries=max_retries)
+        self.extra_body = dict(extra_body or {})
+        self.sleep = sleep
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body sent for ``request``."""
+        system, messages = anthropic_messages(request.messages)
+        body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "stream": True}
+        if system:
+            body["system"] = system
+        body["messages"] = messages
+        if request.tools or request.server_tools:
+            body["tools"] = anthropic_tools(request.tools, request.server_tools)
+        body.update(self.extra_body)
+        return body
+
+    def headers(self) -> dict[str, str]:
+        if self.api_key is None and self.base_url == DEFAULT_ANTHROPIC_BASE_URL:
+            raise AuthenticationError("no Anthropic API key: pass api_key= or set ANTHROPIC_API_KEY")
+        headers = {"anthropic-version": ANTHROPIC_VERSION, "Accept": "text/event-stream"}
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        return headers
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream one response; retried only until its first event."""
+        return stream_with_retry(lambda: self._attempt(request), self.retry, sleep=self.sleep)
+
+    async def _attempt(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        headers = self.headers()
+        assembler = _Assembler()
+        url = f"{self.base_url}/v1/messages"
+        async with aclosing(post_sse(self.client, url, self.body(request), headers, self.timeout)) as events:
+            async for event in events:
+                for produced in assembler.feed(decode(event)):
+                    yield produced
+                if assembler.stopped:
+                    break
+            else:
+                raise MalformedStreamError("stream ended before message_stop")
+        yield assembler.completed()

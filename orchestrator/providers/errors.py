@@ -1,0 +1,161 @@
+"""Typed provider errors, and the mapping from an HTTP error response to them."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.errors import ModelError
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequestError",
+    "MalformedStreamError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "RateLimitError",
+    "ServerError",
+    "error_from_response",
+    "error_from_type",
+]
+
+
+class ProviderError(ModelError):
+    """A model provider refused or broke a request.
+
+    ``status`` is the HTTP status (None for errors seen inside a stream or on
+    the connection); ``body`` is the raw error body when there was one.
+    ``retryable`` says whether trying again may succeed.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class AuthenticationError(ProviderError):
+    """The key is missing, wrong, or not allowed to use this model (401/403)."""
+
+
+class RateLimitError(ProviderError):
+    """Too many requests (429); ``retry_after`` is the server's wait hint in seconds."""
+
+    retryable = True
+
+    def __init__(
+        self, message: str, *, status: int | None = None, body: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status, body=body)
+        self.retry_after = retry_after
+
+
+class BadRequestError(ProviderError):
+    """The provider rejected the request itself (other 4xx); retrying will not help."""
+
+
+class ServerError(ProviderError):
+    """The provider failed or is overloaded (5xx, 529, 408)."""
+
+    retryable = True
+
+
+class ProviderConnectionError(ProviderError):
+    """The connection failed or dropped before a response came."""
+
+    retryable = True
+
+
+class ProviderTimeoutError(ProviderError):
+    """No first event arrived within the total timeout."""
+
+
+class MalformedStreamError(ProviderError):
+    """The event stream broke off or carried data that cannot be parsed."""
+
+    retryable = True
+
+
+def _parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date)."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    millis = lowered.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, moment.timestamp() - time.time())
+
+
+def _error_details(body: str) -> tuple[str | None, str | None]:
+    """(type, message) from an OpenAI- or Anthropic-style JSON error body."""
+    try:
+        parsed: Any = json.loads(body)
+    except ValueError:
+        return None, None
+    if not isinstance(parsed, dict):
+        return None, None
+    error = parsed.get("error", parsed)
+    if isinstance(error, str):
+        return None, error
+    if not isinstance(error, dict):
+        return None, None
+    kind = error.get("type") or error.get("code")
+    message = error.get("message")
+    return (str(kind) if kind is not None else None), (str(message) if message is not None else None)
+
+
+_TYPE_CLASSES: dict[str, type[ProviderError]] = {
+    "authentication_error": AuthenticationError,
+    "permission_error": AuthenticationError,
+    "invalid_api_key": AuthenticationError,
+    "rate_limit_error": RateLimitError,
+    "rate_limit_exceeded": RateLimitError,
+    "overloaded_error": ServerError,
+    "api_error": ServerError,
+    "server_error": ServerError,
+    "invalid_request_error": BadRequestError,
+    "not_found_error": BadRequestError,
+    "request_too_large": BadRequestError,
+}
+
+
+def error_from_type(kind: str | None, message: str, *, body: str | None = None) -> ProviderError:
+    """The error for an ``error`` object that arrived inside an event stream."""
+    cls = _TYPE_CLASSES.get(kind or "", ServerError)
+    text = f"{kind}: {message}" if kind else message
+    return cls(text, body=body)
+
+
+def error_from_response(status: int, body: str, headers: Mapping[str, str]) -> ProviderError:
+    """Map an HTTP error response to the matching ProviderError."""
+    kind, detail = _error_details(body)
+    text = f"HTTP {status}"
+    if kind:
+        text += f" {kind}"
+    text += f": {detail or body.strip()[:500] or 'no body'}"
+    if status in (401, 403):
+        return AuthenticationError(text, status=status, body=body)
+    if status == 429:
+        return RateLimitError(text, status=status, body=body, retry_after=_parse_retry_after(headers))
+    if status >= 500 or status == 408:
+        return ServerError(text, status=status, body=body)
+    return BadRequestError(text, status=status, body=body)

@@ -1,0 +1,277 @@
+"""The ``run`` command: output, terminal approvals, steering, Ctrl-C and stored sessions."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import trio
+from support import asks, call
+
+from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, ToolMessage, ToolStatus, UserMessage
+from orchestrator.cli import Options, main, run, word_count
+from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Cli:
+    """``python -m orchestrator run`` in a child process, read line by line."""
+
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.db = tmp_path / "sessions.db"
+        environment = {**(env if env is not None else os.environ), "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "run", *args, "--db", str(self.db), "--root", str(tmp_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=environment,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def expect(self, text: str) -> str:
+        while True:
+            line = self.lines.get(timeout=20)
+            if line is None:
+                raise AssertionError(f"output ended before {text!r}:\n" + "\n".join(self.seen))
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def finish(self) -> tuple[int, str, str]:
+        assert self.proc.stdin is not None and self.proc.stderr is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=20)
+        while (line := self.lines.get(timeout=20)) is not None:
+            self.seen.append(line)
+        return code, "\n".join(self.seen), self.proc.stderr.read()
+
+
+def test_scripted_run_is_stored_and_resumed_with_session(tmp_path: Path) -> None:
+    first = Cli(tmp_path, "count these four words")
+    code, out, err = first.finish()
+    assert code == 0, err
+    assert '-> word_count {"text": "count these four words"}' in out
+    assert "<- word_count succeeded: 4" in out
+    assert "Your message has 4 words." in out
+    assert "request/phase: awaiting_model -> awaiting_tool (respond)" in out
+    assert out.splitlines()[-1] == "* completed"
+    session_line = out.splitlines()[0]
+    assert session_line.startswith("session ")
+    session_id = session_line.split()[1]
+
+    again = Cli(tmp_path, "two words", "--session", session_id)
+    code, out, err = again.finish()
+    assert code == 0, err
+    assert f"resuming session {session_id} (4 stored messages)" in out
+    assert "Your message has 2 words." in out
+    stored = SQLiteSessionStore(first.db).messages(session_id)
+    assert [m for m in stored if isinstance(m, UserMessage)] == [
+        UserMessage("count these four words"),
+        UserMessage("two words"),
+    ]
+    assert len(stored) == 8
+
+
+def test_plan_mode_approvals_are_asked_on_the_terminal(tmp_path: Path) -> None:
+    cli = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "p")
+    assert "no stored session p" in cli.expect("no stored session")
+    cli.expect("? Enter Plan Mode? reason: plan before acting on: add a feature [y/n]")
+    cli.send("maybe")
+    cli.expect("please answer y or n")
+    cli.send("y")
+    cli.expect("* plan mode entered")
+    cli.expect("? Approve this plan?")
+    cli.expect("[y/n]")
+    cli.send("yes")
+    code, out, err = cli.finish()
+    assert code == 0, err
+    assert '-> list_files {"path": "."}' in out
+    assert "plan_mode/lifecycle: plan_active -> exit_awaiting_approval (propose_exit)" in out
+    assert "* plan mode exited" in out
+    assert "Plan approved; Plan Mode has ended." in out
+    results = [m for m in SQLiteSessionStore(cli.db).messages("p") if isinstance(m, ToolMessage)]
+    assert [(m.name, m.status) for m in results] == [
+        ("enter_plan_mode", ToolStatus.SUCCEEDED),
+        ("list_files", ToolStatus.SUCCEEDED),
+        ("exit_plan_mode", ToolStatus.SUCCEEDED),
+    ]
+
+
+def test_declining_plan_mode_continues_normally(tmp_path: Path) -> None:
+    cli = Cli(tmp_path, "add a feature", "--plan-mode")
+    cli.expect("? Enter Plan Mode?")
+    cli.send("n")
+    code, out, _ = cli.finish()
+    assert code == 0
+    assert "<- enter_plan_mode failed: rejected: the user declined Plan Mode" in out
+    assert "Understood, staying in normal mode." in out
+
+
+def test_ctrl_c_cancels_the_request_cleanly(tmp_path: Path) -> None:
+    cli = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "c")
+    cli.expect("? Enter Plan Mode?")
+    cli.proc.send_signal(signal.SIGINT)
+    code, out, err = cli.finish()
+    assert code == 130, err
+    assert out.splitlines()[-1] == "* cancelled"
+    assert "(interrupted: cancelling the request)" in out
+    assert "plan_mode/lifecycle: entry_awaiting_approval -> normal (withdraw)" in out
+    assert "<- enter_plan_mode cancelled: not completed: request cancelled" in out
+    assert "request/phase: awaiting_tool -> cancelled (cancel)" in out
+    store = SQLiteSessionStore(cli.db)
+    assert store.messages("c")[-1] == ToolMessage(
+        "call_2", "enter_plan_mode", "not completed: request cancelled", ToolStatus.CANCELLED
+    )
+    assert store.pending_approvals() == []
+
+
+def test_a_question_left_by_a_killed_run_is_asked_again_and_resumed(tmp_path: Path) -> None:
+    killed = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "k")
+    killed.expect("? Enter Plan Mode?")
+    killed.proc.kill()
+    assert killed.proc.wait(timeout=20) == -signal.SIGKILL
+    [pending] = SQLiteSessionStore(killed.db).pending_approvals("k")
+    assert (pending.event, pending.tool_call_id) == ("enter_plan_mode", "call_2")
+
+    cli = Cli(tmp_path, "go on", "--plan-mode", "--session", "k")
+    cli.expect("resuming session k (2 stored messages)")
+    cli.expect("(the previous run stopped while waiting for enter_plan_mode call_2)")
+    cli.expect("? Enter Plan Mode? reason: plan before acting on: add a feature [y/n]")
+    cli.send("y")
+    cli.expect("(asked again after the restart: call_2)")
+    cli.expect("* resumed call_2 with the answer given before")
+    cli.expect("* plan mode entered")
+    cli.expect("[y/n]")
+    cli.send("y")
+    code, out, err = cli.finish()
+    assert code == 0, err
+    assert "* plan mode exited" in out
+    stored = SQLiteSessionStore(cli.db).messages("k")
+    assert [m.text for m in stored if isinstance(m, UserMessage)] == ["add a feature", "go on"]
+    results = [(m.tool_call_id, m.name, m.status) for m in stored if isinstance(m, ToolMessage)]
+    assert results[0] == ("call_2", "enter_plan_mode", ToolStatus.SUCCEEDED)
+    assert [name for _, name, _ in results] == ["enter_plan_mode", "list_files", "exit_plan_mode"]
+
+
+def test_a_missing_key_falls_back_to_the_scripted_model(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    for spec in ("openai:gpt-4o-mini", "anthropic:claude-x"):
+        code, out, err = Cli(tmp_path, "hello there", "--model", spec, env=env).finish()
+        assert code == 0
+        assert "running on the scripted model instead" in err
+        assert "Your message has 2 words." in out
+
+
+def test_bad_arguments_exit_with_usage_error(capsys: object) -> None:
+    assert main(["hi", "--model", "gpt"]) == 2
+    assert main([]) == 2
+
+
+# in-process: steering and ask_user -------------------------------------------
+
+
+class FakeTerminal:
+    """Collects output and hands out lines once given text has been printed."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.changed = trio.Event()
+        self.script: list[tuple[str, str | None]] = []  # (printed text to wait for, line; None = end of input)
+
+    def write(self, text: str) -> None:
+        self.text += text
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def printed(self, text: str) -> None:
+        while text not in self.text:
+            await self.changed.wait()
+
+    async def read_line(self) -> str:
+        if not self.script:
+            await trio.sleep_forever()
+        after, line = self.script.pop(0)
+        await self.printed(after)
+        return "" if line is None else line + "\n"
+
+
+async def test_a_line_typed_while_the_agent_works_steers_it(tmp_path: Path) -> None:
+    terminal = FakeTerminal()
+    terminal.script = [("setup -> awaiting_model (request_model)", "focus on tests")]  # typed while the model works
+
+    async def first(request: ModelRequest) -> AssistantMessage:
+        await terminal.printed("(steering sent)")
+        return asks(call("w1", "word_count", text="x y"), text="counting")
+
+    model = ScriptedModel([first, AssistantMessage("Focusing on tests.")])
+    options = Options("do everything", db=str(tmp_path / "s.db"), session="st")
+    with trio.fail_after(10):
+        code = await run(
+            options,
+            model=model,
+            tools=(word_count,),
+            read_line=terminal.read_line,
+            write=terminal.write,
+            handle_sigint=False,
+        )
+    assert code == 0
+    assert "<- word_count skipped" in terminal.text
+    assert "request/phase: awaiting_tool -> steering_interrupt (steer)" in terminal.text
+    assert model.requests[1].messages[-1] == UserMessage("focus on tests")
+    assert "Focusing on tests." in terminal.text
+
+
+async def test_ask_user_is_answered_on_the_terminal(tmp_path: Path) -> None:
+    terminal = FakeTerminal()
+    terminal.script = [
+        ("? Which database? (options: sqlite, postgres)", "mysql"),
+        ("please answer one of: sqlite, postgres", "sqlite"),
+    ]
+    model = ScriptedModel(
+        [
+            asks(call("q", "ask_user", question="Which database?", options=["sqlite", "postgres"])),
+            AssistantMessage("ok"),
+        ]
+    )
+    options = Options("set up storage", db=str(tmp_path / "s.db"), session="a")
+    with trio.fail_after(10):
+        code = await run(options, model=model, read_line=terminal.read_line, write=terminal.write, handle_sigint=False)
+    assert code == 0
+    assert "answer not accepted" not in terminal.text  # checked on the terminal before it is sent
+    assert model.requests[1].messages[-1] == ToolMessage("q", "ask_user", "sqlite", ToolStatus.SUCCEEDED)
+
+
+async def test_input_ending_while_a_question_waits_cancels_the_request(tmp_path: Path) -> None:
+    terminal = FakeTerminal()
+    terminal.script = [("? Name?", None)]
+    model = ScriptedModel([asks(call("q", "ask_user", question="Name?", options=[]))])
+    options = Options("hi", db=str(tmp_path / "s.db"), session="e")
+    with trio.fail_after(10):
+        code = await run(options, model=model, read_line=terminal.read_line, write=terminal.write, handle_sigint=False)
+    assert code == 130
+    assert "(input closed before the question was answered)" in terminal.text
+    assert terminal.text.endswith("* cancelled\n")
+    stored = SQLiteSessionStore(tmp_path / "s.db").messages("e")
+    assert stored[-1] == ToolMessage("q", "ask_user", "not completed: request cancelled", ToolStatus.CANCELLED)

@@ -1,0 +1,171 @@
+"""CompactionExtension: summarize older history through the model on Agent.compact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support import asks, call
+
+from orchestrator import (
+    AgentEvent,
+    AgentExtension,
+    AgentRunConfig,
+    AgentRunContext,
+    AssistantMessage,
+    Message,
+    ScriptedModel,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+    create_agent,
+    tool,
+)
+from orchestrator.extensions.compaction import SUMMARY_PREFIX, CompactionExtension, estimate_tokens, split_point
+from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+from orchestrator.history import InMemoryHistory
+
+LONG = "x" * 400  # 100 estimated tokens
+
+
+def conversation() -> list[Message]:
+    return [
+        UserMessage("first task " + LONG),
+        AssistantMessage("looking", [call("a", "read", path="f.txt")]),
+        ToolMessage("a", "read", "contents " + LONG),
+        AssistantMessage("first done"),
+        UserMessage("second task"),
+        AssistantMessage("two calls", [call("b", "read", path="g"), call("c", "read", path="h")]),
+        ToolMessage("b", "read", "g body"),
+        ToolMessage("c", "read", "h body"),
+        AssistantMessage("second done"),
+    ]
+
+
+def test_estimate_and_split_point_never_start_with_a_result() -> None:
+    messages = conversation()
+    assert estimate_tokens([UserMessage("abcd" * 10)]) == 10
+    assert split_point(messages, 2) == 5  # index 7 is a result: back to the assistant message at 5
+    assert isinstance(messages[split_point(messages, 3)], AssistantMessage)
+    assert split_point(messages, 100) == 0
+
+
+async def test_below_the_threshold_nothing_changes_and_the_model_is_not_called() -> None:
+    history = InMemoryHistory()
+    history.replace("s", conversation())
+    summarizer = ScriptedModel([])
+    client = await create_agent(
+        ScriptedModel([]), history=history, extensions=[CompactionExtension(summarizer, threshold_tokens=10_000)]
+    )
+    await client.agent.compact(AgentRunConfig("s"))
+    assert summarizer.requests == []
+    assert history.load("s") == conversation()
+
+
+async def test_above_the_threshold_older_messages_become_a_summary() -> None:
+    history = InMemoryHistory()
+    history.replace("s", conversation())
+    summarizer = ScriptedModel([AssistantMessage("The user asked for two tasks; f.txt was read.")])
+    main = ScriptedModel([AssistantMessage("continuing")])
+    compaction = CompactionExtension(summarizer, threshold_tokens=100, keep_last=2)
+    client = await create_agent(main, history=history, extensions=[compaction], system_prompt="sys")
+    await client.agent.compact(AgentRunConfig("s"))
+
+    [request] = summarizer.requests
+    assert request.tools == ()
+    prompt = request.messages[-1]
+    assert isinstance(prompt, UserMessage)
+    assert "first task" in prompt.text and "contents" in prompt.text and "second task" in prompt.text
+    assert "h body" not in prompt.text  # the kept tail is not summarized
+    recent = conversation()[5:]
+    stored = history.load("s")
+    assert stored == [UserMessage(SUMMARY_PREFIX + "The user asked for two tasks; f.txt was read."), *recent]
+
+    await client.run("next", config=AgentRunConfig("s"))
+    assert main.requests[0].messages == (SystemMessage("sys"), *stored, UserMessage("next"))
+
+
+@tool(serial=True)  # results in call order
+def read(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: which file
+    """
+    return {"f.txt": "contents " + LONG, "g": "g body", "h": "h body"}[path]
+
+
+async def test_tool_calls_and_their_results_stay_together_in_sqlite(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(tmp_path / "s.db")
+    replies = [m for m in conversation() if isinstance(m, AssistantMessage)]
+    writer = await create_agent(ScriptedModel(replies), tools=[read], history=None, extensions=[store])
+    await writer.run("first task " + LONG, config=AgentRunConfig("s"))
+    await writer.run("second task", config=AgentRunConfig("s"))
+    assert store.messages("s") == conversation()
+
+    summarizer = ScriptedModel([AssistantMessage("summary text")])
+    events: list[AgentEvent] = []
+
+    class Watch(AgentExtension):
+        async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
+            events.append(event)
+
+    client = await create_agent(
+        ScriptedModel([]),
+        history=None,
+        extensions=[store, CompactionExtension(summarizer, threshold_tokens=50, keep_last=3), Watch()],
+    )
+    await client.agent.compact(AgentRunConfig("s"))
+    stored = SQLiteSessionStore(tmp_path / "s.db").messages("s")
+    assert stored == [UserMessage(SUMMARY_PREFIX + "summary text"), *conversation()[5:]]
+    kept = stored[1:]
+    assert isinstance(kept[0], AssistantMessage) and kept[0].tool_calls
+    answered = {m.tool_call_id for m in kept if isinstance(m, ToolMessage)}
+    assert answered == {c.id for c in kept[0].tool_calls}
+    [compacted] = [e for e in events if e.name == "history_compacted"]
+    assert compacted.payload["summarized"] == 5 and compacted.payload["kept"] == 4
+    assert compacted.payload["tokens_after"] < compacted.payload["tokens_before"]
+
+
+async def test_compaction_of_an_agent_session_after_real_requests() -> None:
+    history = InMemoryHistory()
+    model = ScriptedModel(
+        [asks(call("t1", "echo", text=LONG)), AssistantMessage("echoed " + LONG), AssistantMessage("short")]
+    )
+    summarizer = ScriptedModel([AssistantMessage("echo was used once")])
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo a text.
+
+        Args:
+            text: the text
+        """
+        return text
+
+    client = await create_agent(
+        model,
+        tools=[echo],
+        history=history,
+        extensions=[CompactionExtension(summarizer, threshold_tokens=100, keep_last=2)],
+    )
+    await client.run("echo something long", config=AgentRunConfig("s"))
+    await client.run("and now?", config=AgentRunConfig("s"))
+    await client.agent.compact(AgentRunConfig("s"))
+    assert history.load("s") == [
+        UserMessage(SUMMARY_PREFIX + "echo was used once"),
+        UserMessage("and now?"),
+        AssistantMessage("short"),
+    ]
+
+
+async def test_without_a_model_of_its_own_the_agents_model_summarizes() -> None:
+    history = InMemoryHistory()
+    history.replace("s", conversation())
+    model = ScriptedModel([AssistantMessage("own summary")])
+    client = await create_agent(
+        model, history=history, extensions=[CompactionExtension(threshold_tokens=100, keep_last=2)]
+    )
+    await client.agent.compact(AgentRunConfig("s"))
+    [request] = model.requests
+    assert isinstance(request.messages[0], SystemMessage) and request.tools == ()
+    assert history.load("s") == [UserMessage(SUMMARY_PREFIX + "own summary"), *conversation()[5:]]
