@@ -304,3 +304,15 @@ def test_a_step_outside_the_definition_is_drawn_as_broken() -> None:
     assert "%% 2 transitions taken" in trace
     approval = trace_mermaid(steps, DEFINITIONS["approval"])
     assert classes(approval, "current") == {"response__answered"}
+
+
+def test_readme_embeds_the_current_request_diagram() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    start = readme.index("<!-- request-diagram: diagrams/request.mmd -->\n```mermaid\n")
+    body = readme[start:].split("```mermaid\n", 1)[1].split("\n```", 1)[0]
+    assert body + "\n" == (root / "diagrams" / "request.mmd").read_text(), (
+        "README's request diagram is stale: paste diagrams/request.mmd (python -m orchestrator diagrams)"
+    )
