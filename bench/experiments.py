@@ -11,16 +11,11 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import trio
 from transitions import EventData
 
 from machines import build
 from machines.build import BoundMachine, IllegalTransition, Step
 from machines.definition import MachineDefinition, Transition
-from orchestrator import agent as agent_module
-from orchestrator.events import AgentEvent
-from orchestrator.runtime import RequestRun
-from orchestrator.stream import RunStream
 
 _Edge = tuple[str, tuple[tuple[str, bool], ...], Transition]
 
@@ -70,58 +65,8 @@ def table_fire() -> None:
     BoundMachine.try_fire = _table_try_fire  # type: ignore[method-assign]
 
 
-async def _draining_anext(self: RunStream) -> AgentEvent:
-    """RunStream.__anext__ that hands out queued events without a scheduler round trip."""
-    receive = self._receive if self._receive is not None else self._start()
-    try:
-        await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            return receive.receive_nowait()
-        except trio.WouldBlock:
-            return await receive.receive()
-    except trio.EndOfChannel:
-        if self.error is not None and not self._raised:
-            self._raised = True
-            raise self.error from None
-        raise StopAsyncIteration from None
-    except trio.Cancelled:
-        await self.aclose()
-        raise
-
-
-def stream_drain() -> None:
-    """RunStream returns already queued events at once (one wake-up per batch, not per event)."""
-    RunStream.__anext__ = _draining_anext  # type: ignore[method-assign]
-
-
-def quiet_events() -> None:
-    """Skip building and delivering events when nobody listens (client.run, no on_event hook)."""
-    announce, emit, publish = RequestRun._announce, RequestRun.emit, RequestRun.publish
-
-    def quiet(run: RequestRun) -> bool:
-        return run._send is agent_module._discard and not run.hooks["on_event"]
-
-    async def quiet_announce(self: RequestRun, step: Step) -> None:
-        if not quiet(self):
-            await announce(self, step)
-
-    async def quiet_emit(self: RequestRun, event: AgentEvent) -> None:
-        if not quiet(self):
-            await emit(self, event)
-
-    async def quiet_publish(self: RequestRun, event: AgentEvent) -> None:
-        if not quiet(self):
-            await publish(self, event)
-
-    RequestRun._announce = quiet_announce  # type: ignore[method-assign]
-    RequestRun.emit = quiet_emit  # type: ignore[method-assign]
-    RequestRun.publish = quiet_publish  # type: ignore[method-assign]
-
-
 EXPERIMENTS: dict[str, Callable[[], None]] = {
     "table_fire": table_fire,
-    "stream_drain": stream_drain,
-    "quiet_events": quiet_events,
 }
 
 

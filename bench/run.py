@@ -29,7 +29,7 @@ RESULTS = ROOT / "bench" / "results"
 RUNTIMES = ("raw", "ours", "zett")
 WORKLOADS = ("turns", "sessions", "steering", "imports")
 #: Names of bench.experiments.EXPERIMENTS (kept here so this process never imports orchestrator).
-EXPERIMENT_NAMES = ("table_fire", "quiet_events", "stream_drain")
+EXPERIMENT_NAMES = ("table_fire",)
 
 
 @attrs.frozen
