@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -30,8 +29,9 @@ from orchestrator.model import (
     Usage,
 )
 from orchestrator.providers._http import decode, parse_arguments, post_sse
+from orchestrator.providers.base import HTTPStreamingModel
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError, error_from_type
-from orchestrator.providers.retry import RetryPolicy, Sleep, stream_with_retry
+from orchestrator.providers.retry import RetryPolicy, Sleep
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class _Assembler:
         return ResponseCompletedEvent(AssistantMessage(text, calls), Usage(self.input_tokens, self.output_tokens))
 
 
-class AnthropicModel:
+class AnthropicModel(HTTPStreamingModel):
     """Streams responses from the Anthropic Messages API.
 
     ``model`` defaults to ``$ANTHROPIC_MODEL``, ``api_key`` to
@@ -208,6 +208,9 @@ class AnthropicModel:
     the Anthropic API, where a key is required). ``extra_body`` is merged into
     every request (``temperature``, ``thinking``, ...).
     """
+
+    env_prefix: ClassVar[str] = "ANTHROPIC"
+    default_base_url: ClassVar[str] = DEFAULT_ANTHROPIC_BASE_URL
 
     def __init__(
         self,
@@ -223,18 +226,18 @@ class AnthropicModel:
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
     ) -> None:
-        resolved = model or os.environ.get("ANTHROPIC_MODEL")
-        if not resolved:
-            raise ValueError("AnthropicModel needs a model name (argument or $ANTHROPIC_MODEL)")
-        self.model = resolved
-        self.base_url = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ANTHROPIC_BASE_URL).rstrip("/")
-        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        self.client = client
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            client=client,
+            max_retries=max_retries,
+            timeout=timeout,
+            retry=retry,
+            extra_body=extra_body,
+            sleep=sleep,
+        )
         self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy(max_retries=max_retries)
-        self.extra_body = dict(extra_body or {})
-        self.sleep = sleep
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
@@ -249,16 +252,12 @@ class AnthropicModel:
         return body
 
     def headers(self) -> dict[str, str]:
-        if self.api_key is None and self.base_url == DEFAULT_ANTHROPIC_BASE_URL:
+        if self.needs_key:
             raise AuthenticationError("no Anthropic API key: pass api_key= or set ANTHROPIC_API_KEY")
         headers = {"anthropic-version": ANTHROPIC_VERSION, "Accept": "text/event-stream"}
         if self.api_key:
             headers["x-api-key"] = self.api_key
         return headers
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream one response; retried only until its first event."""
-        return stream_with_retry(lambda: self._attempt(request), self.retry, sleep=self.sleep)
 
     async def _attempt(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         headers = self.headers()

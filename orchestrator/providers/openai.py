@@ -5,11 +5,10 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -32,8 +31,9 @@ from orchestrator.model import (
     Usage,
 )
 from orchestrator.providers._http import MALFORMED, decode, parse_arguments, post_sse
+from orchestrator.providers.base import HTTPStreamingModel
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError, error_from_type
-from orchestrator.providers.retry import RetryPolicy, Sleep, stream_with_retry
+from orchestrator.providers.retry import RetryPolicy, Sleep
 from orchestrator.tools import ToolDefinition
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ class _Assembler:
         return ResponseCompletedEvent(AssistantMessage("".join(self.text), calls), self.usage)
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HTTPStreamingModel):
     """Streams Chat Completions from OpenAI or an OpenAI-compatible server.
 
     ``model`` defaults to ``$OPENAI_MODEL``, ``api_key`` to ``$OPENAI_API_KEY``
@@ -189,6 +189,9 @@ class OpenAIChatModel:
     (``api_key=""`` sends no Authorization header). ``extra_body`` is merged
     into every request (``temperature``, ``max_tokens``, ...).
     """
+
+    env_prefix: ClassVar[str] = "OPENAI"
+    default_base_url: ClassVar[str] = DEFAULT_OPENAI_BASE_URL
 
     def __init__(
         self,
@@ -203,17 +206,17 @@ class OpenAIChatModel:
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
     ) -> None:
-        resolved = model or os.environ.get("OPENAI_MODEL")
-        if not resolved:
-            raise ValueError("OpenAIChatModel needs a model name (argument or $OPENAI_MODEL)")
-        self.model = resolved
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL).rstrip("/")
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.client = client
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy(max_retries=max_retries)
-        self.extra_body = dict(extra_body or {})
-        self.sleep = sleep
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            client=client,
+            max_retries=max_retries,
+            timeout=timeout,
+            retry=retry,
+            extra_body=extra_body,
+            sleep=sleep,
+        )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
@@ -231,7 +234,7 @@ class OpenAIChatModel:
         return body
 
     def headers(self) -> dict[str, str]:
-        if self.api_key is None and self.base_url == DEFAULT_OPENAI_BASE_URL:
+        if self.needs_key:
             raise AuthenticationError(
                 "no OpenAI API key: pass api_key= or set OPENAI_API_KEY "
                 "(a local server needs only base_url= or OPENAI_BASE_URL)"
@@ -240,10 +243,6 @@ class OpenAIChatModel:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream one response; retried only until its first event."""
-        return stream_with_retry(lambda: self._attempt(request), self.retry, sleep=self.sleep)
 
     async def _attempt(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         headers = self.headers()

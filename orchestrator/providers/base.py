@@ -1,0 +1,58 @@
+"""What both HTTP providers share: settings from arguments or environment, retried streaming."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from orchestrator.model import ModelEvent, ModelRequest
+from orchestrator.providers.retry import RetryPolicy, Sleep, stream_with_retry
+
+if TYPE_CHECKING:
+    import httpx
+
+
+class HTTPStreamingModel:
+    """Base of the providers: subclasses name their environment and write ``_attempt``."""
+
+    env_prefix: ClassVar[str]
+    default_base_url: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str | None,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        client: httpx.AsyncClient | None,
+        max_retries: int,
+        timeout: float,
+        retry: RetryPolicy | None,
+        extra_body: Mapping[str, Any] | None,
+        sleep: Sleep | None,
+    ) -> None:
+        prefix = self.env_prefix
+        resolved = model or os.environ.get(f"{prefix}_MODEL")
+        if not resolved:
+            raise ValueError(f"{type(self).__name__} needs a model name (argument or ${prefix}_MODEL)")
+        self.model = resolved
+        self.base_url = (base_url or os.environ.get(f"{prefix}_BASE_URL") or self.default_base_url).rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get(f"{prefix}_API_KEY")
+        self.client = client
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy(max_retries=max_retries)
+        self.extra_body = dict(extra_body or {})
+        self.sleep = sleep
+
+    @property
+    def needs_key(self) -> bool:
+        """The public endpoint without a key: the first call must fail with AuthenticationError."""
+        return self.api_key is None and self.base_url == self.default_base_url
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream one response; retried only until its first event."""
+        return stream_with_retry(lambda: self._attempt(request), self.retry, sleep=self.sleep)
+
+    def _attempt(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        raise NotImplementedError
