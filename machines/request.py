@@ -98,7 +98,7 @@ PHASE = Region(
             "answered",
             "concluding",
             unless=("steering_pending", "has_internal_input"),
-            callbacks=("after_turn", "after_run", "on_success"),
+            callbacks=("refuse_internal", "after_turn", "after_run", "on_success"),
         ),
         Transition("complete", "concluding", "completed", callbacks=("close_inboxes", "emit_completed")),
         Transition(

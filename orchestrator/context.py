@@ -74,8 +74,11 @@ class AgentRunContext:
         await self._run.publish(event)
 
     def queue_internal_message(self, message: UserMessage | SystemMessage) -> None:
-        """Queue a continuation answered after the current input (and any steering)."""
-        self._run.internal_queue.append(message)
+        """Queue a continuation answered after the current input (and any steering).
+
+        Raises AgentError once the request is concluding and can no longer answer it.
+        """
+        self._run.queue_internal(message)
 
     @asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:

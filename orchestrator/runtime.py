@@ -20,7 +20,7 @@ from machines.request import REQUEST
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
 from orchestrator.context import AgentRunContext
-from orchestrator.errors import MaxIterationsExceeded, ModelError, ToolArgumentsError, ToolRejected
+from orchestrator.errors import AgentError, MaxIterationsExceeded, ModelError, ToolArgumentsError, ToolRejected
 from orchestrator.inbox import InputInbox
 from orchestrator.messages import (
     AssistantMessage,
@@ -100,6 +100,8 @@ class RequestRun:
         self.steering: UserMessage | None = None
         self.internal_queue: list[UserMessage | SystemMessage] = []
         self.internal: UserMessage | SystemMessage | None = None
+        self.internal_refused = False
+        self.inboxes_closed = False
         self.capabilities: frozenset[str] | None = None
         self.error: BaseException | None = None
 
@@ -205,6 +207,7 @@ class RequestRun:
                 await self._end("fail")
             raise self.error from None
         finally:
+            self._close_inboxes()
             for extension in self.agent.extensions:
                 extension._leave_request()
             self.machine.unbind()
@@ -411,7 +414,21 @@ class RequestRun:
         for inbox in self.inboxes:
             inbox.open(self.context)
 
+    async def _cb_refuse_internal(self) -> None:
+        self.internal_refused = True
+
+    def queue_internal(self, message: UserMessage | SystemMessage) -> None:
+        if self.internal_refused:
+            raise AgentError("the request is concluding: it can no longer answer an internal message")
+        self.internal_queue.append(message)
+
     async def _cb_close_inboxes(self) -> None:
+        self._close_inboxes()
+
+    def _close_inboxes(self) -> None:
+        if self.inboxes_closed:
+            return
+        self.inboxes_closed = True
         for inbox in self.inboxes:
             try:
                 inbox.close(self.context)

@@ -526,3 +526,16 @@ async def _race_one_request(
     result = await client.run("first", config=AgentRunConfig(session))
     await trio.to_thread.run_sync(thread.join)
     return outcome[0], result, client.agent.history.load(session)
+
+
+async def test_an_internal_message_queued_while_concluding_is_refused_loudly() -> None:
+    from orchestrator import AgentError
+
+    class Late(AgentExtension):
+        async def after_run(self, context, result):  # type: ignore[no-untyped-def]
+            context.queue_internal_message(UserMessage("too late"))
+
+    client = await create_agent(ScriptedModel([AssistantMessage("done")]), extensions=[Late()])
+    with pytest.raises(AgentError, match="can no longer answer an internal message"):
+        await client.run("go", config=AgentRunConfig("late"))
+    assert client.agent.transitions("late")[-1].dest == "failed"
