@@ -44,7 +44,10 @@ def _as_input(value: str | UserMessage | Sequence[ContentPart]) -> UserMessage:
         return value
     if isinstance(value, str):
         return UserMessage(value)
-    return UserMessage(tuple(value))
+    if isinstance(value, (list, tuple)):
+        return UserMessage(tuple(value))
+    kind = type(value).__name__
+    raise TypeError(f"input must be a str, a UserMessage or a sequence of content parts, got {kind}")
 
 
 class Agent:

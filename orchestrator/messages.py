@@ -80,13 +80,18 @@ class UserMessage:
         return text_of(self.content)
 
 
+def _arguments_mapping(instance: ToolCall, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, dict):
+        raise TypeError(f"ToolCall.arguments must be a dict (a JSON object), got {type(value).__name__}")
+
+
 @attrs.frozen
 class ToolCall:
     """A tool invocation requested by the model."""
 
     id: str
     name: str
-    arguments: dict[str, Any] = attrs.field(factory=dict)
+    arguments: dict[str, Any] = attrs.field(factory=dict, validator=_arguments_mapping)
 
 
 @attrs.frozen

@@ -287,6 +287,7 @@ class RequestRun:
                 await closer()
         if completed is None:
             raise ModelError("model stream ended without a completed response")
+        _check_call_ids(completed.message)
         await trio.lowlevel.checkpoint()
         self.response = completed.message
         return completed.message
@@ -546,6 +547,17 @@ class RequestRun:
         if self.agent.history is not None:
             kept = [m for m in self.context.messages if not isinstance(m, SystemMessage)]
             self.agent.history.replace(self.context.session_id, kept)
+
+
+def _check_call_ids(message: AssistantMessage) -> None:
+    """Every tool call needs its own non-empty id: its one result is keyed by it."""
+    seen: set[str] = set()
+    for call in message.tool_calls:
+        if not call.id:
+            raise ModelError(f"the model returned a call of {call.name!r} without an id")
+        if call.id in seen:
+            raise ModelError(f"the model returned two tool calls with the id {call.id!r}")
+        seen.add(call.id)
 
 
 def _drop(event: ev.AgentEvent) -> None:

@@ -21,6 +21,7 @@ from orchestrator import (
     ScriptedModel,
     SessionBusy,
     TextPart,
+    ToolCall,
     ToolMessage,
     ToolRejected,
     ToolStatus,
@@ -185,6 +186,41 @@ async def test_model_stream_without_completion_is_a_model_error() -> None:
     client = await create_agent(Silent())
     with pytest.raises(ModelError, match="without a completed response"):
         await client.run("hi")
+
+
+@pytest.mark.parametrize(
+    ("calls", "message"),
+    [
+        ((call("a", "echo", text="1"), call("a", "echo", text="2")), "two tool calls with the id 'a'"),
+        ((call("", "echo", text="1"),), "without an id"),
+    ],
+)
+async def test_tool_calls_without_distinct_ids_are_a_model_error_before_any_tool_runs(calls, message) -> None:  # type: ignore[no-untyped-def]
+    ran: list[str] = []
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo text back."""
+        ran.append(text)
+        return text
+
+    client = await create_agent(ScriptedModel([asks(*calls), AssistantMessage("done")]), tools=[echo])
+    with pytest.raises(ModelError, match=message):
+        await client.run("go", config=AgentRunConfig("ids"))
+    assert ran == []
+    assert client.agent.history.load("ids") == [UserMessage("go")]
+    assert client.agent.transitions("ids")[-1].source == "awaiting_model"
+    assert client.agent.transitions("ids")[-1].dest == "failed"
+
+
+async def test_input_and_tool_arguments_of_the_wrong_type_are_refused_clearly() -> None:
+    client = await create_agent(ScriptedModel([AssistantMessage("never")]))
+    with pytest.raises(TypeError, match="input must be a str, a UserMessage or a sequence of content parts, got int"):
+        await client.run(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ToolCall.arguments must be a dict"):
+        call_with_list = ToolCall("c", "echo", ["not", "an", "object"])  # type: ignore[arg-type]
+        del call_with_list
+    assert client.agent.running() == []
 
 
 async def test_max_iterations_ends_with_a_clear_error() -> None:
