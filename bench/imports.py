@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -27,8 +28,16 @@ class ImportLine:
     cumulative_us: int
 
 
+#: Fresh interpreters may write bytecode caches, as an installed package has them:
+#: with PYTHONDONTWRITEBYTECODE set, every import of the (editable) project would
+#: compile its sources again, while pip-installed peers load their .pyc files.
+_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def _python(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=_ENV, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def _timed(module: str) -> float | str:

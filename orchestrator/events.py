@@ -18,7 +18,11 @@ _ID_FIELDS = frozenset({"session_id", "request_id"})
 
 @attrs.frozen(kw_only=True)
 class AgentEvent:
-    """Base of all events; subclasses set ``kind``."""
+    """Base of all events; subclasses set ``kind``.
+
+    Its ``__repr__`` lists every field of the concrete class, so subclasses are
+    declared with ``repr=False`` (one repr method instead of one per class).
+    """
 
     kind: ClassVar[str] = "event"
     session_id: str = ""
@@ -34,8 +38,12 @@ class AgentEvent:
             field.name: getattr(self, field.name) for field in attrs.fields(type(self)) if field.name not in _ID_FIELDS
         }
 
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in attrs.fields(type(self)))
+        return f"{type(self).__name__}({fields})"
 
-@attrs.frozen(kw_only=True)
+
+@attrs.frozen(kw_only=True, repr=False)
 class ExtensionEvent(AgentEvent):
     """A custom event with a free name and payload, emitted by an extension."""
 
@@ -43,13 +51,13 @@ class ExtensionEvent(AgentEvent):
     payload: Mapping[str, Any] = attrs.field(factory=dict)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class RunStartedEvent(AgentEvent):
     kind: ClassVar[str] = "run_started"
     input: Message
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class TransitionEvent(AgentEvent):
     """The request (or another machine) took an edge."""
 
@@ -61,59 +69,59 @@ class TransitionEvent(AgentEvent):
     dest: str
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ModelStartedEvent(AgentEvent):
     kind: ClassVar[str] = "model_started"
     iteration: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class TextDeltaEvent(AgentEvent):
     kind: ClassVar[str] = "text_delta"
     text: str
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ModelCompletedEvent(AgentEvent):
     kind: ClassVar[str] = "model_completed"
     message: AssistantMessage
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ToolStartedEvent(AgentEvent):
     kind: ClassVar[str] = "tool_started"
     call: ToolCall
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ToolCompletedEvent(AgentEvent):
     kind: ClassVar[str] = "tool_completed"
     call: ToolCall
     result: ToolMessage
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ToolFailedEvent(AgentEvent):
     kind: ClassVar[str] = "tool_failed"
     call: ToolCall
     result: ToolMessage
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ToolSkippedEvent(AgentEvent):
     kind: ClassVar[str] = "tool_skipped"
     call: ToolCall
     result: ToolMessage
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ToolCancelledEvent(AgentEvent):
     kind: ClassVar[str] = "tool_cancelled"
     call: ToolCall
     result: ToolMessage
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class MessageAppendedEvent(AgentEvent):
     """Published to extensions (not streamed) whenever history grows."""
 
@@ -122,18 +130,18 @@ class MessageAppendedEvent(AgentEvent):
     index: int
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class RunCompletedEvent(AgentEvent):
     kind: ClassVar[str] = "run_completed"
     result: AssistantMessage
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class RunFailedEvent(AgentEvent):
     kind: ClassVar[str] = "run_failed"
     error: BaseException
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class RunCancelledEvent(AgentEvent):
     kind: ClassVar[str] = "run_cancelled"
