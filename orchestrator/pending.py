@@ -155,10 +155,16 @@ class ResponseRouter:
         with self._lock:
             return [w for w in self._waits.values() if session_id in (None, w.session_id)]
 
-    def withdraw_request(self, request_id: str) -> None:
-        """Drop every wait of a request and wake its waiters (failure clean-up)."""
+    def withdraw_request(self, session_id: str, request_id: str) -> None:
+        """Drop every wait of one request and wake its waiters (failure clean-up).
+
+        Request ids given in AgentRunConfig are chosen by the caller and may repeat
+        across sessions, so a request is named by both.
+        """
         with self._lock:
-            stale = [slot for slot, w in self._waits.items() if w.request_id == request_id]
+            stale = [
+                slot for slot, w in self._waits.items() if (w.session_id, w.request_id) == (session_id, request_id)
+            ]
             dropped = [self._waits.pop(slot) for slot in stale]
             for wait in dropped:
                 if wait.state == "waiting":

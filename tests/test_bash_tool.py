@@ -10,7 +10,7 @@ import trio
 from support import asks, call
 
 from orchestrator import AssistantMessage, ScriptedModel, ToolMessage, ToolStatus, create_agent
-from orchestrator.extensions.bash import BashExtension, BashRunner, bash_tool
+from orchestrator.extensions.bash import LINGERED, BashExtension, BashRunner, bash_tool
 
 
 async def test_runs_in_the_root_and_reports_the_exit_code(tmp_path: Path) -> None:
@@ -44,6 +44,27 @@ async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
         with trio.fail_after(5):
             while alive(pid):
                 await trio.sleep(0.01)
+
+
+async def test_a_background_job_holding_the_output_is_no_timeout(tmp_path: Path) -> None:
+    start = trio.current_time()
+    result = await BashRunner(tmp_path, timeout=10).run("sleep 30 & echo $!; echo done; exit 4")
+    assert trio.current_time() - start < 5
+    assert result.status == "succeeded"
+    first, pid, done, *rest = result.content.splitlines()
+    assert (first, done) == ("exit code: 4", "done")
+    assert rest[-1] == f"[{LINGERED}]"
+    if Path("/proc/self/stat").exists():
+        with trio.fail_after(5):
+            while alive(pid):
+                await trio.sleep(0.01)
+
+
+async def test_a_background_job_that_closed_its_output_does_not_delay_the_result(tmp_path: Path) -> None:
+    start = trio.current_time()
+    result = await BashRunner(tmp_path, timeout=10).run("sleep 3 >/dev/null 2>&1 & echo quick")
+    assert trio.current_time() - start < 2
+    assert result.content == "exit code: 0\nquick\n"
 
 
 async def test_signal_deaths_are_reported(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,8 +29,8 @@ from orchestrator import (
     create_agent,
     tool,
 )
-from orchestrator.events import AgentEvent, ToolSkippedEvent
-from orchestrator.extensions.steering import SteeringClosed, SteeringExtension, SteeringMessageEvent
+from orchestrator.events import AgentEvent, MessageAppendedEvent, ToolSkippedEvent
+from orchestrator.extensions.steering import InvalidSteering, SteeringClosed, SteeringExtension, SteeringMessageEvent
 
 SKIPPED = "skipped: new user input arrived before this call ran"
 TAKEN = ["SteeringExtension"]
@@ -420,6 +421,7 @@ class FakeContext:
     def __init__(self, session_id: str, request_id: str) -> None:
         self.session_id = session_id
         self.request_id = request_id
+        self.agent = SimpleNamespace(inboxes=[])
 
 
 def test_select_next_returns_steering_without_asking_for_other_input() -> None:
@@ -539,3 +541,242 @@ async def test_an_internal_message_queued_while_concluding_is_refused_loudly() -
     with pytest.raises(AgentError, match="can no longer answer an internal message"):
         await client.run("go", config=AgentRunConfig("late"))
     assert client.agent.transitions("late")[-1].dest == "failed"
+
+
+# audit of issue 4: in-flight calls, bad input, ambiguous routing, hammering -----
+
+
+async def test_calls_already_running_in_a_concurrent_batch_finish_and_are_not_skipped() -> None:
+    gates = {key: trio.Event() for key in "abc"}
+    emit = Emitter()
+    appended: list[Any] = []
+
+    @tool
+    async def work(key: str) -> str:
+        """Runs beside the others."""
+        await gates[key].wait()
+        return f"done {key}"
+
+    class Watch(AgentExtension):
+        async def after_tool(self, context, call, result, error):  # type: ignore[no-untyped-def]
+            if call.id == "a":
+                assert emit("new plan") == TAKEN
+
+        async def on_event(self, context, event):  # type: ignore[no-untyped-def]
+            if isinstance(event, MessageAppendedEvent):
+                appended.append(event.message)
+
+        async def after_turn(self, context, result):  # type: ignore[no-untyped-def]
+            appended.append("after_turn")
+
+    calls = (call("a", "work", key="a"), call("b", "work", key="b"), call("c", "work", key="c"))
+    model = ScriptedModel([asks(*calls), AssistantMessage("ok")])
+    client, _ = await make(model, tools=[work], extensions=[Watch()])
+    emit.agent = client.agent
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run, "go")
+        await trio.testing.wait_all_tasks_blocked()
+        gates["a"].set()
+        await trio.testing.wait_all_tasks_blocked()
+        gates["c"].set()
+        await trio.testing.wait_all_tasks_blocked()
+        gates["b"].set()
+    start = appended.index(asks(*calls)) + 1
+    assert appended[start : start + 5] == [
+        ToolMessage("a", "work", "done a"),
+        ToolMessage("c", "work", "done c"),
+        ToolMessage("b", "work", "done b"),
+        UserMessage("new plan"),
+        "after_turn",
+    ]
+    assert user_texts(model.requests[1]) == ["go", "new plan"]
+
+
+@pytest.mark.parametrize(
+    "message", [UserMessage(""), UserMessage(" \n"), UserMessage(()), UserMessage((TextPart(""),))]
+)
+async def test_empty_typed_steering_raises_invalid_steering(message: UserMessage) -> None:
+    outcomes: list[str] = []
+
+    class Publisher(AgentExtension):
+        async def before_run(self, context):  # type: ignore[no-untyped-def]
+            try:
+                await context.publish(SteeringMessageEvent(message))
+            except InvalidSteering as refused:
+                outcomes.append(str(refused))
+
+    model = ScriptedModel([AssistantMessage("ok"), AssistantMessage("should not run")])
+    client, _ = await make(model, extensions=[Publisher()])
+    assert (await client.run("go")).content == "ok"
+    assert outcomes == ["steering needs text or an image; the message is empty"]
+    assert len(model.requests) == 1
+
+
+async def test_an_image_alone_is_valid_typed_steering() -> None:
+    picture = UserMessage((ImagePart(url="https://example.test/a.png"),))
+
+    class Publisher(AgentExtension):
+        async def before_run(self, context):  # type: ignore[no-untyped-def]
+            await context.publish(SteeringMessageEvent(picture))
+
+    model = ScriptedModel([AssistantMessage("first"), AssistantMessage("a picture")])
+    client, _ = await make(model, extensions=[Publisher()])
+    assert (await client.run("go")).content == "a picture"
+    assert model.requests[1].messages[-1] == picture
+
+
+async def test_a_typed_message_sent_from_a_thread_as_an_external_event() -> None:
+    picture = UserMessage((TextPart("This one."), ImagePart(data=b"\x89PNG")))
+    gate = trio.Event()
+    replies: list[list[str]] = []
+
+    @tool
+    async def hold() -> str:
+        """Hold until the thread has sent its messages."""
+        await gate.wait()
+        return "held"
+
+    model = ScriptedModel([asks(call("h", "hold")), AssistantMessage("seen")])
+    client, _ = await make(model, tools=[hold])
+
+    def sender() -> None:
+        for payload in ({"message": UserMessage("")}, {"message": "text is not a UserMessage"}, {"message": picture}):
+            event = ExternalEvent("steering_message", payload)
+            replies.append(client.agent.emit_external_event(event, config=AgentRunConfig("s")))
+
+    async def run() -> None:
+        await client.run("go", config=AgentRunConfig("s"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        await trio.testing.wait_all_tasks_blocked()
+        await trio.to_thread.run_sync(sender)
+        gate.set()
+    assert replies == [[], [], TAKEN]
+    assert model.requests[1].messages[-1] == picture
+
+
+async def test_a_shared_instance_refuses_a_session_it_cannot_route_unambiguously() -> None:
+    steering = SteeringExtension()
+    gate = trio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Hold."""
+        await gate.wait()
+        return "held"
+
+    def script(tag: str) -> ScriptedModel:
+        def respond(request: ModelRequest) -> AssistantMessage:
+            if not any(isinstance(m, ToolMessage) for m in request.messages):
+                return asks(call("h", "hold"))
+            return AssistantMessage(f"{tag}: " + ", ".join(user_texts(request)))
+
+        return ScriptedModel([respond], repeat_last=True)
+
+    first = await create_agent(script("one"), extensions=[steering], tools=[hold])
+    second = await create_agent(script("two"), extensions=[steering], tools=[hold])
+    results: dict[str, str] = {}
+
+    async def run(client: Any, tag: str) -> None:
+        results[tag] = (await client.run("go", config=AgentRunConfig("shared", request_id=tag))).content
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, first, "one")
+        nursery.start_soon(run, second, "two")
+        await trio.testing.wait_all_tasks_blocked()
+        assert second.agent.emit_external_event(steer("which?"), config=AgentRunConfig("shared")) == []
+        taken = second.agent.emit_external_event(steer("for two"), config=AgentRunConfig("shared", "two"))
+        assert taken == TAKEN
+        gate.set()
+    assert results == {"one": "one: go", "two": "two: go, for two"}
+
+
+async def test_two_steering_extensions_on_one_agent_fail_the_request_clearly() -> None:
+    other = SteeringExtension()
+    other.name = "MoreSteering"
+    model = ScriptedModel([AssistantMessage("never")])
+    client = await create_agent(model, extensions=[SteeringExtension(), other])
+    with pytest.raises(ValueError, match="one SteeringExtension"):
+        await client.run("go", config=AgentRunConfig("s"))
+    assert model.requests == []
+    assert client.agent.transitions("s")[-1].dest == "failed"
+    assert client.agent.emit_external_event(steer("x"), config=AgentRunConfig("s")) == []
+
+
+async def test_internal_messages_queued_during_steering_wait_for_it_without_a_quota() -> None:
+    emit = Emitter()
+
+    class Background(AgentExtension):
+        async def after_tool(self, context, call, result, error):  # type: ignore[no-untyped-def]
+            assert emit("urgent") == TAKEN
+            for index in range(30):
+                context.queue_internal_message(UserMessage(f"job {index} finished"))
+
+    def echo(request: ModelRequest) -> AssistantMessage:
+        return AssistantMessage("re: " + user_texts(request)[-1])
+
+    model = ScriptedModel([asks(call("a", "step", n=1)), echo], repeat_last=True)
+    client, _ = await make(model, tools=[step], extensions=[Background()], max_iterations=1)
+    emit.agent = client.agent
+    assert (await client.run("go")).content == "re: job 29 finished"
+    assert [user_texts(r)[-1] for r in model.requests] == ["go", "urgent", *[f"job {i} finished" for i in range(30)]]
+
+
+async def test_bursts_of_steering_from_a_thread_racing_completion_are_each_answered_once() -> None:
+    steering = SteeringExtension()
+    rng = random.Random(11)
+    accepted = refused = 0
+    for index in range(300):
+        sent, result, history = await _burst_one_request(steering, rng, f"burst{index}")
+        taken = [text for text, reply in sent if reply == TAKEN]
+        for text, reply in sent:
+            asked, answered = UserMessage(text), AssistantMessage("re: " + text)
+            if reply == TAKEN:
+                assert history.count(asked) == 1 and history.count(answered) == 1
+                assert history.index(answered) == history.index(asked) + 1
+            else:
+                assert reply == [] and asked not in history and answered not in history
+        assert result == AssistantMessage("re: " + (taken[-1] if taken else "first"))
+        assert steering._inboxes == {}
+        accepted += len(taken)
+        refused += len(sent) - len(taken)
+    assert accepted > 0
+    assert refused > 0
+
+
+async def _burst_one_request(
+    steering: SteeringExtension, rng: random.Random, session: str
+) -> tuple[list[tuple[str, list[str]]], AssistantMessage, list[Any]]:
+    """One request; a plain thread sends 1-4 messages around the moment it completes."""
+
+    def echo(request: ModelRequest) -> AssistantMessage:
+        return AssistantMessage("re: " + user_texts(request)[-1])
+
+    started = threading.Event()
+    sent: list[tuple[str, list[str]]] = []
+
+    class Widen(AgentExtension):
+        async def before_model(self, context, request):  # type: ignore[no-untyped-def]
+            started.set()
+
+        async def after_model(self, context, response):  # type: ignore[no-untyped-def]
+            await trio.sleep(rng.choice([0, 0.0005]))
+
+        async def after_run(self, context, result):  # type: ignore[no-untyped-def]
+            await trio.sleep(rng.choice([0, 0.0005]))  # widens the window between select_next and close
+
+    client = await create_agent(ScriptedModel([echo], repeat_last=True), extensions=[steering, Widen()])
+    count, delay = rng.randint(1, 4), rng.uniform(0, 0.003)
+
+    def burst() -> None:
+        started.wait()
+        time.sleep(delay)
+        for k in range(count):
+            sent.append((f"m{k}", client.agent.emit_external_event(steer(f"m{k}"), config=AgentRunConfig(session))))
+
+    thread = threading.Thread(target=burst)
+    thread.start()
+    result = await client.run("first", config=AgentRunConfig(session))
+    await trio.to_thread.run_sync(thread.join)
+    return sent, result, client.agent.history.load(session)

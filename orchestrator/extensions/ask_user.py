@@ -5,6 +5,7 @@
 ``{"tool_call_id": ..., "answer": ...}`` arrives through
 ``Agent.emit_external_event``; the answer is the tool result. An answer must be
 a string and, when options were given, one of them; anything else is refused.
+A blank question or a blank option is a failed tool result the model can read.
 Routing and the pending-call rules are those of
 ``orchestrator.pending.ResponseRouter``, as for Plan Mode.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.errors import ToolArgumentsError
 from orchestrator.events import AgentEvent, RunCancelledEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ToolCall
@@ -72,6 +74,10 @@ class AskUserExtension(AgentExtension):
             """
             call_id = call.id
             choices = tuple(options)
+            if not question.strip():
+                raise ToolArgumentsError("question: must not be blank")
+            if any(not choice.strip() for choice in choices):
+                raise ToolArgumentsError("options: an option must not be blank")
             answer = await router.wait(
                 context,
                 call_id,
@@ -89,12 +95,12 @@ class AskUserExtension(AgentExtension):
 
     async def on_error(self, context: AgentRunContext, error: BaseException) -> None:
         """Drop the failed request's questions."""
-        self.router.withdraw_request(context.request_id)
+        self.router.withdraw_request(context.session_id, context.request_id)
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
         """Drop a cancelled request's questions."""
         if isinstance(event, RunCancelledEvent):
-            self.router.withdraw_request(context.request_id)
+            self.router.withdraw_request(context.session_id, context.request_id)
 
     def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
         """Take an ``ask_user_response`` that answers a waiting question of this session."""

@@ -3,7 +3,10 @@
 The command runs as ``bash -c`` in its own process group with the root as
 working directory, stdin closed and stderr merged into stdout. Only the first
 ``max_output`` bytes of output are kept (the rest is counted and dropped);
-after ``timeout`` seconds the whole process group is killed. The working
+after ``timeout`` seconds the whole process group is killed. The result comes
+when the shell exits: background jobs that still hold its output open
+``LINGER_SECONDS`` later are killed with their process group, so none outlives
+the call (one that left the group, e.g. through ``setsid``, is not). The working
 directory is a starting point, not a sandbox: the command can reach whatever
 the process may reach.
 """
@@ -29,6 +32,11 @@ if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
 
 
+LINGER_SECONDS = 0.5
+"""How long output may keep arriving after the shell exits before its process group is killed."""
+LINGERED = "the command exited but background processes kept its output open; its process group was killed"
+
+
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -51,10 +59,28 @@ class BashRunner:
             raise ValueError("timeout must be positive and max_output not negative")
 
     async def run(self, command: str) -> ToolResult:
-        """Run ``command``; the result text starts with its exit code (or the timeout)."""
+        """Run ``command``; the result text starts with its exit code (or the timeout).
+
+        The result is reported once the shell exits, not once its output closes: a
+        background job still holding the output gets ``LINGER_SECONDS`` to finish
+        writing, then the process group is killed and the result says so.
+        """
         kept = bytearray()
         dropped = 0
         process: trio.Process | None = None
+        exited = False
+        lingered = False
+        drained = trio.Event()
+
+        async def read(stream: trio.abc.ReceiveStream) -> None:
+            nonlocal kept, dropped
+            async with stream:
+                async for chunk in stream:
+                    room = max(self.max_output - len(kept), 0)
+                    kept += chunk[:room]
+                    dropped += len(chunk) - min(room, len(chunk))
+            drained.set()
+
         with trio.move_on_after(self.timeout) as scope:
             async with trio.open_nursery() as nursery:
                 process = await nursery.start(
@@ -71,18 +97,29 @@ class BashRunner:
                     )
                 )
                 assert process.stdout is not None
-                async for chunk in process.stdout:
-                    room = max(self.max_output - len(kept), 0)
-                    kept += chunk[:room]
-                    dropped += len(chunk) - min(room, len(chunk))
+                nursery.start_soon(read, process.stdout)
+                await process.wait()
+                exited = True
+                with trio.move_on_after(LINGER_SECONDS):
+                    await drained.wait()
+                if not drained.is_set():
+                    lingered = True
+                    _kill_group(process.pid)
+                    with trio.move_on_after(LINGER_SECONDS):
+                        await drained.wait()
+                    nursery.cancel_scope.cancel()
         output = kept.decode("utf-8", errors="replace")
         if dropped:
             output += f"\n[output truncated: {dropped} more bytes]"
         if scope.cancelled_caught:
+            lingered = lingered or (exited and not drained.is_set())
             if process is not None:
                 _kill_group(process.pid)
-            return ToolResult(f"timed out after {self.timeout:g}s; the command was killed\n{output}", "failed")
+            if not exited:
+                return ToolResult(f"timed out after {self.timeout:g}s; the command was killed\n{output}", "failed")
         assert process is not None
+        if lingered:
+            output += f"\n[{LINGERED}]"
         code = process.returncode
         status = f"exit code: {code}" + (f" (killed by signal {-code})" if code is not None and code < 0 else "")
         return ToolResult(f"{status}\n{output}")

@@ -6,7 +6,11 @@ call in ``before_tool`` through a ResponseRouter until the application answers
 with ``enter_plan_mode_response`` / ``exit_plan_mode_response``; the mode
 changes in ``after_tool``, and the system prompt follows before the next model
 step. While Plan Mode is active the request offers, and admits, only
-``exit_plan_mode``, the filesystem tools and ``bash``.
+``exit_plan_mode``, the filesystem tools and ``bash``; provider-hosted (server)
+tools are withheld, and the Plan Mode prompt is the only system instruction.
+The filesystem tools and ``bash`` are offered after every extension's
+``on_tool``, so a same-named tool another extension registers is used instead
+of clashing with it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from orchestrator.extensions.filesystem import filesystem_tools
 from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolCall
 from orchestrator.model import ModelRequest
 from orchestrator.pending import ResponseRouter, require_bool
-from orchestrator.tools import ToolDefinition, ToolResult, build_tool, validate_arguments
+from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, build_tool, validate_arguments
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
@@ -126,6 +130,7 @@ class _RequestState:
     offered: set[str] = attrs.field(factory=set)
     prompt: SystemMessage | None = None
     replaced: tuple[Message, ...] = ()
+    withheld: list[ServerToolDefinition] = attrs.field(factory=list)
 
 
 def _enter_plan_mode(reason: str) -> str:
@@ -150,6 +155,10 @@ class PlanModeExtension(AgentExtension):
     """Require user approval for model-proposed entry and exit transitions."""
 
     def __init__(self, *, system_prompt: str = DEFAULT_SYSTEM_PROMPT, root: str | os.PathLike[str] = ".") -> None:
+        if not isinstance(system_prompt, str):
+            raise TypeError(f"system_prompt must be a str, got {type(system_prompt).__name__}")
+        if not system_prompt.strip():
+            raise ValueError("system_prompt must not be empty")
         self.system_prompt = system_prompt
         self.root = Path(root).resolve()
         self.router = ResponseRouter()
@@ -172,8 +181,24 @@ class PlanModeExtension(AgentExtension):
 
     def mode(self, session_id: str) -> str:
         """The session's Plan Mode lifecycle state (``normal`` when it has none)."""
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
         machine = self._sessions.get(session_id)
         return machine.state() if machine is not None else "normal"
+
+    def restore_plan_mode(self, session_id: str) -> bool:
+        """Put a session back in the Plan Mode it held before a restart; whether it changed.
+
+        A session store calls this before ``on_tool`` when it recorded that the
+        session was in Plan Mode. The approved entry is replayed on the
+        session's machine (``propose_entry``, ``approve``) without events; a
+        session not in ``normal`` mode here is left as it is.
+        """
+        if self.mode(session_id) != "normal":
+            return False
+        self._fire(session_id, "propose_entry")
+        self._fire(session_id, "approve")
+        return True
 
     def _fire(self, session_id: str, trigger: str) -> Step:
         machine = self._sessions.get(session_id)
@@ -210,9 +235,14 @@ class PlanModeExtension(AgentExtension):
             context.unregister_tool(name)
         state.offered.clear()
 
-    async def _show_plan_tools(self, context: AgentRunContext, state: _RequestState) -> None:
+    async def _show_plan_tools(self, context: AgentRunContext, state: _RequestState, *, all_tools: bool) -> None:
+        """Offer ``exit_plan_mode`` and restrict the request; the rest too unless on_tool still runs.
+
+        During on_tool the filesystem tools and bash wait for ``_sync_view`` (on_state),
+        so another extension registering a same-named tool later never clashes.
+        """
         self._withdraw_offers(context, state)
-        for definition in self.plan_tools:
+        for definition in self.plan_tools if all_tools else (self.exit_tool,):
             self._offer(context, state, definition)
         await context.enter_plan_mode(self.capabilities)
 
@@ -221,17 +251,39 @@ class PlanModeExtension(AgentExtension):
         self._offer(context, state, self.enter_tool)
         await context.exit_plan_mode()
 
-    def _sync_prompt(self, context: AgentRunContext, state: _RequestState) -> None:
-        """Make the system instructions match the session's mode."""
+    def _sync_view(self, context: AgentRunContext, state: _RequestState) -> None:
+        """Make the offered tools and system instructions match the session's mode.
+
+        In Plan Mode every leading system message (including ones other extensions
+        added since the last sync) is set aside for the Plan Mode prompt, the missing
+        plan tools are offered and server tools are withheld; outside it, what was set
+        aside comes back.
+        """
         messages = list(context.messages)
-        if self.is_plan_mode(state.session_id) and state.prompt is None:
+        if self.is_plan_mode(state.session_id):
+            if context.capabilities is not None:
+                for definition in self.plan_tools:
+                    self._offer(context, state, definition)
+            if context.server_tools:
+                state.withheld.extend(context.server_tools)
+                context.server_tools.clear()
             head = 0
             while head < len(messages) and isinstance(messages[head], SystemMessage):
                 head += 1
-            state.replaced = tuple(messages[:head])
-            state.prompt = SystemMessage(self.system_prompt)
+            if head == 1 and messages[0] is state.prompt:
+                return
+            at = next((i for i in range(head) if messages[i] is state.prompt), None)
+            if at is None:
+                state.replaced += tuple(messages[:head])
+            else:
+                state.replaced = (*messages[:at], *state.replaced, *messages[at + 1 : head])
+            state.prompt = state.prompt or SystemMessage(self.system_prompt)
             context.replace_messages([state.prompt, *messages[head:]])
-        elif not self.is_plan_mode(state.session_id) and state.prompt is not None:
+            return
+        if state.withheld:
+            context.server_tools[0:0] = state.withheld
+            state.withheld.clear()
+        if state.prompt is not None:
             at = next((i for i, message in enumerate(messages) if message is state.prompt), None)
             if at is None:
                 messages[0:0] = state.replaced
@@ -246,17 +298,17 @@ class PlanModeExtension(AgentExtension):
         """Expose either the proposal Tool or the active Plan Mode tool set."""
         state = self._request(context)
         if self.is_plan_mode(context.session_id):
-            await self._show_plan_tools(context, state)
+            await self._show_plan_tools(context, state, all_tools=False)
         else:
             await self._show_normal_tools(context, state)
 
     async def on_state(self, context: AgentRunContext) -> None:
         """Replace system instructions only after Plan Mode was approved."""
-        self._sync_prompt(context, self._request(context))
+        self._sync_view(context, self._request(context))
 
     async def before_model(self, context: AgentRunContext, request: ModelRequest) -> None:
         """Apply an approved entry or exit before the next model step."""
-        self._sync_prompt(context, self._request(context))
+        self._sync_view(context, self._request(context))
 
     async def before_tool(self, context: AgentRunContext, call: ToolCall) -> None:
         """Reject tools outside the active Plan Mode capability set."""
@@ -277,6 +329,8 @@ class PlanModeExtension(AgentExtension):
             validate_arguments(definition.parameters, call.arguments)
         except ToolArgumentsError as invalid:
             raise ToolRejected(f"invalid arguments for {call.name}: {invalid}") from None
+        if not str(call.arguments[field]).strip():
+            raise ToolRejected(f"invalid arguments for {call.name}: {field!r} must not be empty")
         if self.mode(context.session_id) in _AWAITING:
             raise ToolRejected("a Plan Mode proposal of this session already waits for the user's answer")
         state = self._request(context)
@@ -327,7 +381,7 @@ class PlanModeExtension(AgentExtension):
         if trigger != "approve":
             return
         if call.name == ENTER_TOOL:
-            await self._show_plan_tools(context, state)
+            await self._show_plan_tools(context, state, all_tools=True)
             await context.emit(PlanModeEnteredEvent(tool_call_id=call.id))
         else:
             await self._show_normal_tools(context, state)
@@ -339,7 +393,7 @@ class PlanModeExtension(AgentExtension):
 
     async def on_error(self, context: AgentRunContext, error: BaseException) -> None:
         """Wake external waits and release restoration state after failure."""
-        self.router.withdraw_request(context.request_id)
+        self.router.withdraw_request(context.session_id, context.request_id)
         self._release(context)
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
@@ -351,7 +405,7 @@ class PlanModeExtension(AgentExtension):
             and event.dest in _FINAL_PHASES
         )
         if ended:
-            self.router.withdraw_request(context.request_id)
+            self.router.withdraw_request(context.session_id, context.request_id)
             self._release(context)
 
     def _release(self, context: AgentRunContext) -> None:

@@ -2,7 +2,8 @@
 
 Text arrives through ``Agent.emit_external_event(ExternalEvent("steering_message",
 {"content": ...}), config=AgentRunConfig(session_id=..., request_id=...))`` from
-any thread; typed input (multimodal included) through
+any thread (``{"message": UserMessage(...)}`` carries typed input the same way);
+typed input (multimodal included) also through
 ``await context.publish(SteeringMessageEvent(UserMessage(...)))``. The runtime
 takes messages after each model and tool call; steering never cancels a running
 call, it replaces the continuation of the current task.
@@ -24,7 +25,7 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.messages import UserMessage
+from orchestrator.messages import ImagePart, UserMessage
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
@@ -36,6 +37,27 @@ STEERING_EVENT = "steering_message"
 
 class SteeringClosed(AgentError):
     """Typed steering was published to a request whose inbox no longer accepts input."""
+
+
+class InvalidSteering(AgentError, ValueError):
+    """Typed steering carried no content (no text and no image)."""
+
+
+def _is_empty(message: UserMessage) -> bool:
+    if isinstance(message.content, str):
+        return not message.content.strip()
+    return not message.text.strip() and not any(isinstance(part, ImagePart) for part in message.content)
+
+
+def _external_message(payload: object) -> UserMessage | None:
+    """The steering message an external payload carries, or None when it carries none."""
+    if not isinstance(payload, Mapping):
+        return None
+    if "message" in payload:
+        message = payload["message"]
+        return message if isinstance(message, UserMessage) and not _is_empty(message) else None
+    content = payload.get("content")
+    return UserMessage(content) if isinstance(content, str) and content.strip() else None
 
 
 @attrs.frozen
@@ -81,9 +103,13 @@ class SteeringExtension(AgentExtension):
     queued until steering has been answered.
 
     Messages are answered one at a time, in the order they were accepted: each
-    becomes its own UserMessage and its own steering turn. External text is
-    routed to ``config.request_id`` when given, otherwise to the oldest running
-    request of ``config.session_id``; blank or non-string content is refused.
+    becomes its own UserMessage and its own steering turn. External input is
+    routed to ``config.request_id`` when given, otherwise to the one running
+    request of ``config.session_id``; it is refused when no request, or more than
+    one (an instance shared by several Agents), could take it. Blank or
+    non-string content is refused; typed input without text or image raises
+    InvalidSteering. One Agent takes at most one SteeringExtension, so a message
+    can never be queued (and answered) twice.
     """
 
     def __init__(self) -> None:
@@ -96,6 +122,9 @@ class SteeringExtension(AgentExtension):
 
     def open(self, context: AgentRunContext) -> None:
         """Initialize request-local routing before extension hooks run."""
+        twins = [i for i in context.agent.inboxes if isinstance(i, SteeringExtension) and i is not self]
+        if twins:
+            raise ValueError("an Agent takes one SteeringExtension: two would each queue (and answer) every message")
         inbox = _Inbox(context)
         inbox.machine.fire("open")
         key = (context.session_id, context.request_id)
@@ -118,41 +147,51 @@ class SteeringExtension(AgentExtension):
                 inbox.machine.fire("close")
         inbox.machine.unbind()
         if dropped:
-            log.info("request %s ended with %d steering message(s) unanswered", inbox.request_id, dropped)
+            log.warning("request %s ended with %d accepted steering message(s) unanswered", inbox.request_id, dropped)
 
     def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
         """Route external text by session and optional request ID, from any thread."""
         if event.name != STEERING_EVENT:
             return False
-        content = event.payload.get("content") if isinstance(event.payload, Mapping) else None
-        if not isinstance(content, str) or not content.strip():
-            log.warning("refused steering for %s: content must be a non-empty string", config.session_id)
+        message = _external_message(event.payload)
+        if message is None:
+            log.warning(
+                "refused steering for %s: give non-empty 'content' text or a non-empty UserMessage as 'message'",
+                config.session_id,
+            )
             return False
         with self._lock:
             inbox = self._route(config)
             if inbox is None:
-                log.info("refused steering for %s: no open request", config.session_id)
                 return False
-            inbox.put(UserMessage(content))
+            inbox.put(message)
         return True
 
     def _route(self, config: AgentRunConfig) -> _Inbox | None:
         if config.request_id is not None:
             inbox = self._inboxes.get((config.session_id, config.request_id))
-            return inbox if inbox is not None and inbox.accepting else None
-        for inbox in self._inboxes.values():
-            if inbox.session_id == config.session_id and inbox.accepting:
-                return inbox
-        return None
+            if inbox is None or not inbox.accepting:
+                log.info("refused steering for %s/%s: no open request", config.session_id, config.request_id)
+                return None
+            return inbox
+        matches = [i for i in self._inboxes.values() if i.session_id == config.session_id and i.accepting]
+        if len(matches) != 1:
+            reason = "no open request" if not matches else f"{len(matches)} open requests; give request_id"
+            log.info("refused steering for %s: %s", config.session_id, reason)
+            return None
+        return matches[0]
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
         """Receive typed user input, including multimodal UserMessages.
 
         Raises SteeringClosed when the request no longer accepts steering (it is
-        completing or was never opened), so the publisher knows it was not taken.
+        completing or was never opened), and InvalidSteering when the message has
+        neither text nor an image, so the publisher knows it was not taken.
         """
         if not isinstance(event, SteeringMessageEvent):
             return
+        if _is_empty(event.message):
+            raise InvalidSteering("steering needs text or an image; the message is empty")
         with self._lock:
             inbox = self._own(context)
             if inbox is None or not inbox.accepting:
