@@ -111,6 +111,11 @@ def scripted_step(plan_mode: bool) -> Callable[[ModelRequest], AssistantMessage]
             if counted is None:
                 return AssistantMessage("Let me count.", [ToolCall(call_id, "word_count", {"text": prompt})])
             return AssistantMessage(f"Your message has {counted.content} words.")
+        exited = _result(turn, "exit_plan_mode")
+        if exited is not None:  # also a plan approved after a restart, in a later request
+            if exited.status == ToolStatus.SUCCEEDED:
+                return AssistantMessage("Plan approved; Plan Mode has ended.")
+            return AssistantMessage("Plan not approved; stopping here.")
         entered = _result(turn, "enter_plan_mode")
         if entered is None:
             reason = f"plan before acting on: {prompt}"
@@ -122,14 +127,9 @@ def scripted_step(plan_mode: bool) -> Callable[[ModelRequest], AssistantMessage]
         listed = _result(turn, "list_files")
         if listed is None:
             return AssistantMessage("Looking around.", [ToolCall(call_id, "list_files", {"path": "."})])
-        exited = _result(turn, "exit_plan_mode")
-        if exited is None:
-            entries = len(listed.content.splitlines())
-            plan = f"1. Review the {entries} entries of the workspace.\n2. Make the change for: {prompt}\n3. Test it."
-            return AssistantMessage("Here is my plan.", [ToolCall(call_id, "exit_plan_mode", {"plan": plan})])
-        if exited.status == ToolStatus.SUCCEEDED:
-            return AssistantMessage("Plan approved; Plan Mode has ended.")
-        return AssistantMessage("Plan not approved; stopping here.")
+        entries = len(listed.content.splitlines())
+        plan = f"1. Review the {entries} entries of the workspace.\n2. Make the change for: {prompt}\n3. Test it."
+        return AssistantMessage("Here is my plan.", [ToolCall(call_id, "exit_plan_mode", {"plan": plan})])
 
     return step
 
@@ -316,6 +316,8 @@ class Terminal:
             self.say(f"* resumed {payload['tool_call_id']} with the answer given before")
         elif event.name in ("plan_mode_entered", "plan_mode_exited"):
             self.say(f"* {event.name.replace('_', ' ')}")
+        elif event.name == "plan_mode_restored":
+            self.say("* plan mode restored (the session was in Plan Mode when it stopped)")
         elif event.name == "run_completed":
             self.outcome = "completed"
             self.say("* completed")

@@ -175,6 +175,34 @@ def test_a_question_left_by_a_killed_run_is_asked_again_and_resumed(tmp_path: Pa
     assert [name for _, name, _ in results] == ["enter_plan_mode", "list_files", "exit_plan_mode"]
 
 
+def test_a_plan_awaiting_approval_when_killed_is_approved_after_the_restart(tmp_path: Path) -> None:
+    killed = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "x")
+    killed.expect("? Enter Plan Mode?")
+    killed.send("y")
+    killed.expect("? Approve this plan?")
+    killed.expect("[y/n]")
+    killed.proc.kill()
+    assert killed.proc.wait(timeout=20) == -signal.SIGKILL
+    [pending] = SQLiteSessionStore(killed.db).pending_approvals("x")
+    assert pending.event == "exit_plan_mode"
+
+    cli = Cli(tmp_path, "go on", "--plan-mode", "--session", "x")
+    cli.expect(f"(the previous run stopped while waiting for exit_plan_mode {pending.tool_call_id})")
+    cli.expect("[y/n]")
+    cli.send("y")
+    code, out, err = cli.finish()
+    assert code == 0, err
+    assert "* plan mode restored" in out
+    assert "plan_mode/lifecycle: exit_awaiting_approval -> normal (approve)" in out
+    assert "* plan mode exited" in out
+    assert "Plan approved; Plan Mode has ended." in out
+    assert out.splitlines()[-1] == "* completed"
+    stored = SQLiteSessionStore(cli.db)
+    [exit_result] = [m for m in stored.messages("x") if isinstance(m, ToolMessage) and m.name == "exit_plan_mode"]
+    assert (exit_result.tool_call_id, exit_result.status) == (pending.tool_call_id, ToolStatus.SUCCEEDED)
+    assert stored.plan_mode("x") == "normal"
+
+
 def test_a_missing_key_falls_back_to_the_scripted_model(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     for spec in ("openai:gpt-4o-mini", "anthropic:claude-x"):

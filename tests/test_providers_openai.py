@@ -472,3 +472,82 @@ async def test_json_instead_of_an_event_stream_is_reported() -> None:
     server = Server(httpx.Response(200, json={"object": "chat.completion", "choices": []}))
     with pytest.raises(MalformedStreamError, match="expected an event stream"):
         await collect(model(server, Sleeps(), max_retries=0), HELLO)
+
+
+async def test_a_stream_ending_after_its_finish_reason_without_done_completes() -> None:
+    """Some compatible servers close the body after the last chunk; the response is whole."""
+    body = chunk({"role": "assistant", "content": ""}) + chunk({"content": "Hi"}) + chunk({}, finish="stop")
+    tools = tool_call_stream(("c1", "get_weather", ['{"city":', '"Oslo"}'])).removesuffix("data: [DONE]\n\n")
+    server = Server(sse(body + usage_chunk(5, 1)), sse(tools))
+    events = await collect(model(server, Sleeps()), HELLO)
+    assert events == [TextDeltaEvent("Hi"), ResponseCompletedEvent(AssistantMessage("Hi"), Usage(5, 1))]
+    events = await collect(model(server, Sleeps()), HELLO)
+    assert events[-1] == ResponseCompletedEvent(
+        AssistantMessage("", [ToolCall("c1", "get_weather", {"city": "Oslo"})]), Usage(81, 17)
+    )
+    assert len(server.requests) == 2
+
+
+class TimingOut(httpx.AsyncByteStream):
+    """A body that sends some bytes, then times out waiting for more."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.chunks:
+            yield piece
+        raise httpx.ReadTimeout("timed out")
+
+
+async def test_timeouts_are_typed_and_retried_only_before_the_first_event() -> None:
+    from orchestrator.providers import ProviderTimeoutError
+
+    attempts: list[httpx.Request] = []
+    answers = [
+        httpx.ConnectTimeout("connect timed out"),
+        httpx.Response(200, stream=TimingOut()),  # times out before any event: retried
+        sse(TEXT_STREAM),
+    ]
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        attempts.append(request)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    sleeps = Sleeps()
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    events = await collect(OpenAIChatModel("m", api_key="k", client=client, sleep=sleeps), HELLO)
+    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4))
+    assert len(attempts) == 3 and len(sleeps.delays) == 2
+
+    head = (chunk({"role": "assistant", "content": ""}) + chunk({"content": "Hi"})).encode()
+    server = Server(httpx.Response(200, stream=TimingOut(head)), sse(TEXT_STREAM))
+    sleeps = Sleeps()
+    seen: list[object] = []
+    with pytest.raises(ProviderTimeoutError, match="ReadTimeout"):
+        async for event in model(server, sleeps).stream(HELLO):
+            seen.append(event)
+    assert seen == [TextDeltaEvent("Hi")]
+    assert len(server.requests) == 1 and sleeps.delays == []
+
+
+async def test_retry_after_as_an_http_date_and_in_milliseconds_is_honoured() -> None:
+    import email.utils
+    import time
+
+    in_a_minute = email.utils.formatdate(time.time() + 60, usegmt=True)
+    body = {"error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}}
+    server = Server(
+        error(429, body, {"retry-after": in_a_minute}),
+        error(429, body, {"retry-after-ms": "250", "retry-after": "9"}),
+        error(429, body, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}),  # in the past: no wait
+        sse(TEXT_STREAM),
+    )
+    sleeps = Sleeps()
+    events = await collect(model(server, sleeps, max_retries=3), HELLO)
+    assert isinstance(events[-1], ResponseCompletedEvent)
+    assert 55 <= sleeps.delays[0] <= 60
+    assert sleeps.delays[1:] == [0.25, 0.0]

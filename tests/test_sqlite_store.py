@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -137,6 +138,33 @@ async def test_every_message_is_stored_and_a_new_agent_continues(tmp_path: Path)
     assert store2.messages("s") == [*stored, UserMessage("once more"), AssistantMessage("again")]
 
 
+async def test_results_of_concurrent_calls_are_stored_in_the_order_they_were_appended(tmp_path: Path) -> None:
+    class SlowDisk(SQLiteSessionStore):
+        """The first result's write is slow, so the second one's thread reaches the database first."""
+
+        def _append(self, session_id: str, message: Message) -> None:
+            if isinstance(message, ToolMessage) and message.tool_call_id == "a":
+                time.sleep(0.05)
+            super()._append(session_id, message)
+
+    @tool
+    async def nap(seconds: float) -> str:
+        """Sleep.
+
+        Args:
+            seconds: how long
+        """
+        await trio.sleep(seconds)
+        return str(seconds)
+
+    store = SlowDisk(tmp_path / "s.db")
+    model = ScriptedModel([asks(call("a", "nap", seconds=0.0), call("b", "nap", seconds=0.01)), AssistantMessage("ok")])
+    client = await create_agent(model, tools=[nap], history=None, extensions=[store])
+    await client.run("go", config=AgentRunConfig("s"))
+    assert [getattr(m, "tool_call_id", m.role) for m in model.requests[1].messages] == ["user", "assistant", "a", "b"]
+    assert store.messages("s") == [*model.requests[1].messages, AssistantMessage("ok")]
+
+
 async def test_the_store_refuses_to_share_history_with_another_keeper(tmp_path: Path) -> None:
     store = SQLiteSessionStore(tmp_path / "s.db")
     client = await create_agent(ScriptedModel([AssistantMessage("x")]), extensions=[store])  # default history
@@ -182,6 +210,45 @@ async def test_a_cancelled_request_leaves_no_pending_approval(tmp_path: Path) ->
     assert store.messages("s")[-1] == ToolMessage("q", "ask_user", "not completed: request cancelled", "cancelled")
     answer = ExternalEvent("ask_user_response", {"tool_call_id": "q", "answer": "late"})
     assert client.agent.emit_external_event(answer, config=AgentRunConfig("s")) == []
+
+
+async def test_plan_mode_carries_over_to_the_next_process(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    config = AgentRunConfig("s")
+    first = ScriptedModel([asks(call("p1", "enter_plan_mode", reason="big change")), AssistantMessage("planning")])
+    client = await create_agent(
+        first, history=None, extensions=[SQLiteSessionStore(db), PlanModeExtension(root=tmp_path)], system_prompt="sys"
+    )
+    with trio.fail_after(5):
+        async for event in client.stream("refactor", config=config):
+            if event.name == "enter_plan_mode":
+                reply = ExternalEvent("enter_plan_mode_response", {"tool_call_id": "p1", "approved": True})
+                client.agent.emit_external_event(reply, config=config)
+    assert SQLiteSessionStore(db).plan_mode("s") == "plan_active"
+
+    # a new process: a fresh store and a PlanModeExtension that never saw the session
+    plan = PlanModeExtension(root=tmp_path)
+    second = ScriptedModel([asks(call("x1", "exit_plan_mode", plan="1. do it")), AssistantMessage("implementing")])
+    again = await create_agent(second, history=None, extensions=[SQLiteSessionStore(db), plan], system_prompt="sys")
+    names: list[str] = []
+    with trio.fail_after(5):
+        async for event in again.stream("go on", config=config):
+            names.append(event.name)
+            if event.name == "exit_plan_mode":
+                assert plan.is_plan_mode("s")
+                reply = ExternalEvent("exit_plan_mode_response", {"tool_call_id": "x1", "approved": True})
+                assert again.agent.emit_external_event(reply, config=config) == ["PlanModeExtension"]
+    assert names.index("plan_mode_restored") < names.index("exit_plan_mode") < names.index("plan_mode_exited")
+    request = second.requests[0]
+    assert request.messages[0] == SystemMessage(plan.system_prompt)  # the Plan Mode prompt, not "sys"
+    offered = {definition.name for definition in request.tools}
+    assert "exit_plan_mode" in offered and "enter_plan_mode" not in offered
+    assert second.requests[1].messages[0] == SystemMessage("sys")
+    assert not plan.is_plan_mode("s")
+    assert SQLiteSessionStore(db).plan_mode("s") == "normal"
+    result = SQLiteSessionStore(db).messages("s")[-2]
+    assert isinstance(result, ToolMessage) and result.tool_call_id == "x1"
+    assert result.status == ToolStatus.SUCCEEDED
 
 
 # the kill test ----------------------------------------------------------------

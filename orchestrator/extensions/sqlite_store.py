@@ -31,15 +31,21 @@ process stopped, and the answer can still be given:
    process had never stopped, and the model continues from its result.
 
 Calls of that message that had finished run again too. A request that starts
-before any answer was recorded gets the waiting calls cancelled instead. Plan
-Mode keeps its session mode in memory, so after a restart an approved
-``exit_plan_mode`` is refused ("only available in Plan Mode") and the model
-reads why. One process should own a session at a time.
+before any answer was recorded gets the waiting calls cancelled instead.
+
+Plan Mode: every transition of a session's ``plan_mode`` machine is recorded.
+When a session that was in Plan Mode (or waited for its plan's approval) is
+continued by a process whose PlanModeExtension does not know it, ``on_tool``
+restores Plan Mode there (``PlanModeExtension.restore_plan_mode``) and emits
+``plan_mode_restored``, so the plan tools, the Plan Mode prompt and a waiting
+``exit_plan_mode`` answer carry over a restart. One process should own a
+session at a time.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import os
 import sqlite3
@@ -52,10 +58,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import attrs
 import trio
 
+from machines.plan_mode import PLAN_MODE
 from machines.request import REQUEST
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.events import AgentEvent, MessageAppendedEvent, RunCancelledEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension, CallNextModel
+from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.messages import (
     AssistantMessage,
     ContentPart,
@@ -77,6 +85,7 @@ __all__ = [
     "STOPPED",
     "ApprovalResumedEvent",
     "PendingApproval",
+    "PlanModeRestoredEvent",
     "SQLiteSessionStore",
     "decode_message",
     "encode_message",
@@ -105,9 +114,17 @@ CREATE TABLE IF NOT EXISTS pending_approvals (
     created REAL NOT NULL,
     PRIMARY KEY (session_id, tool_call_id)
 );
+CREATE TABLE IF NOT EXISTS session_modes (
+    session_id TEXT PRIMARY KEY,
+    plan_mode TEXT NOT NULL,
+    updated REAL NOT NULL
+);
 """
 
 _FINAL_PHASES = REQUEST.main.final_states
+# Plan Mode states a restart returns to Plan Mode (a waiting exit is withdrawn to plan_active,
+# then asked again by the replay); a waiting entry is withdrawn to normal.
+_PLAN_ACTIVE = frozenset({"plan_active", "exit_awaiting_approval"})
 
 T = TypeVar("T")
 
@@ -133,6 +150,13 @@ class ApprovalResumedEvent(AgentEvent):
     kind: ClassVar[str] = "approval_resumed"
     tool_call_id: str
     response_event: str
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class PlanModeRestoredEvent(AgentEvent):
+    """The session was in Plan Mode when its last process stopped; Plan Mode is active again."""
+
+    kind: ClassVar[str] = "plan_mode_restored"
 
 
 # message codec ---------------------------------------------------------------
@@ -248,6 +272,8 @@ class SQLiteSessionStore(AgentExtension):
         self._open_calls: dict[str, set[str]] = {}
         self._live: set[str] = set()
         self._replays: dict[str, AssistantMessage] = {}
+        # Appended messages not yet committed, in the order they were appended (see on_event).
+        self._unwritten: collections.deque[tuple[str, Message]] = collections.deque()
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args)
@@ -255,18 +281,26 @@ class SQLiteSessionStore(AgentExtension):
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """Hold the lock and one immediate transaction (the caller holds no lock)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with self._lock, self._begin() as db:
+            yield db
+
+    @contextmanager
+    def _begin(self) -> Iterator[sqlite3.Connection]:
+        """One immediate transaction (the caller holds the lock)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            try:
+                self._write_unwritten()
+            finally:
+                self._db.close()
 
     # reading (blocking, short; from async code prefer trio.to_thread) ------
 
@@ -285,6 +319,12 @@ class SQLiteSessionStore(AgentExtension):
                 "SELECT session_id FROM messages GROUP BY session_id ORDER BY MIN(created)"
             ).fetchall()
         return [session_id for (session_id,) in rows]
+
+    def plan_mode(self, session_id: str) -> str:
+        """The session's last recorded Plan Mode state (``normal`` when none is)."""
+        with self._lock:
+            row = self._db.execute("SELECT plan_mode FROM session_modes WHERE session_id = ?", (session_id,)).fetchone()
+        return str(row[0]) if row else "normal"
 
     def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
         """Recorded waits, oldest first (optionally of one session)."""
@@ -305,9 +345,25 @@ class SQLiteSessionStore(AgentExtension):
 
     # writing (run in worker threads by the hooks) -------------------------
 
+    def _write_appended(self) -> None:
+        with self._lock:
+            self._write_unwritten()
+
+    def _write_unwritten(self) -> None:
+        """Commit each queued message, oldest first (the caller holds the lock).
+
+        A message leaves the queue only once committed, so a failed write is
+        retried by the next one, still in order.
+        """
+        while self._unwritten:
+            session_id, message = self._unwritten[0]
+            self._append(session_id, message)
+            self._unwritten.popleft()
+
     def _append(self, session_id: str, message: Message) -> None:
+        """Commit one message (the caller holds the lock)."""
         body = encode_message(message)
-        with self._transaction() as db:
+        with self._begin() as db:
             db.execute(
                 "INSERT INTO messages (session_id, position, role, body, created) "
                 "SELECT ?, COALESCE(MAX(position) + 1, 0), ?, ?, ? FROM messages WHERE session_id = ?",
@@ -341,6 +397,8 @@ class SQLiteSessionStore(AgentExtension):
 
     def _restore(self, session_id: str, resume: bool) -> _Restored:
         """Load, repair and store the repair; hold back a message to replay when ``resume``."""
+        with self._lock:
+            self._write_unwritten()
         with self._transaction() as db:
             rows = db.execute(
                 "SELECT position, body FROM messages WHERE session_id = ? ORDER BY position", (session_id,)
@@ -402,6 +460,17 @@ class SQLiteSessionStore(AgentExtension):
             ).fetchone()
         return _loads(row[0]) if row else None
 
+    def _record_plan_mode(self, session_id: str, state: str) -> None:
+        with self._transaction() as db:
+            if state == "normal":
+                db.execute("DELETE FROM session_modes WHERE session_id = ?", (session_id,))
+            else:
+                db.execute(
+                    "INSERT INTO session_modes (session_id, plan_mode, updated) VALUES (?, ?, ?) "
+                    "ON CONFLICT (session_id) DO UPDATE SET plan_mode = excluded.plan_mode, updated = excluded.updated",
+                    (session_id, state, time.time()),
+                )
+
     def _forget_request(self, session_id: str, request_id: str) -> None:
         with self._transaction() as db:
             db.execute(
@@ -410,6 +479,18 @@ class SQLiteSessionStore(AgentExtension):
             )
 
     # hooks ----------------------------------------------------------------
+
+    async def on_tool(self, context: AgentRunContext) -> None:
+        """Restore Plan Mode a stopped process left the session in (before the planner offers tools)."""
+        planners = [e for e in context.agent.extensions if isinstance(e, PlanModeExtension)]
+        if not planners:
+            return
+        recorded = await self._in_thread(self.plan_mode, context.session_id)
+        if recorded not in _PLAN_ACTIVE:
+            return
+        restored = [planner.restore_plan_mode(context.session_id) for planner in planners]
+        if any(restored):
+            await context.emit(PlanModeRestoredEvent())
 
     async def on_state(self, context: AgentRunContext) -> None:
         """Restore the session (repaired); a resumed wait's message is held for replay."""
@@ -444,7 +525,10 @@ class SQLiteSessionStore(AgentExtension):
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
         """Store appended messages, waits and compactions; forget a request's waits when it ends."""
         if isinstance(event, MessageAppendedEvent):
-            await self._in_thread(self._append, context.session_id, event.message)
+            # Queued before any checkpoint, in the order of appending: concurrent tool calls
+            # whose worker threads reach the database out of order still commit in that order.
+            self._unwritten.append((context.session_id, event.message))
+            await self._in_thread(self._write_appended)
             return
         payload = event.payload
         if isinstance(payload.get("tool_call_id"), str) and isinstance(payload.get("response_event"), str):
@@ -457,6 +541,9 @@ class SQLiteSessionStore(AgentExtension):
                 await self._answer(context, event, response)
             return
         if not isinstance(event, (TransitionEvent, RunCancelledEvent)):
+            return
+        if isinstance(event, TransitionEvent) and event.machine == PLAN_MODE.name:
+            await self._in_thread(self._record_plan_mode, context.session_id, event.dest)
             return
         if isinstance(event, TransitionEvent) and event.trigger == "finish_compaction":
             kept = [m for m in context.messages if not isinstance(m, SystemMessage)]

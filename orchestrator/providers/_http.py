@@ -11,6 +11,7 @@ import trio
 from orchestrator.providers.errors import (
     MalformedStreamError,
     ProviderConnectionError,
+    ProviderTimeoutError,
     error_from_response,
 )
 from orchestrator.providers.sse import ServerSentEvent, parse_sse
@@ -36,8 +37,9 @@ async def post_sse(
 ) -> AsyncGenerator[ServerSentEvent, None]:
     """POST ``body`` as JSON and yield the response's server-sent events.
 
-    An error status raises the matching ProviderError; transport failures
-    raise ProviderConnectionError. A client made here is closed here.
+    An error status raises the matching ProviderError; a connect, read,
+    write or pool timeout raises ProviderTimeoutError, other transport
+    failures ProviderConnectionError. A client made here is closed here.
     """
     lib = _httpx()
     owned = client is None
@@ -55,7 +57,7 @@ async def post_sse(
             async for event in parse_sse(response.aiter_lines()):
                 yield event
     except lib.TimeoutException as error:
-        raise ProviderConnectionError(f"timed out talking to {url}: {type(error).__name__}") from error
+        raise ProviderTimeoutError(f"timed out talking to {url}: {type(error).__name__}") from error
     except lib.TransportError as error:
         raise ProviderConnectionError(f"connection to {url} failed: {type(error).__name__}: {error}") from error
     finally:

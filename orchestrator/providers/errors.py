@@ -73,7 +73,10 @@ class ProviderConnectionError(ProviderError):
 
 
 class ProviderTimeoutError(ProviderError):
-    """No first event arrived within the total timeout."""
+    """Connecting or waiting for data took longer than the model's ``timeout``, or no first
+    event arrived within the retry policy's ``total_timeout`` (which ends the retries)."""
+
+    retryable = True
 
 
 class MalformedStreamError(ProviderError):

@@ -255,7 +255,11 @@ class OpenAIChatModel(HTTPStreamingModel):
                 for produced in assembler.feed(decode(event)):
                     yield produced
             else:
-                raise MalformedStreamError("stream ended before data: [DONE]")
+                # The official SDK stops at the end of the body too; some compatible servers omit
+                # [DONE]. A response whose finish_reason arrived is complete; anything else was cut.
+                if not assembler.finished:
+                    raise MalformedStreamError("stream ended before a finish_reason or data: [DONE]")
+                log.debug("stream from %s ended after its finish_reason without data: [DONE]", url)
         for produced in assembler.announce():
             yield produced
         yield assembler.completed()
