@@ -21,14 +21,26 @@ Guard = Callable[[EventData], bool]
 
 
 class IllegalTransition(RuntimeError):
-    """A trigger was fired from a state that has no edge for it."""
+    """A trigger was fired from a state that has no edge for it, or the machine has no such trigger.
 
-    def __init__(self, machine: str, region: str, state: str, trigger: str) -> None:
-        super().__init__(f"{machine}: trigger {trigger!r} is not allowed from {region} state {state!r}")
+    For an unknown trigger ``region`` and ``state`` are empty. ``allowed`` names
+    the triggers that do have an edge from ``state``.
+    """
+
+    def __init__(self, machine: str, region: str, state: str, trigger: str, allowed: tuple[str, ...] = ()) -> None:
+        if region:
+            message = (
+                f"{machine}: trigger {trigger!r} is not allowed from {region} state {state!r}"
+                f" (allowed there: {', '.join(allowed) or 'none'})"
+            )
+        else:
+            message = f"{machine}: no region of the machine has a trigger {trigger!r}"
+        super().__init__(message)
         self.machine = machine
         self.region = region
         self.state = state
         self.trigger = trigger
+        self.allowed = allowed
 
 
 class GuardRefused(RuntimeError):
@@ -172,11 +184,17 @@ class BoundMachine:
         main = self.definition.main
         return self.state() in main.final_states
 
+    def _region_of(self, trigger: str) -> Region:
+        region = self._regions.get(trigger)
+        if region is None:
+            raise IllegalTransition(self.definition.name, "", "", trigger)
+        return region
+
     def fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition]:
         """Take ``trigger`` or raise IllegalTransition / GuardRefused."""
         result = self.try_fire(trigger, **kwargs)
         if result is None:
-            region = self.definition.region_of(trigger)
+            region = self._region_of(trigger)
             state = self.state(region.name)
             guards = tuple(g for edge in region.edges(trigger, state) for g in edge.guards)
             raise GuardRefused(self.definition.name, region.name, state, trigger, guards)
@@ -184,16 +202,15 @@ class BoundMachine:
 
     def try_fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition] | None:
         """Take ``trigger`` if a guard allows it; None when every guard refused."""
-        region = self._regions.get(trigger)
-        if region is None:
-            raise IllegalTransition(self.definition.name, "?", "?", trigger)
+        region = self._region_of(trigger)
         machine = self._machines[region.name]
         source = self.state(region.name)
         self.model.taken = None
         try:
             taken = machine.events[trigger].trigger(self.model, **kwargs)
         except MachineError:
-            raise IllegalTransition(self.definition.name, region.name, source, trigger) from None
+            allowed = tuple(t for t in region.triggers if region.edges(t, source))
+            raise IllegalTransition(self.definition.name, region.name, source, trigger, allowed) from None
         if not taken or self.model.taken is None:
             return None
         step = Step(self.definition.name, region.name, source, trigger, self.state(region.name))
@@ -201,8 +218,11 @@ class BoundMachine:
         return step, self.model.taken
 
     def may(self, trigger: str, **kwargs: Any) -> bool:
-        """Whether ``trigger`` would be taken now (guards evaluated, nothing changes)."""
-        region = self.definition.region_of(trigger)
+        """Whether ``trigger`` would be taken now (guards evaluated, nothing changes).
+
+        Raises IllegalTransition when the machine has no such trigger at all.
+        """
+        region = self._region_of(trigger)
         machine = self._machines[region.name]
         state = self.state(region.name)
         if trigger not in machine.get_triggers(state):

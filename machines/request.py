@@ -49,8 +49,8 @@ PHASE = Region(
             "idle",
             "setup",
             callbacks=(
-                "emit_started",
                 "open_inboxes",
+                "emit_started",
                 "on_tool",
                 "on_state",
                 "on_message",

@@ -7,22 +7,29 @@ reject, send a stray or duplicate response, steer, cancel), then waits until
 every task of the loop is blocked, so the checks after each rule see a
 quiescent system. Rules are the only source of progress: the model answers
 only when a rule says what it answers.
+
+The same rules also run as fixed scenarios (``play``), so every invariant is
+exercised on every run whatever hypothesis draws, and each invariant is shown to
+fail when the defect it guards against is injected.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from machines.build import BoundMachine, generated
+from machines.definition import MachineDefinition
 from machines.registry import all_definitions
 from orchestrator import (
     AgentExtension,
@@ -39,22 +46,54 @@ from orchestrator import (
     create_agent,
     tool,
 )
+from orchestrator import runtime as runtime_module
 from orchestrator.events import TransitionEvent
+from orchestrator.extensions import steering as steering_module
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.steering import STEERING_EVENT, SteeringExtension
+from orchestrator.messages import ToolStatus
 from orchestrator.pending import PendingResponse, require_bool
 
 SESSION = "s"
 CONFIG = AgentRunConfig(SESSION)
-FINAL_PHASES = all_definitions()["request"].main.final_states
+DEFINITIONS = all_definitions()
+FINAL_PHASES = DEFINITIONS["request"].main.final_states
 TABLE = {
     (d.name, r.name, source, t.trigger, t.dest)
-    for d in all_definitions().values()
+    for d in DEFINITIONS.values()
     for r in d.regions
     for t in r.transitions
     for source in t.source
 }
 APPROVAL_EVENTS = ("approval", "enter_plan_mode_response", "exit_plan_mode_response")
+
+Edge = tuple[str, str, str, str, str]  # machine, region, source, trigger, dest
+
+
+def walk_problems(what: str, steps: Sequence[Edge], definition: MachineDefinition) -> list[str]:
+    """Why ``steps`` is not a walk through ``definition`` from its initial states (empty when it is)."""
+    at = {region.name: region.initial for region in definition.regions}
+    problems: list[str] = []
+    for index, step in enumerate(steps):
+        machine, region, source, _trigger, dest = step
+        if step not in TABLE:
+            problems.append(f"{what}: step {index} {step} is not in the {definition.name} table")
+        if machine != definition.name or region not in at:
+            problems.append(f"{what}: step {index} {step} belongs to no region of {definition.name}")
+            continue
+        if source != at[region]:
+            problems.append(f"{what}: step {index} {step} leaves {source!r} but {region} was in {at[region]!r}")
+        at[region] = dest
+    return problems
+
+
+def bound_models() -> dict[str, int]:
+    """How many models are bound to each generated machine of every definition."""
+    return {
+        f"{name}.{region}": len(machine.models)
+        for name, definition in DEFINITIONS.items()
+        for region, machine in generated(definition).items()
+    }
 
 
 # the world -----------------------------------------------------------------------
@@ -134,7 +173,8 @@ class Observer(AgentExtension):
         self.plan_mode = plan_mode
         self.executions: list[Execution] = []
         self.in_flight = 0
-        self.transitions: list[tuple[str, str, str, str, str]] = []
+        self.transitions: list[Edge] = []
+        self.requests: list[str] = []
         self.violations: list[str] = []
 
     async def on_tool_call(self, context, call, call_next):  # type: ignore[no-untyped-def]
@@ -151,6 +191,7 @@ class Observer(AgentExtension):
         if not isinstance(event, TransitionEvent):
             return
         self.transitions.append((event.machine, event.region, event.source, event.trigger, event.dest))
+        self.requests.append(context.request_id)
         if event.trigger == "enter_plan" and not self.plan_mode.is_plan_mode(context.session_id):
             self.violations.append("the request entered plan_active without an approved Plan Mode")
 
@@ -201,7 +242,9 @@ CALLS: dict[str, dict[str, Any]] = {
 }
 
 
-TOOL_MENU = sorted([*CALLS, "enter_plan_mode", "exit_plan_mode", "list_files"])
+TOOL_MENU = sorted([*CALLS, "gated", "enter_plan_mode", "exit_plan_mode", "list_files"])
+MODEL_FAILS, MODEL_ANSWERS, MODEL_CALLS = 0, 1, 11
+"""``model_step`` actions: 0 a provider failure, 1-2 a final answer, 3-11 tool calls."""
 
 
 class World:
@@ -225,8 +268,10 @@ class World:
         self.approved: set[str] = set()
         self.rejected: set[str] = set()
         self.answered: list[ExternalEvent] = []
+        self.refused: list[str] = []
         self.plan_approvals = 0
         self.requests = 0
+        self.baseline = bound_models()
         self.loop.call(self._setup)
 
     async def _setup(self) -> None:
@@ -309,11 +354,15 @@ class World:
         self._call(send)
         self._collect_waits()
 
-    def respond(self, name: str, payload: dict[str, Any]) -> list[str]:
+    def respond(self, name: str, payload: dict[str, Any], config: AgentRunConfig = CONFIG) -> list[str]:
         event = ExternalEvent(name, payload)
-        accepted: list[str] = self.client.agent.emit_external_event(event, config=CONFIG)
+        accepted: list[str] = self.client.agent.emit_external_event(event, config=config)
         self.settle()
         return accepted
+
+    def withdrawn(self) -> list[PendingResponse]:
+        """Waits that ended without an answer (their request ended)."""
+        return [w for w in self.waits if w.state == "withdrawn"]
 
     def settle(self) -> None:
         async def nothing() -> None:
@@ -328,6 +377,10 @@ class World:
         run = self.client.agent._live.get(SESSION)
         taken = run is not None and run.steering is not None and run.steering.text == content
         return queued + int(taken)
+
+    def waiting_steering(self) -> int:
+        """Accepted steering messages of the running request not appended yet."""
+        return sum(self.held_steering(content) for content, number in self.steered.items() if number == self.requests)
 
     def cancel(self) -> None:
         async def cancel() -> None:
@@ -353,16 +406,18 @@ class Requests(RuleBasedStateMachine):
 
     # rules ---------------------------------------------------------------------
 
-    @precondition(lambda self: not self.world.running and self.world.requests < 4)
+    @precondition(lambda self: not self.world.running)
     @rule(text=st.sampled_from(["go", "plan first"]))
     def start_request(self, text: str) -> None:
         self.world.start(text)
 
     @precondition(lambda self: self.world.model_waiting)
-    @rule(action=st.integers(0, 11), names=st.lists(st.sampled_from(TOOL_MENU), min_size=1, max_size=3))
+    @rule(
+        action=st.integers(MODEL_FAILS, MODEL_CALLS), names=st.lists(st.sampled_from(TOOL_MENU), min_size=1, max_size=3)
+    )
     def model_step(self, action: int, names: list[str]) -> None:
         """Mostly tool calls; sometimes a final answer; rarely a provider failure."""
-        if action == 0:
+        if action == MODEL_FAILS:
             self.world.model(ModelError("the provider broke"))
         elif action <= 2:
             self.world.model(AssistantMessage("done"))
@@ -383,25 +438,28 @@ class Requests(RuleBasedStateMachine):
         if approved and wait.response_event != "approval":
             self.world.plan_approvals += 1
 
+    @precondition(lambda self: self.world.running and self.world.waiting_steering() < 2)
     @rule()
     def steer(self) -> None:
-        """Steering is taken exactly while a request runs."""
+        """Steering is taken while a request runs (refusal while idle is ``application_noise``)."""
         world = self.world
-        running = world.running
         content = f"steer {next(world.ids)}"
         accepted = world.respond(STEERING_EVENT, {"content": content})
-        assert accepted == (["SteeringExtension"] if running else []), f"steering accepted={accepted} running={running}"
-        if accepted:
-            world.steered[content] = world.requests
+        assert accepted == ["SteeringExtension"], f"steering to a running request was refused: {accepted}"
+        world.steered[content] = world.requests
 
     @rule(
-        kind=st.sampled_from(["stray", "blank_steer", "duplicate", "malformed", "idle", "cancel"]),
+        kind=st.sampled_from(
+            ["duplicate", "late", "misrouted", "malformed", "stray", "cancel", "blank_steer", "idle_steer", "idle"]
+        ),
         pick=st.integers(0, 3),
     )
     def application_noise(self, kind: str, pick: int) -> None:
-        """What else the application may do: answers nobody asked for, repeats, garbage, waiting, cancelling."""
+        """What else the application may do: answers nobody asked for (stray, for the wrong event or
+        session, after the request ended), repeats, garbage, steering nothing runs for, waiting, cancelling."""
         world = self.world
         waits = world.pending()
+        withdrawn = world.withdrawn()
         if kind == "duplicate" and world.answered:
             event = world.answered[pick % len(world.answered)]
             assert world.respond(event.name, dict(event.payload)) == [], f"{event} was taken twice"
@@ -409,12 +467,30 @@ class Requests(RuleBasedStateMachine):
             wait = waits[pick % len(waits)]
             assert world.respond(wait.response_event, {"tool_call_id": wait.key, "approved": "yes"}) == []
             assert wait in world.pending(), "a malformed response ended the wait"
+        elif kind == "misrouted" and waits:
+            wait = waits[pick % len(waits)]
+            payload = {"tool_call_id": wait.key, "approved": True}
+            wrong = [name for name in APPROVAL_EVENTS if name != wait.response_event][pick % 2]
+            assert world.respond(wrong, payload) == [], f"{wrong} answered a wait for {wait.response_event}"
+            assert world.respond(wait.response_event, payload, AgentRunConfig("another")) == [], (
+                "another session's response was taken"
+            )
+            assert wait in world.pending(), "a misrouted response ended the wait"
+            world.refused.append(wait.key)
+        elif kind == "late" and withdrawn:
+            wait = withdrawn[pick % len(withdrawn)]
+            payload = {"tool_call_id": wait.key, "approved": True}
+            assert world.respond(wait.response_event, payload) == [], f"a late answer to {wait.key} was taken"
+            assert wait.state == "withdrawn"
+            world.refused.append(wait.key)
         elif kind == "stray":
             name = APPROVAL_EVENTS[pick % len(APPROVAL_EVENTS)]
             payload = {"tool_call_id": "nobody-asked", "approved": True}
             assert world.respond(name, payload) == [], "a response nobody waits for was taken"
         elif kind == "blank_steer":
             assert world.respond(STEERING_EVENT, {"content": "  "}) == [], "blank steering was taken"
+        elif kind == "idle_steer" and not world.running:
+            assert world.respond(STEERING_EVENT, {"content": "nobody runs"}) == [], "steering taken while idle"
         elif kind == "cancel" and world.running:
             world.cancel()
         else:
@@ -423,38 +499,70 @@ class Requests(RuleBasedStateMachine):
     # invariants ----------------------------------------------------------------
 
     @invariant()
-    def transitions_are_in_the_tables(self) -> None:
+    def invariants_hold(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Every invariant, in turn (hypothesis runs them after every rule; ``play`` too)."""
+        self.transitions_walk_the_tables()
+        self.every_tool_call_has_one_result()
+        self.plan_mode_only_runs_its_capabilities()
+        self.no_approval_is_bypassed()
+        self.steering_is_answered_once_and_never_lost()
+        self.a_running_request_waits_for_someone()
+        self.an_ended_request_leaves_nothing_behind()
+
+    def transitions_walk_the_tables(self) -> None:
+        """Each observed transition is in a table and starts where the previous one of its machine ended."""
         world = self.world
-        taken = list(world.observer.transitions)
-        taken += [(s.machine, s.region, s.source, s.trigger, s.dest) for s in world.client.transitions(SESSION)]
-        for machine in [*(w.machine for w in world.waits), *world.inbox_machines]:
-            taken += [(s.machine, s.region, s.source, s.trigger, s.dest) for s in machine.history]
-        unknown = sorted(set(taken) - TABLE)
-        assert not unknown, f"transitions outside the definitions: {unknown}"
+        observed = world.observer.transitions
+        assert not set(observed) - TABLE, f"transitions outside the definitions: {sorted(set(observed) - TABLE)}"
+        problems: list[str] = []
+        per_request: dict[str, list[Edge]] = {}
+        for request_id, step in zip(world.observer.requests, observed, strict=True):
+            if step[0] == "request":
+                per_request.setdefault(request_id, []).append(step)
+        for request_id, steps in per_request.items():
+            problems += walk_problems(f"request {request_id}", steps, DEFINITIONS["request"])
+        latest = [(s.machine, s.region, s.source, s.trigger, s.dest) for s in world.client.transitions(SESSION)]
+        if latest:
+            announced = list(per_request.values())[-1]
+            assert announced == latest, f"announced transitions {announced} differ from the machine's {latest}"
+        plan = [step for step in observed if step[0] == "plan_mode"]
+        problems += walk_problems("the session's plan mode", plan, DEFINITIONS["plan_mode"])
+        for wait in world.waits:
+            history = [(s.machine, s.region, s.source, s.trigger, s.dest) for s in wait.machine.history]
+            problems += walk_problems(f"approval {wait.key}", history, DEFINITIONS["approval"])
+        for inbox in world.inbox_machines:
+            history = [(s.machine, s.region, s.source, s.trigger, s.dest) for s in inbox.history]
+            problems += walk_problems("a steering inbox", history, DEFINITIONS["steering_inbox"])
+        assert not problems, "\n".join(problems)
         assert not world.observer.violations, world.observer.violations
 
-    @invariant()
     def every_tool_call_has_one_result(self) -> None:
         world = self.world
         history = world.history()
         assistants = [i for i, m in enumerate(history) if isinstance(m, AssistantMessage)]
         calls = {c.id: i for i in assistants for c in history[i].tool_calls}
-        results = [m.tool_call_id for m in history if isinstance(m, ToolMessage)]
-        assert len(results) == len(set(results)), "a tool call has two results"
-        assert set(results) <= set(calls), "a result answers no call"
+        results: dict[str, int] = {}
+        for index, message in enumerate(history):
+            if isinstance(message, ToolMessage):
+                assert message.tool_call_id not in results, f"tool call {message.tool_call_id} has two results"
+                results[message.tool_call_id] = index
+        assert set(results) <= set(calls), f"results that answer no call: {sorted(set(results) - set(calls))}"
+        for call_id, index in results.items():
+            assert index > calls[call_id], f"the result of {call_id} comes before its call"
         settled_before = len(history) if not world.running or world.model_waiting else assistants[-1]
         for call_id, index in calls.items():
             if index < settled_before:
                 assert call_id in results, f"tool call {call_id} has no result"
 
-    @invariant()
     def plan_mode_only_runs_its_capabilities(self) -> None:
         allowed = self.world.plan_mode.capabilities
         for run in self.world.observer.executions:
             if run.request_plan_active or run.session_plan_mode:
                 assert run.name in allowed, f"{run.name} ran while Plan Mode was active"
 
-    @invariant()
     def no_approval_is_bypassed(self) -> None:
         world = self.world
         gated_names = {"gated", "enter_plan_mode", "exit_plan_mode"}
@@ -462,9 +570,8 @@ class Requests(RuleBasedStateMachine):
             if run.name in gated_names:
                 assert run.call_id in world.approved, f"{run.name} {run.call_id} ran without an approval"
         plan_approvals = [t for t in world.observer.transitions if t[0] == "plan_mode" and t[3] == "approve"]
-        assert len(plan_approvals) <= world.plan_approvals
+        assert len(plan_approvals) <= world.plan_approvals, "Plan Mode changed without the user's approval"
 
-    @invariant()
     def steering_is_answered_once_and_never_lost(self) -> None:
         world = self.world
         appended = [m.text for m in world.history() if isinstance(m, UserMessage)]
@@ -477,25 +584,29 @@ class Requests(RuleBasedStateMachine):
             elif outcome == "completed":
                 assert count == 1, f"steering {content!r} of a completed request was never answered"
 
-    @invariant()
     def a_running_request_waits_for_someone(self) -> None:
         world = self.world
         if world.running:
             assert world.model_waiting or world.pending(), "the request is stuck: nothing it waits for can come"
 
-    @invariant()
     def an_ended_request_leaves_nothing_behind(self) -> None:
         world = self.world
         if world.running:
             return
         assert world.client.agent.running() == []
-        assert world.pending() == []
-        assert world.plan_mode._requests == {}
-        assert world.steering._inboxes == {}
+        assert world.gate.router.waiting() == [] and world.plan_mode.router.waiting() == [], (
+            "a wait outlived its request"
+        )
+        assert world.plan_mode._requests == {}, "Plan Mode kept the state of an ended request"
+        assert world.steering._inboxes == {}, "a steering inbox is still routed after its request ended"
         assert world.plan_mode.mode(SESSION) in ("normal", "plan_active")
-        assert not any(extension.pending for extension in world.extensions)
-        assert all(w.state in ("answered", "withdrawn") for w in world.waits)
+        assert not any(extension.pending for extension in world.extensions), "an extension still counts a request"
+        assert world.observer.in_flight == 0
+        assert all(w.state in ("answered", "withdrawn") for w in world.waits), "an approval machine still waits"
         assert all(m.is_final for m in world.inbox_machines), "a steering inbox outlived its request"
+        in_plan = int(world.plan_mode.mode(SESSION) != "normal")
+        expected = {**world.baseline, "plan_mode.lifecycle": world.baseline["plan_mode.lifecycle"] + in_plan}
+        assert bound_models() == expected, "a machine of an ended request is still bound"
         steps = world.client.transitions(SESSION)
         if steps:
             assert [s.dest for s in steps if s.region == "phase"][-1] in FINAL_PHASES
@@ -513,3 +624,281 @@ class Requests(RuleBasedStateMachine):
 
 
 test_requests = Requests.TestCase
+
+
+# fixed scenarios: every invariant is exercised on every run ------------------------
+
+Play = tuple[str, dict[str, Any]]
+
+
+def start(text: str = "go") -> Play:
+    return ("start_request", {"text": text})
+
+
+def tools(*names: str) -> Play:
+    return ("model_step", {"action": MODEL_CALLS, "names": list(names)})
+
+
+def answer(pick: int = 0, approved: bool = True) -> Play:
+    return ("answer_wait", {"pick": pick, "approved": approved})
+
+
+def noise(kind: str, pick: int = 0) -> Play:
+    return ("application_noise", {"kind": kind, "pick": pick})
+
+
+FINAL: Play = ("model_step", {"action": MODEL_ANSWERS, "names": ["echo"]})
+BROKEN: Play = ("model_step", {"action": MODEL_FAILS, "names": ["echo"]})
+STEER: Play = ("steer", {})
+
+
+def play(*steps: Play) -> World:
+    """Run ``steps`` as rules of Requests, checking every invariant before and after each; then tear down."""
+    machine = Requests()
+    try:
+        machine.check()
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
+            machine.check()
+    except BaseException:
+        machine.world.close()
+        raise
+    machine.teardown()
+    return machine.world
+
+
+def ran(world: World) -> list[tuple[str, str, bool]]:
+    return [(run.call_id, run.name, run.request_plan_active) for run in world.observer.executions]
+
+
+def results(world: World) -> dict[str, str]:
+    return {m.tool_call_id: m.content for m in world.history() if isinstance(m, ToolMessage)}
+
+
+PLAN_SESSION = (
+    start("plan first"),
+    tools("enter_plan_mode"),  # t1
+    answer(approved=True),
+    tools("deploy", "echo", "list_files"),  # t2-t4
+    tools("gated"),  # t5
+    tools("exit_plan_mode"),  # t6
+    noise("misrouted", 1),
+    answer(approved=False),
+    noise("duplicate"),
+    tools("exit_plan_mode"),  # t7
+    answer(approved=True),
+    tools("deploy"),  # t8
+    FINAL,
+)
+
+
+def test_plan_mode_admits_only_its_capabilities_and_changes_only_on_approval() -> None:
+    world = play(*PLAN_SESSION)
+    assert ran(world) == [
+        ("t1", "enter_plan_mode", False),
+        ("t4", "list_files", True),
+        ("t7", "exit_plan_mode", True),
+        ("t8", "deploy", False),
+    ]
+    outcome = results(world)
+    for refused in ("t2", "t3", "t5"):
+        assert "is not available in Plan Mode" in outcome[refused]
+    assert outcome["t6"].startswith("rejected: the user rejected the plan")
+    plan = [t[3] for t in world.observer.transitions if t[0] == "plan_mode"]
+    assert plan == ["propose_entry", "approve", "propose_exit", "reject", "propose_exit", "approve"]
+    assert world.refused == ["t6"] and world.outcomes == {1: "completed"}
+
+
+def test_stray_duplicate_malformed_misrouted_and_late_answers_change_nothing() -> None:
+    world = play(
+        start(),
+        tools("gated", "gated", "echo"),  # t1-t3
+        noise("stray", 0),
+        noise("stray", 2),
+        noise("malformed", 1),
+        noise("misrouted", 0),
+        answer(0, approved=True),
+        noise("duplicate"),
+        answer(0, approved=False),
+        noise("duplicate", 1),
+        FINAL,
+        start(),
+        tools("gated"),  # t4
+        noise("cancel"),
+        noise("late"),
+        noise("duplicate", 2),
+    )
+    assert ran(world) == [("t3", "echo", False), ("t1", "gated", False)]
+    outcome = results(world)
+    assert outcome["t2"] == "rejected: declined"
+    assert outcome["t4"] == "not completed: request cancelled"
+    assert [w.state for w in world.waits] == ["answered", "answered", "withdrawn"]
+    assert world.refused == ["t1", "t4"]
+    assert world.outcomes == {1: "completed", 2: "cancelled"}
+
+
+def test_steering_is_answered_in_order_once_and_refused_when_nothing_runs() -> None:
+    world = play(
+        start(),
+        tools("gated"),  # t1
+        STEER,  # steer 2
+        STEER,  # steer 3
+        answer(approved=True),
+        FINAL,  # answers steer 2; steer 3 is taken after this model call
+        FINAL,  # answers steer 3
+        noise("idle_steer"),
+        start(),
+        STEER,  # steer 4
+        BROKEN,
+        noise("idle_steer"),
+    )
+    users = [m.text for m in world.history() if isinstance(m, UserMessage)]
+    assert users == ["go", "steer 2", "steer 3", "go"]
+    assert world.outcomes == {1: "completed", 2: "failed"}
+    assert [type(error) for error in world.errors] == [ModelError]
+    phases = [t[4] for t in world.observer.transitions if t[1] == "phase"]
+    assert phases.count("steering_interrupt") == 2
+
+
+# the invariants catch the defects they guard against ------------------------------
+
+
+def _plan_mode_admits_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    propose = PlanModeExtension.before_tool
+
+    async def only_proposals(self: PlanModeExtension, context: Any, call: ToolCall) -> None:
+        if call.name in ("enter_plan_mode", "exit_plan_mode"):
+            await propose(self, context, call)
+
+    monkeypatch.setattr(PlanModeExtension, "before_tool", only_proposals)
+    monkeypatch.setitem(runtime_module._GUARDS, "tool_in_capabilities", lambda event: True)
+
+
+def _approvals_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def answered_at_once(self: Any, context: Any, key: str, **options: Any) -> dict[str, Any]:
+        return {"tool_call_id": key, "approved": True}
+
+    monkeypatch.setattr(ResponseRouter, "wait", answered_at_once)
+
+
+def _steering_never_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SteeringExtension, "take", lambda self, context: None)
+    monkeypatch.setattr(SteeringExtension, "select_next", lambda self, context, reserve: None)
+
+
+def _steering_taken_but_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    def peek(self: Any) -> UserMessage | None:
+        if not self.messages:
+            return None
+        self.machine.fire("hold")
+        message: UserMessage = self.messages[0]
+        return message
+
+    monkeypatch.setattr(steering_module._Inbox, "pop", peek)
+
+
+def _cancelled_calls_unanswered(monkeypatch: pytest.MonkeyPatch) -> None:
+    settle = runtime_module.RequestRun.settle
+
+    async def forgetful(self: Any, call: ToolCall, status: ToolStatus, content: str) -> Any:
+        if status is ToolStatus.CANCELLED:
+            self.open_calls.pop(call.id, None)
+            return None
+        return await settle(self, call, status, content)
+
+    monkeypatch.setattr(runtime_module.RequestRun, "settle", forgetful)
+
+
+def _inboxes_never_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SteeringExtension, "close", lambda self, context: None)
+
+
+def _admissions_unannounced(monkeypatch: pytest.MonkeyPatch) -> None:
+    announce = runtime_module.RequestRun._announce
+
+    async def quiet_admissions(self: Any, step: Any) -> None:
+        if step.trigger != "admit_tool":
+            await announce(self, step)
+
+    monkeypatch.setattr(runtime_module.RequestRun, "_announce", quiet_admissions)
+
+
+def _approval_machines_kept_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    unbind = BoundMachine.unbind
+
+    def keep_approvals(self: BoundMachine) -> None:
+        if self.definition.name != "approval":
+            unbind(self)
+
+    monkeypatch.setattr(BoundMachine, "unbind", keep_approvals)
+
+
+DEFECTS: list[Any] = [
+    pytest.param(
+        _plan_mode_admits_everything,
+        (start(), tools("enter_plan_mode"), answer(), tools("deploy")),
+        "deploy ran while Plan Mode was active",
+        id="plan-mode-bypassed",
+    ),
+    pytest.param(_approvals_skipped, (start(), tools("gated")), "gated t1 ran without an approval", id="no-approval"),
+    pytest.param(
+        _steering_never_taken,
+        (start(), STEER, FINAL),
+        "steering 'steer 1' of a completed request was never answered",
+        id="steering-lost",
+    ),
+    pytest.param(
+        _steering_taken_but_kept,
+        (start(), STEER, FINAL),
+        "steering 'steer 1' is lost or duplicated",
+        id="steering-twice",
+    ),
+    pytest.param(
+        _cancelled_calls_unanswered,
+        (start(), tools("gated"), noise("cancel")),
+        "tool call t1 has no result",
+        id="result-missing",
+    ),
+    pytest.param(
+        _inboxes_never_closed,
+        (start(), FINAL),
+        "a steering inbox is still routed after its request ended",
+        id="inbox-left-open",
+    ),
+    pytest.param(
+        _admissions_unannounced,
+        (start(), tools("echo")),
+        "announced transitions .* differ",
+        id="transition-unannounced",
+    ),
+    pytest.param(
+        _approval_machines_kept_bound,
+        (start(), tools("gated"), answer(), FINAL),
+        "a machine of an ended request is still bound",
+        id="machine-left-bound",
+    ),
+]
+
+
+@pytest.mark.parametrize(("inject", "steps", "message"), DEFECTS)
+def test_each_invariant_fails_on_the_defect_it_guards_against(
+    monkeypatch: pytest.MonkeyPatch, inject: Callable[[pytest.MonkeyPatch], None], steps: tuple[Play, ...], message: str
+) -> None:
+    play(*steps)  # without the defect the scenario holds every invariant
+    inject(monkeypatch)
+    with pytest.raises(AssertionError, match=message):
+        play(*steps)
+
+
+def test_the_request_machine_alone_keeps_plan_mode_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the extension's own check gone, the admit_tool guard still refuses what Plan Mode does not offer."""
+    propose = PlanModeExtension.before_tool
+
+    async def only_proposals(self: PlanModeExtension, context: Any, call: ToolCall) -> None:
+        if call.name in ("enter_plan_mode", "exit_plan_mode"):
+            await propose(self, context, call)
+
+    monkeypatch.setattr(PlanModeExtension, "before_tool", only_proposals)
+    world = play(*PLAN_SESSION)
+    assert [name for _, name, active in ran(world) if active] == ["list_files", "exit_plan_mode"]
+    assert results(world)["t2"] == "tool 'deploy' is not available in this request"
