@@ -21,8 +21,8 @@ _LIVE = (
     "compacting",
 )
 
-_NEXT_TURN = ("after_turn", "before_turn", "assemble_request", "before_model")
-_FIRST_TURN = ("before_turn", "assemble_request", "before_model")
+_NEXT_TURN = ("after_turn", "before_turn", "assemble_request", "compact_context", "before_model")
+_FIRST_TURN = ("before_turn", "assemble_request", "compact_context", "before_model")
 _RECEIVE = ("append_response", "after_model", "poll_steering")
 
 PHASE = Region(

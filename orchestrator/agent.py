@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 import trio
 
 from machines.build import Step
+from orchestrator.compactor import TurnCompactor
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.events import AgentEvent
@@ -75,6 +76,7 @@ class Agent:
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
         self.inboxes: list[InputInbox] = [e for e in self.extensions if isinstance(e, InputInbox)]
+        self.compactors: list[TurnCompactor] = [e for e in self.extensions if isinstance(e, TurnCompactor)]
         self._live: dict[str, RequestRun] = {}
         self._last: dict[str, RequestRun] = {}
 

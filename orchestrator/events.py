@@ -131,6 +131,14 @@ class MessageAppendedEvent(AgentEvent):
 
 
 @attrs.frozen(kw_only=True, repr=False)
+class HistoryReplacedEvent(AgentEvent):
+    """Published to extensions (not streamed) when compaction replaced the session's history."""
+
+    kind: ClassVar[str] = "history_replaced"
+    messages: tuple[Message, ...]
+
+
+@attrs.frozen(kw_only=True, repr=False)
 class RunCompletedEvent(AgentEvent):
     kind: ClassVar[str] = "run_completed"
     result: AssistantMessage

@@ -471,6 +471,14 @@ class RequestRun:
     async def _cb_assemble_request(self) -> None:
         self.request = self.assemble()
 
+    async def _cb_compact_context(self) -> None:
+        compacted = False
+        for compactor in self.agent.compactors:
+            compacted = await compactor.compact_turn(self.context) or compacted
+        if compacted:
+            await self._store_history()
+            self.request = self.assemble()
+
     async def _cb_before_model(self) -> None:
         for extension in self.hooks["before_model"]:
             assert self.request is not None
@@ -544,9 +552,14 @@ class RequestRun:
         await self._run_hook("on_compact")
 
     async def _cb_store_compaction(self) -> None:
+        await self._store_history()
+
+    async def _store_history(self) -> None:
+        """Make the session's history the request's messages, system instructions left out."""
+        kept = tuple(m for m in self.context.messages if not isinstance(m, SystemMessage))
         if self.agent.history is not None:
-            kept = [m for m in self.context.messages if not isinstance(m, SystemMessage)]
             self.agent.history.replace(self.context.session_id, kept)
+        await self.publish(ev.HistoryReplacedEvent(**self._ids, messages=kept))
 
 
 def _check_call_ids(message: AssistantMessage) -> None:

@@ -1,4 +1,4 @@
-"""CompactionExtension: summarize older history through the model on Agent.compact."""
+"""CompactionExtension: summarize older history through the model on Agent.compact or in each turn."""
 
 from __future__ import annotations
 
@@ -94,13 +94,19 @@ def read(path: str) -> str:
     return {"f.txt": "contents " + LONG, "g": "g body", "h": "h body"}[path]
 
 
-async def test_tool_calls_and_their_results_stay_together_in_sqlite(tmp_path: Path) -> None:
-    store = SQLiteSessionStore(tmp_path / "s.db")
+async def stored_conversation(path: Path) -> SQLiteSessionStore:
+    """A store whose session "s" holds conversation(), written by real requests."""
+    store = SQLiteSessionStore(path)
     replies = [m for m in conversation() if isinstance(m, AssistantMessage)]
     writer = await create_agent(ScriptedModel(replies), tools=[read], history=None, extensions=[store])
     await writer.run("first task " + LONG, config=AgentRunConfig("s"))
     await writer.run("second task", config=AgentRunConfig("s"))
     assert store.messages("s") == conversation()
+    return store
+
+
+async def test_tool_calls_and_their_results_stay_together_in_sqlite(tmp_path: Path) -> None:
+    store = await stored_conversation(tmp_path / "s.db")
 
     summarizer = ScriptedModel([AssistantMessage("summary text")])
     events: list[AgentEvent] = []
@@ -169,3 +175,51 @@ async def test_without_a_model_of_its_own_the_agents_model_summarizes() -> None:
     [request] = model.requests
     assert isinstance(request.messages[0], SystemMessage) and request.tools == ()
     assert history.load("s") == [UserMessage(SUMMARY_PREFIX + "own summary"), *conversation()[5:]]
+
+
+async def test_auto_compaction_runs_in_the_turn_between_assembly_and_before_model() -> None:
+    history = InMemoryHistory()
+    history.replace("s", conversation())
+    summarizer = ScriptedModel([AssistantMessage("two tasks were done")])
+    main = ScriptedModel([AssistantMessage("third done")])
+    seen: list[tuple[str, int]] = []
+
+    class Watch(AgentExtension):
+        async def before_turn(self, context):  # type: ignore[no-untyped-def]
+            seen.append(("before_turn", len(context.messages)))
+
+        async def before_model(self, context, request):  # type: ignore[no-untyped-def]
+            seen.append(("before_model", len(request.messages)))
+
+    compaction = CompactionExtension(summarizer, threshold_tokens=100, keep_last=2, auto=True)
+    client = await create_agent(main, history=history, extensions=[Watch(), compaction], system_prompt="sys")
+    events = [e async for e in client.stream("third task", config=AgentRunConfig("s"))]
+
+    summary = UserMessage(SUMMARY_PREFIX + "two tasks were done")
+    kept = [AssistantMessage("second done"), UserMessage("third task")]
+    assert main.requests[0].messages == (SystemMessage("sys"), summary, *kept)
+    assert seen == [("before_turn", 11), ("before_model", 4)]
+    [compacted] = [e for e in events if e.name == "history_compacted"]
+    assert compacted.payload["summarized"] == 8 and compacted.payload["kept"] == 2
+    assert history.load("s") == [summary, *kept, AssistantMessage("third done")]
+
+
+async def test_auto_compaction_is_stored_by_the_sqlite_store_and_off_by_default(tmp_path: Path) -> None:
+    store = await stored_conversation(tmp_path / "s.db")
+    summarizer = ScriptedModel([AssistantMessage("earlier work")])
+    main = ScriptedModel([AssistantMessage("ok"), AssistantMessage("ok again")])
+    manual = CompactionExtension(summarizer, threshold_tokens=100, keep_last=2)
+    client = await create_agent(main, history=None, extensions=[store, manual])
+    await client.run("no compaction yet", config=AgentRunConfig("s"))
+    assert summarizer.requests == []
+    assert len(store.messages("s")) == len(conversation()) + 2
+
+    manual.auto = True
+    await client.run("now compact", config=AgentRunConfig("s"))
+    assert store.messages("s") == [
+        UserMessage(SUMMARY_PREFIX + "earlier work"),
+        AssistantMessage("ok"),
+        UserMessage("now compact"),
+        AssistantMessage("ok again"),
+    ]
+    store.close()

@@ -378,5 +378,20 @@ def test_readme_embeds_the_current_request_diagram() -> None:
     start = readme.index("<!-- request-diagram: diagrams/request.mmd -->\n```mermaid\n")
     body = readme[start:].split("```mermaid\n", 1)[1].split("\n```", 1)[0]
     assert body + "\n" == (root / "diagrams" / "request.mmd").read_text(), (
-        "README's request diagram is stale: paste diagrams/request.mmd (python -m orchestrator diagrams)"
+        "README's request diagram is stale: run `python -m orchestrator diagrams` in the repository root"
     )
+
+
+def test_the_diagrams_command_refreshes_and_checks_the_embedded_readme_diagram(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator import diagrams as command
+
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n" + command.README_MARKER + "stale\n```\n\nafter\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert command.main(["--check", "--out", str(tmp_path / "d")]) == 1
+    assert command.main(["--out", str(tmp_path / "d")]) == 0
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("intro\n" + command.README_MARKER + "---\ntitle: request\n")
+    assert text.endswith("```\n\nafter\n")
+    assert command.embed_request_diagram(readme, command._request_mermaid()) == f"{readme}: request diagram up to date"
+    assert command.main(["--check", "--out", str(tmp_path / "d")]) == 0

@@ -1,7 +1,9 @@
 """CompactionExtension: summarize older history through the model.
 
 ``await agent.compact(config)`` restores the session and runs ``on_compact``;
-when the estimated size of the restored messages passes ``threshold_tokens``,
+with ``auto=True`` the same pass also runs in every turn of a request, after the
+model request is assembled and before ``before_model``. When the estimated size
+of the messages passes ``threshold_tokens``,
 everything but the leading system messages and the last ``keep_last``
 messages is rendered as a transcript and summarized by the model (the
 agent's own unless another is given). The session
@@ -78,9 +80,11 @@ class CompactionExtension(AgentExtension):
         threshold_tokens: int = 4000,
         keep_last: int = 6,
         prompt: str = DEFAULT_PROMPT,
+        auto: bool = False,
     ) -> None:
         if threshold_tokens < 0 or keep_last < 0:
             raise ValueError("threshold_tokens and keep_last must not be negative")
+        self.auto = auto
         self.model = model
         self.threshold_tokens = threshold_tokens
         self.keep_last = keep_last
@@ -110,17 +114,26 @@ class CompactionExtension(AgentExtension):
         return (final if final is not None else "".join(pieces)).strip()
 
     async def on_compact(self, context: AgentRunContext) -> None:
+        """Compact the restored session when it passes the threshold (``Agent.compact``)."""
+        await self.compact(context)
+
+    async def compact_turn(self, context: AgentRunContext) -> bool:
+        """With ``auto``, compact the request's context before a model call; whether it did."""
+        return self.auto and await self.compact(context)
+
+    async def compact(self, context: AgentRunContext) -> bool:
+        """Summarize all but the leading system messages and the kept tail; whether it did."""
         messages = list(context.messages)
         before = estimate_tokens(messages)
         if before <= self.threshold_tokens:
-            return
+            return False
         head = 0
         while head < len(messages) and isinstance(messages[head], SystemMessage):
             head += 1
         system, conversation = messages[:head], messages[head:]
         cut = split_point(conversation, self.keep_last)
         if cut == 0:
-            return
+            return False
         older, recent = conversation[:cut], conversation[cut:]
         summary = await self.summarize(older, self.model or context.agent.model)
         compacted: list[Message] = [*system, UserMessage(SUMMARY_PREFIX + summary), *recent]
@@ -136,3 +149,4 @@ class CompactionExtension(AgentExtension):
                 },
             )
         )
+        return True

@@ -61,7 +61,13 @@ import trio
 from machines.plan_mode import PLAN_MODE
 from machines.request import REQUEST
 from orchestrator.config import AgentRunConfig, ExternalEvent
-from orchestrator.events import AgentEvent, MessageAppendedEvent, RunCancelledEvent, TransitionEvent
+from orchestrator.events import (
+    AgentEvent,
+    HistoryReplacedEvent,
+    MessageAppendedEvent,
+    RunCancelledEvent,
+    TransitionEvent,
+)
 from orchestrator.extensions.base import AgentExtension, CallNextModel
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.messages import (
@@ -377,12 +383,17 @@ class SQLiteSessionStore(AgentExtension):
             self._track(session_id, message)
 
     def _replace(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Make ``messages`` the session's history; its queued appends are part of them."""
         rows = [(session_id, i, m.role, encode_message(m), time.time()) for i, m in enumerate(messages)]
-        with self._transaction() as db:
-            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            db.executemany(
-                "INSERT INTO messages (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)", rows
-            )
+        with self._lock:
+            with self._begin() as db:
+                db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+                db.executemany(
+                    "INSERT INTO messages (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)", rows
+                )
+            others = [entry for entry in self._unwritten if entry[0] != session_id]
+            self._unwritten.clear()
+            self._unwritten.extend(others)
 
     def _track(self, session_id: str, message: Message) -> None:
         """Remember calls appended here and not yet answered (they run in this process)."""
@@ -524,6 +535,9 @@ class SQLiteSessionStore(AgentExtension):
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
         """Store appended messages, waits and compactions; forget a request's waits when it ends."""
+        if isinstance(event, HistoryReplacedEvent):
+            await self._in_thread(self._replace, context.session_id, event.messages)
+            return
         if isinstance(event, MessageAppendedEvent):
             # Queued before any checkpoint, in the order of appending: concurrent tool calls
             # whose worker threads reach the database out of order still commit in that order.
@@ -545,9 +559,6 @@ class SQLiteSessionStore(AgentExtension):
         if isinstance(event, TransitionEvent) and event.machine == PLAN_MODE.name:
             await self._in_thread(self._record_plan_mode, context.session_id, event.dest)
             return
-        if isinstance(event, TransitionEvent) and event.trigger == "finish_compaction":
-            kept = [m for m in context.messages if not isinstance(m, SystemMessage)]
-            await self._in_thread(self._replace, context.session_id, kept)
         ended = isinstance(event, RunCancelledEvent) or (
             event.machine == REQUEST.name and event.region == REQUEST.main.name and event.dest in _FINAL_PHASES
         )
