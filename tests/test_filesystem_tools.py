@@ -57,6 +57,32 @@ async def test_read_write_and_offsets(layout: tuple[Path, Path]) -> None:
     assert capped.startswith("x" * 60 + "\n[truncated: 40 more characters")
 
 
+async def test_read_file_counts_lines_longer_than_its_read_chunk_and_caps_without_losing_the_count(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "big.txt").write_text("a" * 200_000 + "\n" + "second\r\nthird\n" + "z" * 150)
+    assert await invoke(tmp_path, "read_file", path="big.txt", offset=2, limit=1) == "second\r\n"
+    assert await invoke(tmp_path, "read_file", path="big.txt", offset=3) == "third\n" + "z" * 54 + (
+        "\n[truncated: 96 more characters; read further with offset and limit]"
+    )
+    whole = await invoke(tmp_path, "read_file", path="big.txt")
+    assert whole == "a" * 60 + "\n[truncated: 200105 more characters; read further with offset and limit]"
+
+
+async def test_read_file_holds_no_more_than_its_cap_of_a_large_file(tmp_path: Path) -> None:
+    import tracemalloc
+
+    (tmp_path / "huge.txt").write_text(("y" * 99 + "\n") * 100_000)  # 10 MB
+    tracemalloc.start()
+    try:
+        capped = await invoke(tmp_path, "read_file", path="huge.txt")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert capped.endswith("[truncated: 9999940 more characters; read further with offset and limit]")
+    assert peak < 2_000_000
+
+
 async def test_edit_file_replaces_exactly_one_occurrence(layout: tuple[Path, Path]) -> None:
     root, _ = layout
     (root / "crlf.txt").write_bytes(b"alpha\r\nbeta\r\nalpha beta\r\n")

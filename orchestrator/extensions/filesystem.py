@@ -16,7 +16,7 @@ import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 import trio
@@ -31,6 +31,7 @@ FILESYSTEM_TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 _GREP_MAX_BYTES = 5_000_000
+_READ_CHUNK = 65_536
 _SKIPPED_DIRS = frozenset({".git"})
 
 
@@ -119,11 +120,16 @@ class Workspace:
 
     # file access ------------------------------------------------------------
 
+    def _open(self, path: Path, errors: str = "replace") -> TextIO:
+        """A regular file opened for reading text, never through a final symlink."""
+        handle = os.fdopen(os.open(path, os.O_RDONLY | _NOFOLLOW), encoding="utf-8", errors=errors, newline="")
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            handle.close()
+            raise IsADirectoryError(f"{self.relative(path)!r} is not a regular file")
+        return handle
+
     def _read(self, path: Path, errors: str = "replace") -> str:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8", errors=errors, newline="") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise IsADirectoryError(f"{self.relative(path)!r} is not a regular file")
+        with self._open(path, errors) as handle:
             return handle.read()
 
     def _write(self, path: Path, content: str) -> None:
@@ -135,22 +141,35 @@ class Workspace:
             handle.truncate()
             handle.write(content)
 
-    def _cap(self, text: str, hint: str) -> str:
-        if len(text) <= self.max_chars:
+    def _cap(self, text: str, hint: str, more: int = 0) -> str:
+        """``text`` cut to max_chars; ``more`` counts characters already left out."""
+        hidden = max(len(text) - self.max_chars, 0) + more
+        if hidden == 0:
             return text
-        return f"{text[: self.max_chars]}\n[truncated: {len(text) - self.max_chars} more characters; {hint}]"
+        return f"{text[: self.max_chars]}\n[truncated: {hidden} more characters; {hint}]"
 
     # operations -------------------------------------------------------------
 
     def read_file(self, path: str, offset: int = 1, limit: int | None = None) -> str:
         if offset < 1 or (limit is not None and limit < 0):
             raise ValueError("offset must be at least 1 and limit not negative")
-        text = self._read(self.resolve(path))
-        if offset > 1 or limit is not None:
-            lines = text.splitlines(keepends=True)
-            end = None if limit is None else offset - 1 + limit
-            text = "".join(lines[offset - 1 : end])
-        return self._cap(text, "read further with offset and limit")
+        end = None if limit is None else offset + limit
+        kept: list[str] = []
+        size = more = 0
+        line = 1
+        with self._open(self.resolve(path)) as handle:
+            # Pieces of at most _READ_CHUNK characters: memory stays bounded by max_chars,
+            # however large the file or its lines; what is past the cap is only counted.
+            while (end is None or line < end) and (piece := handle.readline(_READ_CHUNK)):
+                if line >= offset:
+                    if size <= self.max_chars:
+                        kept.append(piece)
+                        size += len(piece)
+                    else:
+                        more += len(piece)
+                if piece.endswith(("\n", "\r")):
+                    line += 1
+        return self._cap("".join(kept), "read further with offset and limit", more)
 
     def write_file(self, path: str, content: str) -> str:
         target = self.resolve(path)
