@@ -78,7 +78,8 @@ class Agent:
         self.inboxes: list[InputInbox] = [e for e in self.extensions if isinstance(e, InputInbox)]
         self.compactors: list[TurnCompactor] = [e for e in self.extensions if isinstance(e, TurnCompactor)]
         self._live: dict[str, RequestRun] = {}
-        self._last: dict[str, RequestRun] = {}
+        # Only the steps of each session's latest request: its messages and tools are not kept alive.
+        self._last: dict[str, list[Step]] = {}
 
     # requests ---------------------------------------------------------------
 
@@ -89,25 +90,36 @@ class Agent:
         config = config or AgentRunConfig()
         return RunStream(self, config, _as_input(user_input))
 
-    def _open_run(
+    async def _open_run(
         self, config: AgentRunConfig, message: UserMessage | None, send: Callable[[AgentEvent], None] | None
     ) -> RequestRun:
-        if config.session_id in self._live:
+        """Register a new request of ``config.session_id``.
+
+        A request whose stream was dropped is being cancelled and will end
+        without anyone waiting for it: wait for that end rather than refusing.
+        Any other running request of the session makes this one SessionBusy.
+        """
+        live = self._live.get(config.session_id)
+        while live is not None and live.abandoned:
+            await live.ended.wait()
+            live = self._live.get(config.session_id)
+        if live is not None:
             raise SessionBusy(config.session_id)
         request_id = config.request_id or uuid.uuid4().hex
         run = RequestRun(self, config, request_id, message, send)
         self._live[config.session_id] = run
-        self._last[config.session_id] = run
+        self._last[config.session_id] = run.machine.history
         return run
 
     def _close_run(self, run: RequestRun) -> None:
         if self._live.get(run.context.session_id) is run:
             del self._live[run.context.session_id]
+        run.ended.set()
 
     async def compact(self, config: AgentRunConfig) -> None:
         """Restore the session through on_tool and on_state, then run on_compact."""
         send_channel, _receive = trio.open_memory_channel[AgentEvent](math.inf)
-        run = self._open_run(config, None, send_channel.send_nowait)
+        run = await self._open_run(config, None, send_channel.send_nowait)
         try:
             await run.compact()
         finally:
@@ -143,8 +155,7 @@ class Agent:
 
     def transitions(self, session_id: str) -> list[Step]:
         """Edges taken by the session's running or most recent request."""
-        run = self._last.get(session_id)
-        return list(run.machine.history) if run else []
+        return list(self._last.get(session_id, ()))
 
     def running(self) -> list[str]:
         """Sessions with a running request."""
@@ -173,7 +184,7 @@ class AgentClient:
         config: AgentRunConfig | None = None,
     ) -> AssistantMessage:
         """Run one request in the caller's task and return its final answer."""
-        run = self.agent._open_run(config or AgentRunConfig(), _as_input(user_input), None)
+        run = await self.agent._open_run(config or AgentRunConfig(), _as_input(user_input), None)
         try:
             return await run.run()
         finally:

@@ -41,6 +41,8 @@ log = logging.getLogger("orchestrator.runtime")
 
 CLEANUP_SECONDS = 10.0
 
+_FINAL_PHASES = REQUEST.main.final_states
+
 _TOOL_EVENTS: dict[
     ToolStatus, type[ev.ToolCompletedEvent | ev.ToolFailedEvent | ev.ToolSkippedEvent | ev.ToolCancelledEvent]
 ] = {
@@ -52,14 +54,35 @@ _TOOL_EVENTS: dict[
 
 
 def _as_text(value: Any) -> str:
+    """What the model sees of a tool's plain return value.
+
+    Text as it is; bytes decoded as UTF-8; None as nothing; anything else as
+    JSON (non-ASCII kept), with sets and tuples as arrays and other objects as
+    their ``str``.
+    """
     if isinstance(value, str):
         return value
     if value is None:
         return ""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
     try:
-        return json.dumps(value, default=str)
+        return json.dumps(value, default=_jsonable, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:
+            return list(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
 
 
 def _batches(calls: tuple[ToolCall, ...], serial: Callable[[ToolCall], bool]) -> list[list[ToolCall]]:
@@ -104,15 +127,33 @@ class RequestRun:
         self.inboxes_closed = False
         self.capabilities: frozenset[str] | None = None
         self.error: BaseException | None = None
+        # Set once the request is failing, cancelled or final: nothing can fail it any more.
+        self.ending = False
+        # Set (by the Agent) once the request has left its session.
+        self.ended = trio.Event()
+        # Set by a stream dropped while its request still ran: a new request waits for its end.
+        self.abandoned = False
 
     # stepping ---------------------------------------------------------------
 
     async def step(self, trigger: str, **kwargs: Any) -> None:
-        """Take ``trigger`` (or raise), publish it, then await its callbacks in order."""
+        """Take ``trigger`` (or raise), publish it, then await its callbacks in order.
+
+        An edge into a final state is finished under a shield (bounded by
+        CLEANUP_SECONDS): a request that has ended always announces how it
+        ended, even when its caller is cancelled at that moment.
+        """
         step, edge = self.machine.fire(trigger, **kwargs)
-        await self._announce(step)
-        for name in edge.callbacks:
-            await _CALLBACKS[name](self)
+        if step.dest not in _FINAL_PHASES:
+            await self._announce(step)
+            for name in edge.callbacks:
+                await _CALLBACKS[name](self)
+            return
+        self.ending = True
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            await self._announce(step)
+            for name in edge.callbacks:
+                await _CALLBACKS[name](self)
 
     async def _announce(self, step: Step) -> None:
         if self._quiet:
@@ -152,8 +193,20 @@ class RequestRun:
         await self._deliver(self._stamp(event))
 
     async def _deliver(self, event: ev.AgentEvent) -> None:
+        """Run every on_event; once the request is ending or ended, one failing hook is only logged.
+
+        A live request fails when a subscriber raises. A failing or cancelled request (and
+        one that reached a final state) can no longer fail, so a broken subscriber must not
+        stop the others from seeing its last events nor the request from reaching its end.
+        """
         for extension in self.hooks["on_event"]:
-            await extension.on_event(self.context, event)
+            if not self.ending:
+                await extension.on_event(self.context, event)
+                continue
+            try:
+                await extension.on_event(self.context, event)
+            except Exception:
+                log.exception("on_event of %s failed for %s", extension.name, event.name)
 
     async def _run_hook(self, name: str, *args: Any) -> None:
         for extension in self.hooks[name]:
@@ -162,16 +215,26 @@ class RequestRun:
     # messages ---------------------------------------------------------------
 
     async def append(self, message: Message) -> None:
-        """Append to the request and the session history, then publish it."""
+        """Append to the request and the session history, then publish it.
+
+        Recording is synchronous and keeps ``open_calls`` in step with what was
+        recorded: the calls of an assistant message are open from the moment it
+        is recorded, and a call is closed the moment its result is. A failure or
+        cancellation while the message is being published therefore still finds
+        every recorded call, and settles those without a result.
+        """
         self.context.add_message(message)
         if self.agent.history is not None:
             self.agent.history.append(self.context.session_id, message)
+        if isinstance(message, AssistantMessage):
+            self.open_calls = {call.id: call for call in message.tool_calls}
+        elif isinstance(message, ToolMessage):
+            self.open_calls.pop(message.tool_call_id, None)
         await self.publish(ev.MessageAppendedEvent(**self._ids, message=message, index=len(self.context._messages) - 1))
 
     async def settle(self, call: ToolCall, status: ToolStatus, content: str) -> ToolMessage:
         """Append the one result of ``call`` and stream its outcome."""
         message = ToolMessage(call.id, call.name, content, status)
-        self.open_calls.pop(call.id, None)
         await self.append(message)
         await self.emit(_TOOL_EVENTS[status](**self._ids, call=call, result=message))
         return message
@@ -249,9 +312,14 @@ class RequestRun:
     async def _end(self, trigger: str) -> None:
         if self.machine.is_final:
             return
+        self.ending = True
+        reason = "request cancelled" if trigger == "cancel" else "request failed"
         for call in list(self.open_calls.values()):
-            reason = "request cancelled" if trigger == "cancel" else "request failed"
-            await self.settle(call, ToolStatus.CANCELLED, f"not completed: {reason}")
+            try:
+                await self.settle(call, ToolStatus.CANCELLED, f"not completed: {reason}")
+            except Exception:
+                log.exception("could not settle call %s of request %s", call.id, self.context.request_id)
+                self.open_calls.pop(call.id, None)
         try:
             await self.step(trigger)
         except Exception:
@@ -344,14 +412,17 @@ class RequestRun:
         self._poll_steering()
 
     async def _tool_chain(self, index: int, call: ToolCall) -> ToolResult:
+        """Each layer's plain return value (a wrapper's as much as the handler's) becomes a ToolResult."""
         wrappers = self.hooks["on_tool_call"]
+        value: Any
         if index < len(wrappers):
-            return await wrappers[index].on_tool_call(self.context, call, lambda c: self._tool_chain(index + 1, c))
-        definition = self.context.tools[call.name]
-        try:
-            value = await definition.invoke(call.arguments, {"context": self.context, "call": call})
-        except ToolArgumentsError as invalid:
-            return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
+            value = await wrappers[index].on_tool_call(self.context, call, lambda c: self._tool_chain(index + 1, c))
+        else:
+            definition = self.context.tools[call.name]
+            try:
+                value = await definition.invoke(call.arguments, {"context": self.context, "call": call})
+            except ToolArgumentsError as invalid:
+                return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
         return value if isinstance(value, ToolResult) else ToolResult(_as_text(value))
 
     # approvals and plan mode ------------------------------------------------
@@ -488,7 +559,6 @@ class RequestRun:
     async def _cb_append_response(self) -> None:
         assert self.response is not None
         await self.append(self.response)
-        self.open_calls = {call.id: call for call in self.response.tool_calls}
         await self.emit(ev.ModelCompletedEvent(**self._ids, message=self.response))
 
     async def _cb_after_model(self) -> None:
@@ -540,13 +610,7 @@ class RequestRun:
         await self.emit(ev.RunFailedEvent(**self._ids, error=self.error))
 
     async def _cb_on_cancelled(self) -> None:
-        event = self._stamp(ev.RunCancelledEvent(**self._ids))
-        self._send(event)
-        for extension in self.hooks["on_event"]:
-            try:
-                await extension.on_event(self.context, event)
-            except Exception:
-                log.exception("on_event of %s failed during cancellation", extension.name)
+        await self.emit(ev.RunCancelledEvent(**self._ids))
 
     async def _cb_on_compact(self) -> None:
         await self._run_hook("on_compact")

@@ -4,7 +4,10 @@ The request runs in its own trio system task and sends events through an
 unbounded memory channel, so the consumer may act on an event (for example
 answer an approval) while the request waits. Cancelling the consumer while it
 waits for the next event, closing the stream, or dropping it cancels the
-request, which then settles every open tool call before it ends.
+request, which then settles every open tool call before it ends. A dropped
+stream (``break`` out of ``async for``, an exception in its body) cannot wait
+for that end; its request keeps the session until it has ended, and the next
+request of that session waits for it instead of failing with SessionBusy.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import trio
 from orchestrator.config import AgentRunConfig
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, UserMessage
+from orchestrator.runtime import _only_cancellation
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
@@ -33,14 +37,22 @@ class _Outcome:
         self.scope = trio.CancelScope()
         self.done = trio.Event()
         self.result: AssistantMessage | None = None
-        self.error: Exception | None = None
+        self.error: BaseException | None = None
 
 
 async def _drive(agent: Agent, outcome: _Outcome, send: trio.MemorySendChannel[AgentEvent]) -> None:
+    """Run the request; its error, whatever its kind, is handed to the consumer.
+
+    A system task must not raise: trio would turn a KeyboardInterrupt-like
+    exception from a tool into TrioInternalError and end the whole run. Only a
+    cancellation from outside (the run shutting down) goes on.
+    """
     try:
         with outcome.scope:
             outcome.result = await outcome.run.run()
-    except Exception as error:
+    except BaseException as error:
+        if _only_cancellation(error):
+            raise
         outcome.error = error
     finally:
         agent._close_run(outcome.run)
@@ -68,12 +80,12 @@ class RunStream:
         return self._outcome.result if self._outcome else None
 
     @property
-    def error(self) -> Exception | None:
+    def error(self) -> BaseException | None:
         return self._outcome.error if self._outcome else None
 
-    def _start(self) -> trio.MemoryReceiveChannel[AgentEvent]:
+    async def _start(self) -> trio.MemoryReceiveChannel[AgentEvent]:
         send, receive = trio.open_memory_channel[AgentEvent](math.inf)
-        run = self._agent._open_run(self._config, self._message, send.send_nowait)
+        run = await self._agent._open_run(self._config, self._message, send.send_nowait)
         self._outcome = _Outcome(run)
         self._receive = receive
         trio.lowlevel.spawn_system_task(
@@ -85,7 +97,7 @@ class RunStream:
         return self
 
     async def __anext__(self) -> AgentEvent:
-        receive = self._receive if self._receive is not None else self._start()
+        receive = self._receive if self._receive is not None else await self._start()
         try:
             await trio.lowlevel.checkpoint_if_cancelled()
             try:
@@ -123,5 +135,6 @@ class RunStream:
     def __del__(self) -> None:
         outcome = self._outcome
         if outcome is not None and not outcome.done.is_set():
+            outcome.run.abandoned = True
             with contextlib.suppress(RuntimeError):
                 outcome.scope.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import re
 import types
@@ -11,8 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, overload
 
 import attrs
+import trio
 
 from orchestrator.errors import ToolArgumentsError
+from orchestrator.messages import ToolStatus
 
 Handler = Callable[..., Any]
 
@@ -25,12 +28,24 @@ class ServerToolDefinition:
     options: Mapping[str, Any] = attrs.field(factory=dict)
 
 
+def _known_status(instance: ToolResult, attribute: attrs.Attribute[str], value: object) -> None:
+    if value not in _STATUSES:
+        raise ValueError(f"ToolResult.status must be one of {', '.join(_STATUSES)}; got {value!r}")
+
+
+_STATUSES = tuple(status.value for status in ToolStatus)
+
+
 @attrs.define(eq=False)
 class ToolResult:
-    """What a tool call produced; hooks may change it before it is appended."""
+    """What a tool call produced; hooks may change it before it is appended.
+
+    ``status`` is one of ToolStatus's values, checked when the result is made
+    and whenever a hook assigns it, so a wrong status fails where it is set.
+    """
 
     content: str
-    status: str = "succeeded"
+    status: str = attrs.field(default="succeeded", validator=_known_status)
 
     @property
     def ok(self) -> bool:
@@ -44,6 +59,9 @@ class ToolDefinition:
     ``inject`` pairs handler parameters filled by the runtime, not by the model,
     with what fills them: ``"context"`` (the AgentRunContext) or ``"call"``
     (the ToolCall being run). ``serial`` tools never run beside other calls.
+    A plain ``def`` handler runs inline in the request's task, unless
+    ``thread`` is set: then it runs in a worker thread, so it may block without
+    stalling other calls (a cancelled request waits for the thread to return).
     """
 
     name: str
@@ -52,13 +70,24 @@ class ToolDefinition:
     handler: Handler | None = None
     serial: bool = False
     inject: tuple[tuple[str, str], ...] = ()
+    thread: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not self.thread:
+            return
+        if self.handler is None or inspect.iscoroutinefunction(self.handler):
+            raise TypeError(f"tool {self.name!r}: thread=True needs a plain (def) handler")
+        if any(kind == "context" for _, kind in self.inject):
+            raise TypeError(f"tool {self.name!r}: a handler run in a thread cannot receive the request context")
 
     async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
-        """Validate ``arguments`` and run the handler (sync handlers run inline)."""
+        """Validate ``arguments`` and run the handler (sync ones inline, or in a thread with ``thread``)."""
         if self.handler is None:
             raise ToolArgumentsError(f"tool {self.name!r} has no local handler")
         values = validate_arguments(self.parameters, arguments)
         values.update({name: injected[kind] for name, kind in self.inject})
+        if self.thread:
+            return await trio.to_thread.run_sync(functools.partial(self.handler, **values))
         produced = self.handler(**values)
         if inspect.isawaitable(produced):
             return await produced
@@ -166,6 +195,7 @@ def build_tool(
     name: str | None = None,
     description: str | None = None,
     serial: bool = False,
+    thread: bool = False,
 ) -> ToolDefinition:
     """Build a ToolDefinition from a function's signature, hints and docstring."""
     signature = inspect.signature(fn)
@@ -204,6 +234,7 @@ def build_tool(
         handler=fn,
         serial=serial,
         inject=tuple(inject),
+        thread=thread,
     )
 
 
@@ -213,7 +244,7 @@ def tool(fn: Handler, /) -> ToolDefinition: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, serial: bool = False
+    *, name: str | None = None, description: str | None = None, serial: bool = False, thread: bool = False
 ) -> Callable[[Handler], ToolDefinition]: ...
 
 
@@ -224,16 +255,17 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     serial: bool = False,
+    thread: bool = False,
 ) -> ToolDefinition | Callable[[Handler], ToolDefinition]:
     """Turn a function (sync or async) into a ToolDefinition.
 
-    Use as ``@tool`` or ``@tool(name=..., serial=True)``.
+    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True)``.
     """
     if fn is not None:
         return build_tool(fn)
 
     def decorate(inner: Handler) -> ToolDefinition:
-        return build_tool(inner, name=name, description=description, serial=serial)
+        return build_tool(inner, name=name, description=description, serial=serial, thread=thread)
 
     return decorate
 

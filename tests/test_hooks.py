@@ -187,3 +187,145 @@ async def test_pending_is_true_only_while_a_request_runs() -> None:
     await client.run("go")
     assert observed == [True]
     assert not watch.pending
+
+
+async def test_on_tool_call_may_answer_alone_return_plain_values_and_fail_like_a_tool() -> None:
+    from orchestrator import ToolMessage, ToolStatus
+
+    class Layer(AgentExtension):
+        async def on_tool_call(self, context, call, call_next):  # type: ignore[no-untyped-def]
+            text = call.arguments["text"]
+            if text == "cached":
+                return ToolResult("from cache")
+            if text == "plain":
+                return {"wrapped": (await call_next(call)).content}
+            if text == "bad status":
+                return ToolResult("x", "unknown")
+            raise LookupError("wrapper broke")
+
+    calls = [call(str(i), "echo", text=t) for i, t in enumerate(["cached", "plain", "bad status", "raise"])]
+    model = ScriptedModel([asks(*calls), AssistantMessage("done")])
+    client = await create_agent(model, extensions=[Layer()], tools=[echo])
+    assert (await client.run("go", config=AgentRunConfig("s"))).content == "done"
+    sent = {m.tool_call_id: (m.status, m.content) for m in model.requests[1].messages if isinstance(m, ToolMessage)}
+    assert sent["0"] == (ToolStatus.SUCCEEDED, "from cache")
+    assert sent["1"] == (ToolStatus.SUCCEEDED, '{"wrapped": "plain"}')
+    assert sent["2"][0] is ToolStatus.FAILED
+    assert "ToolResult.status must be one of" in sent["2"][1]
+    assert sent["3"] == (ToolStatus.FAILED, "LookupError: wrapper broke")
+
+
+async def test_subscribers_receive_the_replaced_input_once_before_before_run() -> None:
+    from orchestrator import UserMessage
+    from orchestrator.events import MessageAppendedEvent
+
+    seen: list[str] = []
+
+    class Mode(AgentExtension):
+        async def on_message(self, context):  # type: ignore[no-untyped-def]
+            context.input_message = UserMessage("[plan] " + context.input_message.text)
+
+        async def before_run(self, context):  # type: ignore[no-untyped-def]
+            seen.append("before_run")
+
+    class Store(AgentExtension):
+        async def on_event(self, context, event):  # type: ignore[no-untyped-def]
+            if isinstance(event, MessageAppendedEvent) and isinstance(event.message, UserMessage):
+                seen.append(f"stored {event.message.text}")
+
+    client = await create_agent(ScriptedModel([AssistantMessage("ok")]), extensions=[Mode(), Store()])
+    await client.run("migrate")
+    assert seen == ["stored [plan] migrate", "before_run"]
+
+
+async def test_on_model_request_may_replace_the_request_add_events_or_answer_alone() -> None:
+    import attrs
+
+    from orchestrator.model import ResponseCompletedEvent, TextDeltaEvent
+
+    class Hint(AgentExtension):
+        async def on_model_request(self, context, request, call_next):  # type: ignore[no-untyped-def]
+            yield TextDeltaEvent("[thinking] ")
+            async for event in call_next(attrs.evolve(request, messages=(*request.messages, SystemMessage("hint")))):
+                yield event
+
+    class Cache(AgentExtension):
+        async def on_model_request(self, context, request, call_next):  # type: ignore[no-untyped-def]
+            if any(m.role == "tool" for m in request.messages):
+                yield ResponseCompletedEvent(AssistantMessage("cached"))
+                return
+            async for event in call_next(request):
+                yield event
+
+    model = ScriptedModel([asks(call("c1", "echo", text="hi")), AssistantMessage("unused")])
+    client = await create_agent(model, extensions=[Hint(), Cache()], tools=[echo])
+    events = [event async for event in client.stream("go")]
+    assert len(model.requests) == 1
+    assert model.requests[0].messages[-1] == SystemMessage("hint")
+    assert [e.payload["text"] for e in events if e.name == "text_delta"] == ["[thinking] ", "[thinking] "]
+    assert events[-1].payload["result"] == AssistantMessage("cached")
+
+
+async def test_on_success_errors_go_through_on_error_and_prevent_run_completed() -> None:
+    log: list[tuple[str, ...]] = []
+
+    class Save(AgentExtension):
+        async def on_success(self, context, result):  # type: ignore[no-untyped-def]
+            raise OSError("disk full")
+
+    class BrokenHandler(AgentExtension):
+        async def on_error(self, context, error):  # type: ignore[no-untyped-def]
+            raise RuntimeError("handler broke too")
+
+    client = await create_agent(
+        ScriptedModel([AssistantMessage("ok")]), extensions=[Save(), BrokenHandler(), Recorder(log, "R")]
+    )
+    names: list[str] = []
+    with pytest.raises(OSError, match="disk full"):
+        async for event in client.stream("go", config=AgentRunConfig("s")):
+            names.append(event.name)
+    assert "run_completed" not in names
+    assert names[-1] == "run_failed"
+    assert ("R", "on_error", "OSError") in log
+    steps = client.agent.transitions("s")
+    assert (steps[-1].source, steps[-1].dest) == ("concluding", "failed")
+
+
+async def test_pending_counts_every_request_of_a_shared_instance_across_agents_and_outcomes() -> None:
+    import trio
+
+    shared = AgentExtension()
+    gate = trio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Hold until released."""
+        await gate.wait()
+        return "ok"
+
+    @tool
+    def explode() -> str:
+        """Fails the request through a hook."""
+        return "x"
+
+    class FailAfter(AgentExtension):
+        async def after_tool(self, context, call, result, error):  # type: ignore[no-untyped-def]
+            if call.name == "explode":
+                raise RuntimeError("boom")
+
+    holding = await create_agent(
+        ScriptedModel([asks(call("h", "hold")), AssistantMessage("a")]), tools=[hold], extensions=[shared]
+    )
+    failing = await create_agent(
+        ScriptedModel([asks(call("e", "explode"))], repeat_last=True), tools=[explode], extensions=[shared, FailAfter()]
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(holding.run, "x")
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(RuntimeError, match="boom"):
+            await failing.run("y")
+        with trio.move_on_after(0):
+            await failing.run("z")
+        assert shared.pending
+        gate.set()
+    assert not shared.pending

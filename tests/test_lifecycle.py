@@ -109,6 +109,25 @@ async def test_tools_of_one_message_run_concurrently_and_serial_tools_alone() ->
     assert {m.tool_call_id for m in tool_messages(client)} == {"1", "2", "3"}
 
 
+async def test_blocking_tools_marked_thread_run_beside_each_other_in_worker_threads() -> None:
+    both_inside = threading.Barrier(2, timeout=10)
+    threads: set[int] = set()
+
+    @tool(thread=True)
+    def block(label: str) -> str:
+        """Block until the other call is running too."""
+        threads.add(threading.get_ident())
+        both_inside.wait()  # run inline, the first call would hold the loop and the second never start
+        return label
+
+    model = ScriptedModel([asks(call("a", "block", label="A"), call("b", "block", label="B")), AssistantMessage("ok")])
+    client = await create_agent(model, tools=[block])
+    await client.run("go", config=AgentRunConfig("t"))
+    results = {m.tool_call_id: (m.status, m.content) for m in tool_messages(client, "t")}
+    assert results == {"a": (ToolStatus.SUCCEEDED, "A"), "b": (ToolStatus.SUCCEEDED, "B")}
+    assert len(threads) == 2 and threading.get_ident() not in threads
+
+
 async def test_cancelling_the_consumer_mid_tool_settles_history_and_runs_cancel_hooks() -> None:
     started = trio.Event()
 
@@ -471,3 +490,223 @@ async def test_an_answer_given_while_extensions_still_handle_the_announcement_is
                 answer = ExternalEvent("approve_response", {"tool_call_id": "r", "ok": True})
                 taken.append(client.agent.emit_external_event(answer, config=AgentRunConfig()))
     assert taken == [["Approval"]]
+
+
+class _BreaksOn(AgentExtension):
+    """An on_event subscriber that raises (or lingers) on the events ``when`` picks."""
+
+    def __init__(self, when, linger: bool = False) -> None:  # type: ignore[no-untyped-def]
+        self.when = when
+        self.linger = linger
+
+    async def on_event(self, context, event):  # type: ignore[no-untyped-def]
+        if self.when(event):
+            if self.linger:
+                await trio.sleep_forever()
+            raise RuntimeError(f"subscriber broke on {event.name}")
+
+
+def _opens_calls(event) -> bool:  # type: ignore[no-untyped-def]
+    return event.name == "message_appended" and isinstance(event.message, AssistantMessage)
+
+
+@pytest.mark.parametrize("linger", [False, True], ids=["subscriber-raises", "cancelled-meanwhile"])
+async def test_calls_of_a_message_interrupted_while_it_is_published_still_get_their_one_result(linger: bool) -> None:
+    log: list[tuple[str, ...]] = []
+    model = ScriptedModel([asks(call("c1", "echo", text="x"), call("c2", "echo", text="y")), AssistantMessage("no")])
+    client = await create_agent(model, tools=[echo], extensions=[_BreaksOn(_opens_calls, linger), Recorder(log, "R")])
+    with trio.move_on_after(0.2 if linger else 5):
+        if linger:
+            await client.run("go", config=AgentRunConfig("s"))
+        else:
+            with pytest.raises(RuntimeError, match="subscriber broke on message_appended"):
+                await client.run("go", config=AgentRunConfig("s"))
+    history = client.agent.history.load("s")  # type: ignore[union-attr]
+    assert_every_call_has_one_result(history)
+    assert {m.tool_call_id: m.status for m in tool_messages(client, "s")} == {
+        "c1": ToolStatus.CANCELLED,
+        "c2": ToolStatus.CANCELLED,
+    }
+    assert client.agent.transitions("s")[-1].dest == ("cancelled" if linger else "failed")
+    assert (("R", "on_event", "run_cancelled") in log) is linger
+    assert (("R", "on_error", "RuntimeError") in log) is not linger
+
+
+@pytest.mark.parametrize(
+    ("label", "when", "dest"),
+    [
+        ("every event", lambda e: True, "failed"),
+        ("every tool result", lambda e: isinstance(getattr(e, "message", None), ToolMessage), "failed"),
+        ("the failure", lambda e: e.name == "run_failed" or getattr(e, "trigger", "") in ("respond", "fail"), "failed"),
+        ("the completion", lambda e: e.name == "run_completed" or getattr(e, "trigger", "") == "complete", "completed"),
+    ],
+)
+async def test_a_broken_subscriber_fails_a_live_request_but_cannot_stop_it_from_ending(label, when, dest) -> None:  # type: ignore[no-untyped-def]
+    @tool(name="echo", serial=True)
+    def echo_alone(text: str) -> str:
+        """Echo text back, one call at a time: the second call is still open when the first fails."""
+        return text
+
+    log: list[tuple[str, ...]] = []
+    model = ScriptedModel([asks(call("c1", "echo", text="x"), call("c2", "echo", text="y")), AssistantMessage("ok")])
+    client = await create_agent(model, tools=[echo_alone], extensions=[_BreaksOn(when), Recorder(log, "R")])
+    names: list[str] = []
+    if dest == "failed":
+        with pytest.raises(RuntimeError, match="subscriber broke"):
+            async for event in client.stream("go", config=AgentRunConfig("s")):
+                names.append(event.name)
+        assert names[-1] == "run_failed"
+        assert ("R", "on_error", "RuntimeError") in log
+    else:
+        names = [event.name async for event in client.stream("go", config=AgentRunConfig("s"))]
+        assert names[-1] == "run_completed"
+        assert [hook for _, hook, *_ in log if hook in ("on_success", "on_error")] == ["on_success"]
+    assert client.agent.transitions("s")[-1].dest == dest
+    assert_every_call_has_one_result(client.agent.history.load("s"))  # type: ignore[union-attr]
+    assert client.state("s") is None
+
+
+async def test_a_broken_subscriber_cannot_stop_a_cancelled_request_from_ending_cancelled() -> None:
+    log: list[tuple[str, ...]] = []
+
+    @tool
+    async def slow() -> str:
+        """Sleeps."""
+        await trio.sleep_forever()
+        return ""
+
+    def when(event) -> bool:  # type: ignore[no-untyped-def]
+        message = getattr(event, "message", None)
+        cancelled_result = isinstance(message, ToolMessage) and message.status is ToolStatus.CANCELLED
+        return cancelled_result or getattr(event, "trigger", "") == "cancel"
+
+    client = await create_agent(
+        ScriptedModel([asks(call("s1", "slow"))]), tools=[slow], extensions=[_BreaksOn(when), Recorder(log, "R")]
+    )
+    with trio.move_on_after(5) as scope:
+        async for event in client.stream("go", config=AgentRunConfig("s")):
+            if event.name == "tool_started":
+                scope.cancel()
+    assert client.agent.transitions("s")[-1].dest == "cancelled"
+    assert ("R", "on_event", "run_cancelled") in log
+    assert tool_messages(client, "s")[0].status is ToolStatus.CANCELLED
+    assert client.state("s") is None
+
+
+@pytest.mark.parametrize("leave", ["break", "raise"])
+async def test_the_next_request_of_a_session_waits_for_a_dropped_stream_instead_of_session_busy(leave: str) -> None:
+    @tool
+    async def slow() -> str:
+        """Sleeps."""
+        await trio.sleep_forever()
+        return ""
+
+    log: list[tuple[str, ...]] = []
+    model = ScriptedModel([asks(call("s1", "slow")), AssistantMessage("second answer")])
+    client = await create_agent(model, tools=[slow], extensions=[Recorder(log, "R")])
+
+    async def consume() -> None:
+        async for event in client.stream("first", config=AgentRunConfig("s")):
+            if event.name == "tool_started":
+                if leave == "raise":
+                    raise ValueError("consumer bug")
+                break
+
+    if leave == "raise":
+        with pytest.raises(ValueError, match="consumer bug"):
+            await consume()
+    else:
+        await consume()
+    with trio.fail_after(5):
+        result = await client.run("second", config=AgentRunConfig("s"))
+    assert result.content == "second answer"
+    assert ("R", "on_event", "run_cancelled") in log
+    history = client.agent.history.load("s")  # type: ignore[union-attr]
+    assert_every_call_has_one_result(history)
+    assert [m.content for m in history if isinstance(m, UserMessage)] == ["first", "second"]
+    assert tool_messages(client, "s")[0].status is ToolStatus.CANCELLED
+
+
+async def test_a_stream_that_is_still_held_keeps_its_session_busy() -> None:
+    @tool
+    async def slow() -> str:
+        """Sleeps."""
+        await trio.sleep_forever()
+        return ""
+
+    client = await create_agent(ScriptedModel([asks(call("s1", "slow"))]), tools=[slow])
+    async with client.stream("first", config=AgentRunConfig("s")) as events:
+        async for event in events:
+            if event.name == "tool_started":
+                break
+        with pytest.raises(SessionBusy):
+            await client.run("second", config=AgentRunConfig("s"))
+    assert client.state("s") is None
+
+
+class _Interrupt(BaseException):
+    """Stands for KeyboardInterrupt or SystemExit raised inside a tool."""
+
+
+@pytest.mark.parametrize("how", ["run", "stream"])
+async def test_a_base_exception_from_a_tool_fails_the_request_and_reaches_the_caller(how: str) -> None:
+    @tool
+    async def interrupted() -> str:
+        """Raises a BaseException."""
+        raise _Interrupt("stop")
+
+    log: list[tuple[str, ...]] = []
+    model = ScriptedModel([asks(call("i", "interrupted"), call("e", "echo", text="x")), AssistantMessage("never")])
+    client = await create_agent(model, tools=[interrupted, echo], extensions=[Recorder(log, "R")])
+    names: list[str] = []
+    with pytest.raises(_Interrupt, match="stop"):
+        if how == "run":
+            await client.run("go", config=AgentRunConfig("s"))
+        else:
+            async for event in client.stream("go", config=AgentRunConfig("s")):
+                names.append(event.name)
+    if how == "stream":
+        assert names[-1] == "run_failed"
+    assert ("R", "on_error", "_Interrupt") in log
+    assert client.agent.transitions("s")[-1].dest == "failed"
+    assert_every_call_has_one_result(client.agent.history.load("s"))  # type: ignore[union-attr]
+    assert client.state("s") is None
+
+
+async def test_transitions_of_the_latest_request_outlive_its_messages() -> None:
+    import gc
+    import weakref
+
+    contexts: list[weakref.ref[object]] = []
+
+    class Keep(AgentExtension):
+        async def before_run(self, context):  # type: ignore[no-untyped-def]
+            contexts.append(weakref.ref(context))
+
+    client = await create_agent(ScriptedModel([AssistantMessage("ok")]), extensions=[Keep()])
+    await client.run("go", config=AgentRunConfig("s"))
+    gc.collect()
+    assert contexts[0]() is None
+    assert [s.trigger for s in client.transitions("s") if s.region == "phase"][-1] == "complete"
+
+
+async def test_a_request_cancelled_as_it_completes_still_announces_its_completion() -> None:
+    seen: list[str] = []
+
+    class CancelsOnCompletion(AgentExtension):
+        def __init__(self, scope: trio.CancelScope) -> None:
+            self.scope = scope
+
+        async def on_event(self, context, event):  # type: ignore[no-untyped-def]
+            seen.append(event.name)
+            if getattr(event, "trigger", "") == "complete":
+                self.scope.cancel()
+                await trio.sleep(0)
+
+    scope = trio.CancelScope()
+    client = await create_agent(ScriptedModel([AssistantMessage("ok")]), extensions=[CancelsOnCompletion(scope)])
+    with scope:
+        await client.run("go", config=AgentRunConfig("s"))
+    assert seen[-1] == "run_completed"
+    assert client.agent.transitions("s")[-1].dest == "completed"
+    assert client.state("s") is None

@@ -6,7 +6,7 @@ from typing import Literal
 
 import pytest
 
-from orchestrator import AgentRunContext, ToolArgumentsError, ToolCall, tool
+from orchestrator import AgentRunContext, ToolArgumentsError, ToolCall, ToolResult, tool
 from orchestrator.tools import validate_arguments
 
 
@@ -94,3 +94,53 @@ def test_unsupported_hints_fail_at_definition_time() -> None:
         @tool
         def bad(value: complex) -> None:
             """Bad."""
+
+
+async def test_plain_return_values_reach_the_model_as_readable_text() -> None:
+    from orchestrator import AssistantMessage, ScriptedModel, ToolMessage, create_agent
+
+    @tool
+    def raw() -> bytes:
+        """Bytes."""
+        return "héllo".encode()
+
+    @tool
+    def mapping() -> dict[str, object]:
+        """A mapping with non-ASCII text, a set and a tuple."""
+        return {"name": "José", "tags": {"b", "a"}, "pair": (1, 2)}
+
+    @tool
+    def nothing() -> None:
+        """None."""
+
+    calls = (ToolCall("r", "raw"), ToolCall("m", "mapping"), ToolCall("n", "nothing"))
+    model = ScriptedModel([AssistantMessage("", calls), AssistantMessage("done")])
+    client = await create_agent(model, tools=[raw, mapping, nothing])
+    await client.run("go")
+    sent = {m.tool_call_id: m.content for m in model.requests[1].messages if isinstance(m, ToolMessage)}
+    assert sent == {"r": "héllo", "m": '{"name": "José", "tags": ["a", "b"], "pair": [1, 2]}', "n": ""}
+
+
+def test_a_tool_result_status_is_checked_when_made_and_when_changed() -> None:
+    assert ToolResult("x", "failed").status == "failed"
+    with pytest.raises(ValueError, match=r"ToolResult\.status must be one of succeeded, failed, skipped, cancelled"):
+        ToolResult("x", "error")
+    result = ToolResult("x")
+    with pytest.raises(ValueError, match="got 'weird'"):
+        result.status = "weird"
+    assert result.status == "succeeded"
+
+
+def test_thread_needs_a_plain_handler_that_takes_no_context() -> None:
+    async def coroutine() -> str:
+        """Async."""
+        return ""
+
+    def wants_context(context: AgentRunContext) -> str:
+        """Needs the context."""
+        return ""
+
+    with pytest.raises(TypeError, match="thread=True needs a plain"):
+        tool(thread=True)(coroutine)
+    with pytest.raises(TypeError, match="cannot receive the request context"):
+        tool(thread=True)(wants_context)
