@@ -51,6 +51,16 @@ def _as_input(value: str | UserMessage | Sequence[ContentPart]) -> UserMessage:
     raise TypeError(f"input must be a str, a UserMessage or a sequence of content parts, got {kind}")
 
 
+def _one_of_each_kind(inboxes: Iterable[InputInbox]) -> list[InputInbox]:
+    """The inboxes, refused when two are of one class: each would take (and answer) every message."""
+    found = list(inboxes)
+    kinds = [type(inbox) for inbox in found]
+    for kind in kinds:
+        if kinds.count(kind) > 1:
+            raise ValueError(f"an Agent takes one {kind.__name__}: two would each queue (and answer) every message")
+    return found
+
+
 class Agent:
     """A model, tools and extensions, serving any number of sessions at once."""
 
@@ -75,7 +85,7 @@ class Agent:
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
-        self.inboxes: list[InputInbox] = [e for e in self.extensions if isinstance(e, InputInbox)]
+        self.inboxes: list[InputInbox] = _one_of_each_kind(e for e in self.extensions if isinstance(e, InputInbox))
         self.compactors: list[TurnCompactor] = [e for e in self.extensions if isinstance(e, TurnCompactor)]
         self._live: dict[str, RequestRun] = {}
         # Only the steps of each session's latest request: its messages and tools are not kept alive.

@@ -70,8 +70,11 @@ class AgentRunContext:
         await self._run.emit(event)
 
     async def publish(self, event: AgentEvent) -> None:
-        """Deliver ``event`` to every extension's on_event (not streamed)."""
-        await self._run.publish(event)
+        """Deliver ``event`` to every extension's on_event (not streamed).
+
+        A subscriber's error reaches the caller, also once the request is ending.
+        """
+        await self._run.publish(event, to_publisher=True)
 
     def queue_internal_message(self, message: UserMessage | SystemMessage) -> None:
         """Queue a continuation answered after the current input (and any steering).

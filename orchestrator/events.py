@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import attrs
 
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
+from orchestrator.model import Usage
 
 _ID_FIELDS = frozenset({"session_id", "request_id"})
 
@@ -85,6 +86,7 @@ class TextDeltaEvent(AgentEvent):
 class ModelCompletedEvent(AgentEvent):
     kind: ClassVar[str] = "model_completed"
     message: AssistantMessage
+    usage: Usage | None = None  # token counts, when the provider reported them
 
 
 @attrs.frozen(kw_only=True, repr=False)

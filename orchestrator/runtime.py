@@ -31,7 +31,7 @@ from orchestrator.messages import (
     ToolStatus,
     UserMessage,
 )
-from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
+from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent, Usage
 from orchestrator.tools import ToolResult
 
 if TYPE_CHECKING:
@@ -118,6 +118,7 @@ class RequestRun:
         self.iterations = 0
         self.request: ModelRequest | None = None
         self.response: AssistantMessage | None = None
+        self.usage: Usage | None = None
         self.open_calls: dict[str, ToolCall] = {}
         self.approvals = 0
         self.steering: UserMessage | None = None
@@ -187,26 +188,41 @@ class RequestRun:
         self._send(event)
         await self._deliver(event)
 
-    async def publish(self, event: ev.AgentEvent) -> None:
+    async def publish(self, event: ev.AgentEvent, *, to_publisher: bool = False) -> None:
+        """Deliver ``event`` to every on_event (not streamed).
+
+        ``to_publisher`` (``AgentRunContext.publish``): once the request is ending, the
+        first failing subscriber's error is raised to the publisher after every
+        subscriber saw the event, instead of only being logged.
+        """
         if self._quiet:
             return
-        await self._deliver(self._stamp(event))
+        await self._deliver(self._stamp(event), to_publisher=to_publisher)
 
-    async def _deliver(self, event: ev.AgentEvent) -> None:
+    async def _deliver(self, event: ev.AgentEvent, *, to_publisher: bool = False) -> None:
         """Run every on_event; once the request is ending or ended, one failing hook is only logged.
 
         A live request fails when a subscriber raises. A failing or cancelled request (and
         one that reached a final state) can no longer fail, so a broken subscriber must not
         stop the others from seeing its last events nor the request from reaching its end.
+        An extension publishing then still learns that its event was refused (a steering
+        message published after the inbox closed raises SteeringClosed): with
+        ``to_publisher`` the first failure is raised once every subscriber ran.
         """
+        refused: Exception | None = None
         for extension in self.hooks["on_event"]:
             if not self.ending:
                 await extension.on_event(self.context, event)
                 continue
             try:
                 await extension.on_event(self.context, event)
-            except Exception:
-                log.exception("on_event of %s failed for %s", extension.name, event.name)
+            except Exception as error:
+                if to_publisher and refused is None:
+                    refused = error
+                else:
+                    log.exception("on_event of %s failed for %s", extension.name, event.name)
+        if refused is not None:
+            raise refused
 
     async def _run_hook(self, name: str, *args: Any) -> None:
         for extension in self.hooks[name]:
@@ -358,6 +374,7 @@ class RequestRun:
         _check_call_ids(completed.message)
         await trio.lowlevel.checkpoint()
         self.response = completed.message
+        self.usage = completed.usage
         return completed.message
 
     def assemble(self) -> ModelRequest:
@@ -559,7 +576,7 @@ class RequestRun:
     async def _cb_append_response(self) -> None:
         assert self.response is not None
         await self.append(self.response)
-        await self.emit(ev.ModelCompletedEvent(**self._ids, message=self.response))
+        await self.emit(ev.ModelCompletedEvent(**self._ids, message=self.response, usage=self.usage))
 
     async def _cb_after_model(self) -> None:
         assert self.response is not None

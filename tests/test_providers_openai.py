@@ -213,6 +213,16 @@ async def test_malformed_tool_arguments_become_a_failed_result_the_model_correct
     assert server.bodies()[2]["messages"][4] == {"role": "tool", "tool_call_id": "call_good", "content": "found Paris"}
 
 
+async def test_the_model_completed_event_carries_the_reported_usage() -> None:
+    server = Server(
+        sse(tool_call_stream(("call_1", "get_weather", ['{"city": "Oslo"}']))),
+        sse(text_stream("Sunny.")),
+    )
+    client = await create_agent(model(server), tools=[get_weather])
+    usages = [event.payload["usage"] async for event in client.stream("Weather?") if event.name == "model_completed"]
+    assert usages == [Usage(81, 17), Usage(120, 9)]
+
+
 async def test_images_are_sent_as_data_urls_and_urls() -> None:
     server = Server(sse(text_stream("A red dot.")))
     message = UserMessage(

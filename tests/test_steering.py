@@ -301,6 +301,28 @@ async def test_publishing_after_the_inbox_closed_raises() -> None:
     assert len(model.requests) == 1
 
 
+async def test_publishing_while_the_request_ends_or_after_it_ended_raises() -> None:
+    outcomes: list[str] = []
+    contexts: list[Any] = []
+
+    class Late(AgentExtension):
+        async def on_event(self, context, event):  # type: ignore[no-untyped-def]
+            if event.name == "run_completed":
+                contexts.append(context)
+                try:
+                    await context.publish(SteeringMessageEvent(UserMessage("too late")))
+                except SteeringClosed:
+                    outcomes.append("refused while ending")
+
+    model = ScriptedModel([AssistantMessage("ok")])
+    client, _ = await make(model, extensions=[Late()])
+    assert (await client.run("go")).content == "ok"
+    with pytest.raises(SteeringClosed):
+        await contexts[0].publish(SteeringMessageEvent(UserMessage("after the end")))
+    assert outcomes == ["refused while ending"]
+    assert len(model.requests) == 1
+
+
 # internal messages and the budget ----------------------------------------------
 
 
@@ -543,7 +565,7 @@ async def test_an_internal_message_queued_while_concluding_is_refused_loudly() -
     assert client.agent.transitions("late")[-1].dest == "failed"
 
 
-# audit of issue 4: in-flight calls, bad input, ambiguous routing, hammering -----
+# in-flight calls, bad input, ambiguous routing, hammering -----------------------
 
 
 async def test_calls_already_running_in_a_concurrent_batch_finish_and_are_not_skipped() -> None:
@@ -692,16 +714,11 @@ async def test_a_shared_instance_refuses_a_session_it_cannot_route_unambiguously
     assert results == {"one": "one: go", "two": "two: go, for two"}
 
 
-async def test_two_steering_extensions_on_one_agent_fail_the_request_clearly() -> None:
+async def test_two_steering_extensions_on_one_agent_are_refused_when_it_is_made() -> None:
     other = SteeringExtension()
     other.name = "MoreSteering"
-    model = ScriptedModel([AssistantMessage("never")])
-    client = await create_agent(model, extensions=[SteeringExtension(), other])
-    with pytest.raises(ValueError, match="one SteeringExtension"):
-        await client.run("go", config=AgentRunConfig("s"))
-    assert model.requests == []
-    assert client.agent.transitions("s")[-1].dest == "failed"
-    assert client.agent.emit_external_event(steer("x"), config=AgentRunConfig("s")) == []
+    with pytest.raises(ValueError, match="an Agent takes one SteeringExtension"):
+        await create_agent(ScriptedModel([AssistantMessage("never")]), extensions=[SteeringExtension(), other])
 
 
 async def test_internal_messages_queued_during_steering_wait_for_it_without_a_quota() -> None:

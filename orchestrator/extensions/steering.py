@@ -122,9 +122,6 @@ class SteeringExtension(AgentExtension):
 
     def open(self, context: AgentRunContext) -> None:
         """Initialize request-local routing before extension hooks run."""
-        twins = [i for i in context.agent.inboxes if isinstance(i, SteeringExtension) and i is not self]
-        if twins:
-            raise ValueError("an Agent takes one SteeringExtension: two would each queue (and answer) every message")
         inbox = _Inbox(context)
         inbox.machine.fire("open")
         key = (context.session_id, context.request_id)
