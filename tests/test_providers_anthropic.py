@@ -268,6 +268,16 @@ async def test_server_tools_are_sent_beside_local_tools() -> None:
     assert tools[1] == {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
 
 
+async def test_an_unversioned_server_tool_is_sent_with_its_version_and_name() -> None:
+    server = Server(sse(text_stream("ok")))
+    hosted = (ServerToolDefinition(type="web_search"), ServerToolDefinition("code_execution_20250522"))
+    await collect(model(server), ModelRequest([UserMessage("news?")], (), hosted))
+    assert server.bodies()[0]["tools"] == [
+        {"type": "web_search_20250305", "name": "web_search"},
+        {"type": "code_execution_20250522", "name": "code_execution"},
+    ]
+
+
 async def test_body_ending_without_message_stop_is_malformed_and_not_retried() -> None:
     truncated = start(10) + text_block(0, "Hel")[:-2]
     server = Server(sse(truncated), sse(text_stream("never")))

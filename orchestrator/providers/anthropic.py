@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -107,12 +108,25 @@ def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
     return "\n\n".join(system), turns
 
 
+#: Server tools named without their version, as ``ServerToolDefinition(type="web_search")``.
+SERVER_TOOL_VERSIONS: dict[str, str] = {"web_search": "web_search_20250305"}
+
+_VERSION_SUFFIX = re.compile(r"_\d{8}$")
+
+
+def server_tool(definition: ServerToolDefinition) -> dict[str, Any]:
+    """``{"type": ..., "name": ..., **options}``: an unversioned known type gets its version, and
+    the name defaults to the type without its date suffix (``web_search_20250305`` -> ``web_search``)."""
+    kind = SERVER_TOOL_VERSIONS.get(definition.type, definition.type)
+    return {"type": kind, "name": _VERSION_SUFFIX.sub("", kind), **definition.options}
+
+
 def anthropic_tools(tools: tuple[ToolDefinition, ...], server_tools: tuple[ServerToolDefinition, ...]) -> list[Any]:
-    """Local tools as ``input_schema`` definitions, server tools as ``{"type": ..., **options}``."""
+    """Local tools as ``input_schema`` definitions, server tools as ``server_tool`` encodes them."""
     encoded: list[Any] = [
         {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)} for t in tools
     ]
-    encoded.extend({"type": s.type, **s.options} for s in server_tools)
+    encoded.extend(server_tool(s) for s in server_tools)
     return encoded
 
 
