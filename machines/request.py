@@ -16,13 +16,13 @@ _LIVE = (
     "awaiting_tool",
     "awaiting_approval",
     "steering_interrupt",
+    "turn_settled",
     "answered",
     "concluding",
     "compacting",
 )
 
-_NEXT_TURN = ("after_turn", "before_turn", "assemble_request", "compact_context", "before_model")
-_FIRST_TURN = ("before_turn", "assemble_request", "compact_context", "before_model")
+_TURN = ("before_turn", "assemble_request", "compact_context", "before_model")
 _RECEIVE = ("append_response", "after_model", "poll_steering")
 
 PHASE = Region(
@@ -36,6 +36,7 @@ PHASE = Region(
         State("awaiting_tool", "the tool calls of one assistant message are running"),
         State("awaiting_approval", "a tool call is paused until an external response"),
         State("steering_interrupt", "steering input replaced the rest of the turn"),
+        State("turn_settled", "the turn's results (and any new input) are in; after_turn ran"),
         State("answered", "a final answer is in hand; the next input is chosen"),
         State("concluding", "after_turn, after_run and on_success run"),
         State("compacting", "a compaction pass: restore and summarize, no model call"),
@@ -58,20 +59,26 @@ PHASE = Region(
                 "before_run",
             ),
         ),
-        Transition("request_model", "setup", "awaiting_model", conditions="within_budget", callbacks=_FIRST_TURN),
         Transition(
             "request_model",
-            ("awaiting_tool", "steering_interrupt"),
+            ("setup", "turn_settled"),
             "awaiting_model",
-            conditions=("tool_results_complete", "within_budget"),
-            callbacks=_NEXT_TURN,
+            conditions="within_budget",
+            callbacks=_TURN,
         ),
         Transition(
-            "request_model",
+            "settle_turn",
+            ("awaiting_tool", "steering_interrupt"),
+            "turn_settled",
+            conditions="tool_results_complete",
+            callbacks=("after_turn",),
+        ),
+        Transition(
+            "settle_turn",
             "answered",
-            "awaiting_model",
+            "turn_settled",
             conditions="has_internal_input",
-            callbacks=("append_internal", "reset_budget", *_NEXT_TURN),
+            callbacks=("append_internal", "reset_budget", "after_turn"),
             doc="an internal message continues the request",
         ),
         Transition("respond", "awaiting_model", "awaiting_tool", conditions="has_tool_calls", callbacks=_RECEIVE),

@@ -301,21 +301,18 @@ class RequestRun:
                 await self._run_tools(response.tool_calls)
                 if self.steering is not None:
                     await self.step("steer")
-                await self._request_model()
-                continue
-            await self.step("answer")
-            if self.steering is None:
-                self._select_next()
-            if self.steering is not None:
-                await self.step("steer")
-                await self._request_model()
-                continue
-            if self.internal is not None:
-                await self.step("request_model")
-                continue
-            await self.step("conclude")
-            await self.step("complete")
-            return response
+            else:
+                await self.step("answer")
+                if self.steering is None:
+                    self._select_next()
+                if self.steering is not None:
+                    await self.step("steer")
+                elif self.internal is None:
+                    await self.step("conclude")
+                    await self.step("complete")
+                    return response
+            await self.step("settle_turn")
+            await self._request_model()
 
     async def _request_model(self) -> None:
         try:

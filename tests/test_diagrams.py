@@ -313,7 +313,8 @@ async def test_trace_of_a_finished_request_highlights_exactly_the_taken_edges() 
     assert '"admit_tool (4, 5)"' in trace
     assert classes(trace, "current") == {"phase__completed", "mode__normal"}
     assert classes(trace, "visited") == {
-        f"phase__{s}" for s in ("idle", "setup", "awaiting_model", "awaiting_tool", "answered", "concluding")
+        f"phase__{s}"
+        for s in ("idle", "setup", "awaiting_model", "awaiting_tool", "turn_settled", "answered", "concluding")
     }
     assert f"%% {len(steps)} transitions taken" in trace
     assert trace == trace_mermaid(list(steps))
@@ -331,7 +332,8 @@ async def test_client_trace_renders_the_latest_request_of_a_session() -> None:
     trace = client.trace("s")
     assert trace == trace_mermaid(client.transitions("s"))
     _, lit = highlighted(trace)
-    assert ("phase__awaiting_tool", "request_model", "phase__awaiting_model") in lit
+    assert ("phase__awaiting_tool", "settle_turn", "phase__turn_settled") in lit
+    assert ("phase__turn_settled", "request_model", "phase__awaiting_model") in lit
     assert classes(trace, "current") == {"phase__completed", "mode__normal"}
 
 

@@ -251,6 +251,20 @@ async def test_max_iterations_ends_with_a_clear_error() -> None:
     assert client.agent.transitions("s")[-1].dest == "failed"
 
 
+async def test_the_last_settled_turn_gets_after_turn_before_max_iterations_fails_the_request() -> None:
+    log: list[tuple[str, ...]] = []
+    model = ScriptedModel([asks(call("c", "echo", text="again"))], repeat_last=True)
+    client = await create_agent(model, tools=[echo], max_iterations=2, extensions=[Recorder(log)])
+    with pytest.raises(MaxIterationsExceeded):
+        await client.run("loop", config=AgentRunConfig("s"))
+    hooks = [entry[1] for entry in log if entry[1] in ("after_turn", "before_turn", "on_error")]
+    assert hooks == ["before_turn", "after_turn", "before_turn", "after_turn", "on_error"]
+    assert [(s.source, s.dest) for s in client.agent.transitions("s")][-2:] == [
+        ("awaiting_tool", "turn_settled"),
+        ("turn_settled", "failed"),
+    ]
+
+
 async def test_a_second_request_in_a_busy_session_is_refused() -> None:
     gate = trio.Event()
 
@@ -397,7 +411,8 @@ async def test_every_transition_taken_is_an_edge_of_the_generated_machine() -> N
         ("idle", "start", "setup"),
         ("setup", "request_model", "awaiting_model"),
         ("awaiting_model", "respond", "awaiting_tool"),
-        ("awaiting_tool", "request_model", "awaiting_model"),
+        ("awaiting_tool", "settle_turn", "turn_settled"),
+        ("turn_settled", "request_model", "awaiting_model"),
         ("awaiting_model", "answer", "answered"),
         ("answered", "conclude", "concluding"),
         ("concluding", "complete", "completed"),

@@ -134,7 +134,10 @@ async def test_steering_during_a_batch_lets_the_running_call_finish_and_skips_th
     )
     walk = phases(events)
     steered = walk.index(("awaiting_tool", "steer", "steering_interrupt"))
-    assert walk[steered + 1] == ("steering_interrupt", "request_model", "awaiting_model")
+    assert walk[steered + 1 : steered + 3] == [
+        ("steering_interrupt", "settle_turn", "turn_settled"),
+        ("turn_settled", "request_model", "awaiting_model"),
+    ]
 
 
 async def test_after_turn_runs_once_the_skipped_results_and_the_steering_are_appended() -> None:
