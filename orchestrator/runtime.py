@@ -146,15 +146,16 @@ class RequestRun:
         """
         step, edge = self.machine.fire(trigger, **kwargs)
         if step.dest not in _FINAL_PHASES:
-            await self._announce(step)
-            for name in edge.callbacks:
-                await _CALLBACKS[name](self)
+            await self._follow(step, edge.callbacks)
             return
         self.ending = True
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self._announce(step)
-            for name in edge.callbacks:
-                await _CALLBACKS[name](self)
+            await self._follow(step, edge.callbacks)
+
+    async def _follow(self, step: Step, callbacks: tuple[str, ...]) -> None:
+        await self._announce(step)
+        for name in callbacks:
+            await _CALLBACKS[name](self)
 
     async def _announce(self, step: Step) -> None:
         if self._quiet:
