@@ -1,5 +1,7 @@
 """Agent requests as explicit state machines under trio."""
 
+import logging
+
 from orchestrator.agent import Agent, AgentClient, create_agent
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.context import AgentRunContext
@@ -30,6 +32,9 @@ from orchestrator.model import Model, ModelRequest, ScriptedModel
 from orchestrator.pending import ResponseRouter
 from orchestrator.stream import RunStream
 from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, tool
+
+# A library logs; the application decides where to (nothing reaches stderr unless it configures logging).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "Agent",

@@ -725,3 +725,17 @@ async def test_a_request_cancelled_as_it_completes_still_announces_its_completio
     assert seen[-1] == "run_completed"
     assert client.agent.transitions("s")[-1].dest == "completed"
     assert client.state("s") is None
+
+
+def test_the_library_writes_nothing_to_stderr_unless_the_application_configures_logging() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "from orchestrator import AgentRunConfig, ExternalEvent\n"
+        "from orchestrator.extensions.steering import SteeringExtension\n"
+        "refused = SteeringExtension().accept(AgentRunConfig('s'), ExternalEvent('steering_message', {'content': ''}))\n"
+        "print(refused)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert (done.stdout, done.stderr) == ("False\n", "")
