@@ -73,13 +73,12 @@ def _as_text(value: Any) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    """JSON's fallback for what it cannot encode (tuples it already writes as arrays)."""
     if isinstance(value, (set, frozenset)):
         try:
             return sorted(value)
         except TypeError:
             return list(value)
-    if isinstance(value, tuple):
-        return list(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", errors="replace")
     return str(value)
