@@ -118,13 +118,6 @@ class MachineDefinition:
                 return region
         raise KeyError(f"machine {self.name!r} has no region {name!r}")
 
-    def region_of(self, trigger: str) -> Region:
-        """The region that owns ``trigger``."""
-        for region in self.regions:
-            if trigger in region.triggers:
-                return region
-        raise KeyError(f"machine {self.name!r} has no trigger {trigger!r}")
-
     @property
     def main(self) -> Region:
         return self.regions[0]
