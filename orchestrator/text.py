@@ -1,0 +1,64 @@
+"""Text that can always be encoded as UTF-8.
+
+Python strings may hold surrogate code points (U+D800..U+DFFF): JSON ``\\ud83d``
+escapes decoded one chunk at a time, file names holding bytes that are not
+UTF-8 (``os.fsdecode`` maps them to ``\\udc80``..``\\udcff``), or user input.
+Such a string cannot be written as UTF-8, so it breaks every encoder it
+reaches later (a database row, an HTTP body). ``clean_text`` is applied where
+text enters the library; ``SurrogateJoiner`` does the same for text that
+arrives in pieces, so a pair split between two pieces is kept whole.
+"""
+
+from __future__ import annotations
+
+__all__ = ["REPLACEMENT_CHARACTER", "SurrogateJoiner", "clean_text"]
+
+REPLACEMENT_CHARACTER = "\ufffd"
+
+
+def _is_high_surrogate(char: str) -> bool:
+    return "\ud800" <= char <= "\udbff"
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every surrogate pair joined into its character and every lone
+    surrogate replaced by U+FFFD, so the result always encodes as UTF-8.
+
+    Text without surrogates is returned unchanged (the same object).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+class SurrogateJoiner:
+    """Cleans text that arrives in pieces (streamed deltas).
+
+    ``feed`` returns the clean text of everything fed so far, except a trailing
+    high surrogate, which it holds back in case the next piece starts with its
+    low half. ``flush`` returns what is held back (as U+FFFD: the stream ended
+    inside a pair).
+    """
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def feed(self, piece: str) -> str:
+        """The clean text that can be released after ``piece``."""
+        text = self._pending + piece
+        self._pending = ""
+        if text and _is_high_surrogate(text[-1]):
+            text, self._pending = text[:-1], text[-1]
+        return clean_text(text)
+
+    def flush(self) -> str:
+        """What is still held back, cleaned (a lone high surrogate becomes U+FFFD)."""
+        text, self._pending = self._pending, ""
+        return clean_text(text)
+
+    @property
+    def pending(self) -> bool:
+        """Whether a high surrogate is being held back."""
+        return bool(self._pending)
