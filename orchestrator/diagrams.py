@@ -5,7 +5,9 @@ the composed view, and refreshes the request diagram embedded in README.md
 (the block after ``README_MARKER``) when that file is in the working directory.
 SVG needs Graphviz's ``dot`` program; without it the command still writes the
 text sources and says why no SVG was made. With ``--check`` nothing is
-written: the command exits 1 listing stale files.
+written: the command exits 1 listing stale files. What it cannot produce here
+(DOT without the graphviz package, SVG without ``dot``) is not checked, never
+called stale, and the command says so; ``--strict`` makes that exit 2.
 """
 
 from __future__ import annotations
@@ -82,11 +84,11 @@ def _orphans(out: Path, names: set[str]) -> list[str]:
 
 
 def stale_files(out: Path) -> tuple[list[str], list[str]]:
-    """Files under ``out`` that differ from what the definitions generate, and notes on what was not compared."""
+    """Files under ``out`` that differ from what the definitions generate, and notes on what was not checked."""
     notes: list[str] = []
     with_dot = graphviz_available()
     if not with_dot:
-        notes.append("DOT and SVG not compared: the graphviz Python package is not installed")
+        notes.append("DOT and SVG not checked: the graphviz Python package is not installed")
     diagrams = all_diagrams(dot=with_dot)
     stale: list[str] = []
     for name, content in text_files(diagrams).items():
@@ -95,15 +97,17 @@ def stale_files(out: Path) -> tuple[list[str], list[str]]:
             stale.append(f"{path} (missing)")
         elif path.read_text(encoding="utf-8") != content:
             stale.append(f"{path} (differs)")
-    program = dot_program()
+    program = dot_program() if with_dot else None
     if with_dot and program is None:
-        notes.append("SVG not compared: Graphviz's dot program is not installed")
+        notes.append("SVG not checked: Graphviz's dot program is not installed")
     versions: set[str] = set()
     for diagram in diagrams:
         path = out / f"{diagram.name}.svg"
+        if program is None or diagram.dot is None:
+            continue
         if not path.is_file():
             stale.append(f"{path} (missing)")
-        elif program is not None and diagram.dot is not None:
+        else:
             committed, fresh = path.read_text(encoding="utf-8"), render_svg(diagram.dot, program)
             if svg_generator(committed) != svg_generator(fresh):
                 versions.add(f"{path.name} by {svg_generator(committed) or 'an unknown version'}")
@@ -179,6 +183,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("diagrams"), help="output folder (default: diagrams)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 listing stale files")
+    parser.add_argument(
+        "--strict", action="store_true", help="with --check: exit 2 when some files could not be checked here"
+    )
     args = parser.parse_args(argv)
     out: Path = args.out
     if args.check:
@@ -195,6 +202,9 @@ def main(argv: list[str]) -> int:
             for line in stale:
                 print(f"  {line}", file=sys.stderr)
             return 1
+        if notes:
+            print(f"diagrams in {out}/ are up to date, except what was not checked (above)")
+            return 2 if args.strict else 0
         print(f"diagrams in {out}/ are up to date")
         return 0
     for line in write_files(out):

@@ -214,7 +214,7 @@ def test_command_writes_checks_and_reports_stale_files(tmp_path: Path, capsys: p
         if cli.dot_program():
             expected |= {f"{n}.svg" for n in NAMES}
     assert set(written) == expected
-    assert cli.main(["--out", str(out), "--check"]) == (0 if cli.dot_program() and graphviz_available() else 1)
+    assert cli.main(["--out", str(out), "--check"]) == 0, "what cannot be made here is not checked, never stale"
     capsys.readouterr()
 
     (out / "request.mmd").write_text("stateDiagram-v2\n", encoding="utf-8")
@@ -397,3 +397,36 @@ def test_the_diagrams_command_refreshes_and_checks_the_embedded_readme_diagram(t
     assert text.endswith("```\n\nafter\n")
     assert command.embed_request_diagram(readme, command._request_mermaid()) == f"{readme}: request diagram up to date"
     assert command.main(["--check", "--out", str(tmp_path / "d")]) == 0
+
+
+def test_check_without_dot_reports_svgs_as_not_checked_never_as_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "dot_program", lambda: None)
+    out = tmp_path / "d"
+    assert cli.main(["--out", str(out)]) == 0
+    assert not list(out.glob("*.svg"))
+    assert "no .svg made" in capsys.readouterr().out
+    assert cli.main(["--check", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "SVG not checked: Graphviz's dot program is not installed" in captured.err
+    assert "missing" not in captured.err and "stale" not in captured.err
+    assert "except what was not checked" in captured.out
+    assert cli.main(["--check", "--strict", "--out", str(out)]) == 2
+    capsys.readouterr()
+    (out / "approval.mmd").write_text("changed\n", encoding="utf-8")
+    assert cli.main(["--check", "--out", str(out)]) == 1, "what can be checked is still checked"
+    assert f"{out / 'approval.mmd'} (differs)" in capsys.readouterr().err
+
+
+def test_check_without_the_graphviz_package_checks_only_mermaid_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "graphviz_available", lambda: False)
+    out = tmp_path / "d"
+    assert cli.main(["--out", str(out)]) == 0
+    assert sorted({p.suffix for p in out.iterdir()}) == [".mmd"]
+    capsys.readouterr()
+    assert cli.main(["--check", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "DOT and SVG not checked" in captured.err and "missing" not in captured.err
