@@ -32,6 +32,16 @@ from orchestrator.model import Model, ModelRequest, ScriptedModel
 from orchestrator.pending import ResponseRouter
 from orchestrator.stream import RunStream
 from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, tool
+from orchestrator.wire import (
+    RemoteError,
+    WireFormatError,
+    decode_event,
+    decode_message,
+    dumps,
+    encode_error,
+    encode_event,
+    encode_message,
+)
 
 # A library logs; the application decides where to (nothing reaches stderr unless it configures logging).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -55,6 +65,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelRequest",
+    "RemoteError",
     "ResponseRouter",
     "RunStream",
     "ScriptedModel",
@@ -70,6 +81,13 @@ __all__ = [
     "ToolResult",
     "ToolStatus",
     "UserMessage",
+    "WireFormatError",
     "create_agent",
+    "decode_event",
+    "decode_message",
+    "dumps",
+    "encode_error",
+    "encode_event",
+    "encode_message",
     "tool",
 ]

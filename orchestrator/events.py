@@ -1,20 +1,23 @@
 """Events a request streams to its consumer and publishes to extensions.
 
-Every event has ``name``, ``payload``, ``session_id`` and ``request_id``;
-the runtime fills the ids when an event is emitted inside a request.
+Every event has ``name``, ``payload``, ``session_id``, ``request_id``, ``seq``
+and ``ts``. The runtime fills the ids when an event is emitted inside a request,
+and numbers every event the request streams: ``seq`` counts from 1 per request
+without gaps, ``ts`` is ``time.time()`` when it was emitted. Events only
+published to extensions keep ``seq == 0``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import attrs
 
-from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
+from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from orchestrator.model import Usage
 
-_ID_FIELDS = frozenset({"session_id", "request_id"})
+_ENVELOPE_FIELDS = frozenset({"session_id", "request_id", "seq", "ts"})
 
 
 @attrs.frozen(kw_only=True)
@@ -28,6 +31,8 @@ class AgentEvent:
     kind: ClassVar[str] = "event"
     session_id: str = ""
     request_id: str = ""
+    seq: int = 0
+    ts: float = 0.0
 
     @property
     def name(self) -> str:
@@ -36,7 +41,9 @@ class AgentEvent:
     @property
     def payload(self) -> Mapping[str, Any]:
         return {
-            field.name: getattr(self, field.name) for field in attrs.fields(type(self)) if field.name not in _ID_FIELDS
+            field.name: getattr(self, field.name)
+            for field in attrs.fields(type(self))
+            if field.name not in _ENVELOPE_FIELDS
         }
 
     def __repr__(self) -> str:
@@ -155,3 +162,40 @@ class RunFailedEvent(AgentEvent):
 @attrs.frozen(kw_only=True, repr=False)
 class RunCancelledEvent(AgentEvent):
     kind: ClassVar[str] = "run_cancelled"
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class SteeringAcceptedEvent(AgentEvent):
+    """The request's steering inbox took a message; ``source`` says whether it came from outside or an extension."""
+
+    kind: ClassVar[str] = "steering_accepted"
+    message: UserMessage
+    source: Literal["external", "extension"]
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class SteeringAppliedEvent(AgentEvent):
+    """A steering message replaced the continuation of model call ``iteration``; its unrun calls were skipped."""
+
+    kind: ClassVar[str] = "steering_applied"
+    message: UserMessage
+    skipped_call_ids: tuple[str, ...] = ()
+    iteration: int = 0
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class CompactionStartedEvent(AgentEvent):
+    """A compaction pass is summarising the context (estimated tokens before it)."""
+
+    kind: ClassVar[str] = "compaction_started"
+    tokens_before: int
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class CompactionCompletedEvent(AgentEvent):
+    """A compaction pass ended: estimated tokens before and after, and how many messages the summary replaced."""
+
+    kind: ClassVar[str] = "compaction_completed"
+    tokens_before: int
+    tokens_after: int
+    messages_replaced: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +121,8 @@ class RequestRun:
         self.usage: Usage | None = None
         self.open_calls: dict[str, ToolCall] = {}
         self.approvals = 0
+        # seq of the last event streamed; the next one gets seq + 1.
+        self.seq = 0
         self.steering: UserMessage | None = None
         self.internal_queue: list[UserMessage | SystemMessage] = []
         self.internal: UserMessage | SystemMessage | None = None
@@ -159,15 +162,13 @@ class RequestRun:
     async def _announce(self, step: Step) -> None:
         if self._quiet:
             return
-        await self.emit(
-            ev.TransitionEvent(
-                **self._ids,
-                machine=step.machine,
-                region=step.region,
-                source=step.source,
-                trigger=step.trigger,
-                dest=step.dest,
-            )
+        await self._emit_new(
+            ev.TransitionEvent,
+            machine=step.machine,
+            region=step.region,
+            source=step.source,
+            trigger=step.trigger,
+            dest=step.dest,
         )
 
     # events -----------------------------------------------------------------
@@ -181,10 +182,29 @@ class RequestRun:
             request_id=event.request_id or self.context.request_id,
         )
 
+    def _number(self) -> int:
+        self.seq += 1
+        return self.seq
+
     async def emit(self, event: ev.AgentEvent) -> None:
+        """Stream ``event`` (numbered: its ids, next ``seq`` and ``ts``) and deliver it to every on_event."""
         if self._quiet:
             return
-        event = self._stamp(event)
+        event = attrs.evolve(
+            event,
+            session_id=event.session_id or self.context.session_id,
+            request_id=event.request_id or self.context.request_id,
+            seq=self._number(),
+            ts=time.time(),
+        )
+        self._send(event)
+        await self._deliver(event)
+
+    async def _emit_new(self, kind: type[ev.AgentEvent], **fields: Any) -> None:
+        """Build, number and stream an event of the runtime's own (no copy, unlike ``emit``)."""
+        if self._quiet:
+            return
+        event = kind(**self._ids, seq=self._number(), ts=time.time(), **fields)
         self._send(event)
         await self._deliver(event)
 
@@ -246,13 +266,20 @@ class RequestRun:
             self.open_calls = {call.id: call for call in message.tool_calls}
         elif isinstance(message, ToolMessage):
             self.open_calls.pop(message.tool_call_id, None)
-        await self.publish(ev.MessageAppendedEvent(**self._ids, message=message, index=len(self.context._messages) - 1))
+        await self.publish(
+            ev.MessageAppendedEvent(
+                session_id=self.context.session_id,
+                request_id=self.context.request_id,
+                message=message,
+                index=len(self.context._messages) - 1,
+            )
+        )
 
     async def settle(self, call: ToolCall, status: ToolStatus, content: str) -> ToolMessage:
         """Append the one result of ``call`` and stream its outcome."""
         message = ToolMessage(call.id, call.name, content, status)
         await self.append(message)
-        await self.emit(_TOOL_EVENTS[status](**self._ids, call=call, result=message))
+        await self._emit_new(_TOOL_EVENTS[status], call=call, result=message)
         return message
 
     # the loop ---------------------------------------------------------------
@@ -353,13 +380,13 @@ class RequestRun:
     async def _call_model(self) -> AssistantMessage:
         assert self.request is not None
         self.iterations += 1
-        await self.emit(ev.ModelStartedEvent(**self._ids, iteration=self.iterations))
+        await self._emit_new(ev.ModelStartedEvent, iteration=self.iterations)
         completed: ResponseCompletedEvent | None = None
         stream = self._model_stream(self.request)
         try:
             async for event in stream:
                 if isinstance(event, TextDeltaEvent):
-                    await self.emit(ev.TextDeltaEvent(**self._ids, text=event.text))
+                    await self._emit_new(ev.TextDeltaEvent, text=event.text)
                 elif isinstance(event, ResponseCompletedEvent):
                     completed = event
         finally:
@@ -403,7 +430,7 @@ class RequestRun:
 
     async def _run_call(self, requested: ToolCall) -> None:
         call = ToolCall(requested.id, requested.name, dict(requested.arguments))
-        await self.emit(ev.ToolStartedEvent(**self._ids, call=call))
+        await self._emit_new(ev.ToolStartedEvent, call=call)
         error: BaseException | None = None
         try:
             await self._run_hook("before_tool", call)
@@ -545,7 +572,7 @@ class RequestRun:
 
     async def _cb_emit_started(self) -> None:
         assert self.context.input_message is not None
-        await self.emit(ev.RunStartedEvent(**self._ids, input=self.context.input_message))
+        await self._emit_new(ev.RunStartedEvent, input=self.context.input_message)
 
     async def _cb_before_run(self) -> None:
         await self._run_hook("before_run")
@@ -573,7 +600,7 @@ class RequestRun:
     async def _cb_append_response(self) -> None:
         assert self.response is not None
         await self.append(self.response)
-        await self.emit(ev.ModelCompletedEvent(**self._ids, message=self.response, usage=self.usage))
+        await self._emit_new(ev.ModelCompletedEvent, message=self.response, usage=self.usage)
 
     async def _cb_after_model(self) -> None:
         assert self.response is not None
@@ -609,7 +636,7 @@ class RequestRun:
 
     async def _cb_emit_completed(self) -> None:
         assert self.response is not None
-        await self.emit(ev.RunCompletedEvent(**self._ids, result=self.response))
+        await self._emit_new(ev.RunCompletedEvent, result=self.response)
 
     async def _cb_on_error(self) -> None:
         assert self.error is not None
@@ -621,10 +648,10 @@ class RequestRun:
 
     async def _cb_emit_failed(self) -> None:
         assert self.error is not None
-        await self.emit(ev.RunFailedEvent(**self._ids, error=self.error))
+        await self._emit_new(ev.RunFailedEvent, error=self.error)
 
     async def _cb_on_cancelled(self) -> None:
-        await self.emit(ev.RunCancelledEvent(**self._ids))
+        await self._emit_new(ev.RunCancelledEvent)
 
     async def _cb_on_compact(self) -> None:
         await self._run_hook("on_compact")
@@ -637,7 +664,11 @@ class RequestRun:
         kept = tuple(m for m in self.context.messages if not isinstance(m, SystemMessage))
         if self.agent.history is not None:
             self.agent.history.replace(self.context.session_id, kept)
-        await self.publish(ev.HistoryReplacedEvent(**self._ids, messages=kept))
+        await self.publish(
+            ev.HistoryReplacedEvent(
+                session_id=self.context.session_id, request_id=self.context.request_id, messages=kept
+            )
+        )
 
 
 def _check_call_ids(message: AssistantMessage) -> None:
