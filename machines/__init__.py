@@ -1,6 +1,6 @@
 """Declarative state machine definitions and their ``transitions`` builder."""
 
-from machines.build import BoundMachine, GuardRefused, IllegalTransition, Step, generated
+from machines.build import BoundMachine, GuardRefused, IllegalTransition, Step, Unbound, generated
 from machines.definition import MachineDefinition, Region, State, Transition
 from machines.request import REQUEST
 
@@ -14,5 +14,6 @@ __all__ = [
     "State",
     "Step",
     "Transition",
+    "Unbound",
     "generated",
 ]

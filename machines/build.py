@@ -8,16 +8,23 @@ every model bound to it, so the states, edges and guards live in
 from __future__ import annotations
 
 import functools
+import itertools
+import logging
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 from transitions import EventData, Machine, MachineError
+from transitions.core import Condition, Event, listify
+from transitions.core import State as MachineState
+from transitions.core import Transition as MachineTransition
 
 from machines.definition import MachineDefinition, Region, Transition
 
 Guard = Callable[[EventData], bool]
+
+_log = logging.getLogger("transitions.core")
 
 
 class IllegalTransition(RuntimeError):
@@ -58,6 +65,15 @@ class GuardRefused(RuntimeError):
         self.guards = guards
 
 
+class Unbound(RuntimeError):
+    """A trigger was fired on a machine after ``unbind``: it takes no more steps."""
+
+    def __init__(self, machine: str, trigger: str) -> None:
+        super().__init__(f"{machine}: trigger {trigger!r} fired after the machine was unbound")
+        self.machine = machine
+        self.trigger = trigger
+
+
 @attrs.frozen
 class Step:
     """One transition that was taken."""
@@ -69,12 +85,182 @@ class Step:
     dest: str
 
 
-class _LeanMachine(Machine):
-    """A Machine that binds no convenience methods onto its models.
+class ModelSet:
+    """The models bound to one shared machine: insertion-ordered, O(1) membership, add and removal.
 
-    Models are driven through ``Event.trigger`` directly, so per-model cost is
-    only the state attribute the machine writes.
+    Stands in for ``Machine.models`` (a list in ``transitions``, where adding and
+    removing a model scans every live model). Models are keyed by identity.
     """
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: dict[int, Any] = {}
+
+    def __contains__(self, model: object) -> bool:
+        return self._items.get(id(model)) is model
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._items.values()))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def append(self, model: object) -> None:
+        """Add ``model`` (the name ``transitions`` uses for its list)."""
+        self._items[id(model)] = model
+
+    def remove(self, model: object) -> None:
+        """Remove ``model``; ValueError when it is not bound, as ``list.remove``."""
+        if self._items.get(id(model)) is not model:
+            raise ValueError("model is not bound to this machine")
+        del self._items[id(model)]
+
+
+class _LeanState(MachineState):
+    """A state that runs its enter/exit callbacks only when it has some, without logging each step."""
+
+    def enter(self, event_data: EventData) -> None:
+        if self.on_enter:
+            event_data.machine.callbacks(self.on_enter, event_data)
+
+    def exit(self, event_data: EventData) -> None:
+        if self.on_exit:
+            event_data.machine.callbacks(self.on_exit, event_data)
+
+
+class _LeanCondition(Condition):
+    """A condition that calls a callable guard directly (names are still resolved on the model)."""
+
+    def check(self, event_data: EventData) -> bool:
+        func = self.func
+        predicate = func if callable(func) else event_data.machine.resolve_callable(func, event_data)
+        if event_data.machine.send_event:
+            return bool(predicate(event_data) == self.target)
+        return bool(predicate(*event_data.args, **event_data.kwargs) == self.target)
+
+
+class _LeanTransition(MachineTransition):
+    """``Transition.execute`` with the same order of steps, skipping empty callback lists and logging."""
+
+    condition_cls = _LeanCondition
+
+    def execute(self, event_data: EventData) -> bool:
+        machine = event_data.machine
+        if self.prepare:
+            machine.callbacks(self.prepare, event_data)
+        for condition in self.conditions:
+            if not condition.check(event_data):
+                return False
+        if machine.before_state_change or self.before:
+            machine.callbacks(itertools.chain(machine.before_state_change, self.before), event_data)
+        if self.dest:
+            self._change_state(event_data)
+        if self.after or machine.after_state_change:
+            machine.callbacks(itertools.chain(self.after, machine.after_state_change), event_data)
+        return True
+
+    def _change_state(self, event_data: EventData) -> None:
+        """Exit the source, set the model's state, enter the destination (``Transition._change_state``)."""
+        machine = event_data.machine
+        machine.get_state(self.source).exit(event_data)
+        dest = machine.get_state(typing.cast(str, self.dest))
+        setattr(event_data.model, machine.model_attribute, dest.value)
+        event_data.state = dest
+        dest.enter(event_data)
+        if dest.final and machine.on_final:
+            machine.callbacks(machine.on_final, event_data)
+
+
+class _LeanEvent(Event):
+    """``Event`` whose trigger (inherited as is) processes edges without empty callback loops or logging."""
+
+    def _trigger(self, event_data: EventData) -> bool:
+        machine = self.machine
+        state = machine.get_model_state(event_data.model)
+        event_data.state = state
+        try:
+            edges = self.transitions.get(state.name)
+            if edges is not None or self._is_valid_source(state):
+                self._process(event_data)
+        except BaseException as error:
+            event_data.error = typing.cast(Exception, error)
+            if not machine.on_exception:
+                raise
+            machine.callbacks(machine.on_exception, event_data)
+        finally:
+            if machine.finalize_event:
+                try:
+                    machine.callbacks(machine.finalize_event, event_data)
+                except BaseException as error:
+                    _log.error("%sfinalize callbacks raised %s: %s", machine.name, type(error).__name__, error)
+        return bool(event_data.result)
+
+    def _process(self, event_data: EventData) -> bool:
+        machine = self.machine
+        if machine.prepare_event:
+            machine.callbacks(machine.prepare_event, event_data)
+        for transition in self.transitions[event_data.state.name]:
+            event_data.transition = transition
+            if transition.execute(event_data):
+                event_data.result = True
+                return True
+        return False
+
+
+class _LeanMachine(Machine):
+    """A shared Machine whose models are a ModelSet and whose steps skip empty callback loops.
+
+    Models are driven through ``Event.trigger``, so a model gets no convenience
+    methods (``go()``, ``is_a()``, ``may_go()``) and no ``on_enter_<state>``
+    methods are looked up on it: adding one only sets its state attribute.
+    Everything else (states, edges, condition evaluation, callbacks that are
+    configured) is ``transitions``' own behaviour. Never queued (``queued=False``).
+    """
+
+    state_cls = _LeanState
+    transition_cls = _LeanTransition
+    event_cls = _LeanEvent
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(model=None, **kwargs)
+        # transitions declares a list; ModelSet offers the part of it transitions uses.
+        self.models = ModelSet()  # type: ignore[assignment]
+
+    @property
+    def model(self) -> Any:
+        models = list(self.models)
+        return models[0] if len(models) == 1 else models
+
+    def add_model(self, model: Any, initial: Any = None) -> None:
+        if initial is None:
+            if self.initial is None:
+                raise ValueError("No initial state configured for machine, must specify when adding model.")
+            initial = self.initial
+        for each in listify(model):
+            bound = self if each is self.self_literal else each
+            if bound not in self.models:
+                self.set_state(initial, model=bound)
+                self.models.append(bound)
+
+    def remove_model(self, model: Any) -> None:
+        """Remove each model (the generated machines are not queued, so no queued event refers to it)."""
+        for each in listify(model):
+            self.models.remove(each)
+
+    def get_state(self, state: Any) -> Any:
+        """The State named ``state`` (an Enum member by its name); ValueError when there is none."""
+        found = self.states.get(state) if isinstance(state, str) else None
+        return found if found is not None else super().get_state(state)
+
+    def _process(self, trigger: Callable[[], bool]) -> bool:
+        if not self._queued and not self._transition_queue:
+            return trigger()
+        return super()._process(trigger)
+
+    def callbacks(self, funcs: Iterable[Any], event_data: EventData) -> None:
+        for func in funcs:
+            self.callback(func, event_data)
 
     def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
         return None
@@ -101,7 +287,6 @@ def _note_taken(definition: Transition, event: EventData) -> None:
 
 def _generate(definition: MachineDefinition, region: Region) -> Machine:
     machine = _LeanMachine(
-        model=None,
         states=list(region.state_names),
         initial=region.initial,
         auto_transitions=False,
@@ -177,17 +362,19 @@ class BoundMachine:
 
     @property
     def states(self) -> dict[str, str]:
-        return {region.name: self.state(region.name) for region in self.definition.regions}
+        return {region.name: getattr(self.model, region.attribute) for region in self.definition.regions}
 
     @property
     def is_final(self) -> bool:
         main = self.definition.main
-        return self.state() in main.final_states
+        return getattr(self.model, main.attribute) in main.final_states
 
     def _region_of(self, trigger: str) -> Region:
         region = self._regions.get(trigger)
         if region is None:
             raise IllegalTransition(self.definition.name, "", "", trigger)
+        if not self._bound:
+            raise Unbound(self.definition.name, trigger)
         return region
 
     def fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition]:
@@ -203,19 +390,20 @@ class BoundMachine:
     def try_fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition] | None:
         """Take ``trigger`` if a guard allows it; None when every guard refused."""
         region = self._region_of(trigger)
-        machine = self._machines[region.name]
-        source = self.state(region.name)
-        self.model.taken = None
+        model = self.model
+        source: str = getattr(model, region.attribute)
+        model.taken = None
         try:
-            taken = machine.events[trigger].trigger(self.model, **kwargs)
+            taken = self._machines[region.name].events[trigger].trigger(model, **kwargs)
         except MachineError:
             allowed = tuple(t for t in region.triggers if region.edges(t, source))
             raise IllegalTransition(self.definition.name, region.name, source, trigger, allowed) from None
-        if not taken or self.model.taken is None:
+        edge = model.taken
+        if not taken or edge is None:
             return None
-        step = Step(self.definition.name, region.name, source, trigger, self.state(region.name))
+        step = Step(self.definition.name, region.name, source, trigger, getattr(model, region.attribute))
         self.history.append(step)
-        return step, self.model.taken
+        return step, edge
 
     def may(self, trigger: str, **kwargs: Any) -> bool:
         """Whether ``trigger`` would be taken now (guards evaluated, nothing changes).
@@ -231,9 +419,17 @@ class BoundMachine:
         return result
 
     def unbind(self) -> None:
-        """Detach the model from the shared machines (idempotent)."""
+        """Detach the model from the shared machines, its host and its guards (idempotent).
+
+        The states stay readable; firing or asking ``may`` afterwards raises
+        Unbound. Dropping the host and the guards (which often refer back to
+        their owner) leaves no reference cycle behind, so whatever owned the
+        machine is freed without a garbage collection.
+        """
         if not self._bound:
             return
         self._bound = False
         for region in self.definition.regions:
             self._machines[region.name].remove_model(self.model)
+        self.model.host = None
+        self.model.guards = {}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import AgentRunConfig
+from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.messages import Message, SystemMessage, UserMessage
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
@@ -17,12 +19,19 @@ if TYPE_CHECKING:
 
 
 class AgentRunContext:
-    """Request-scoped view of messages, tools, state and events."""
+    """Request-scoped view of messages, tools, state and events.
+
+    The context refers to its request weakly (the request holds the context), so
+    a finished request is freed by reference counting, without a garbage
+    collection. Its messages, tools and state stay readable as long as the
+    context is kept; what needs the request itself (emit, states, plan mode)
+    raises AgentError once nothing else keeps the request.
+    """
 
     def __init__(
         self, run: RequestRun, config: AgentRunConfig, request_id: str, input_message: UserMessage | None
     ) -> None:
-        self._run = run
+        self._request = weakref.ref(run)
         self.config = config
         self.session_id = config.session_id
         self.request_id = request_id
@@ -31,6 +40,13 @@ class AgentRunContext:
         self.server_tools: list[ServerToolDefinition] = []
         self.state: dict[str, Any] = {}
         self._messages: list[Message] = []
+
+    @property
+    def _run(self) -> RequestRun:
+        run = self._request()
+        if run is None:
+            raise AgentError(f"request {self.request_id} has ended and is no longer kept")
+        return run
 
     @property
     def agent(self) -> Agent:

@@ -7,6 +7,7 @@ the callbacks the edge names, one after another, in the request's own task.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -367,15 +368,14 @@ class RequestRun:
 
     # model ------------------------------------------------------------------
 
-    def _model_stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    def _model_stream(self, request: ModelRequest, index: int = 0) -> AsyncIterator[ModelEvent]:
+        """The model's stream seen through on_model_request wrappers ``index`` onwards."""
         wrappers = self.hooks["on_model_request"]
-
-        def layer(index: int, req: ModelRequest) -> AsyncIterator[ModelEvent]:
-            if index == len(wrappers):
-                return self.agent.model.stream(req)
-            return wrappers[index].on_model_request(self.context, req, lambda r: layer(index + 1, r))
-
-        return layer(0, request)
+        if index == len(wrappers):
+            return self.agent.model.stream(request)
+        return wrappers[index].on_model_request(
+            self.context, request, functools.partial(self._model_stream, index=index + 1)
+        )
 
     async def _call_model(self) -> AssistantMessage:
         assert self.request is not None

@@ -74,3 +74,109 @@ def test_callbacks_of_the_taken_edge_are_reported_in_order() -> None:
     assert machine.may("request_model")
     assert not machine.may("complete")
     machine.unbind()
+
+
+def test_shared_machines_keep_models_in_a_set_with_constant_time_membership() -> None:
+    from machines.build import ModelSet
+
+    guards = {name: (lambda _: True) for name in REQUEST.guard_names}
+    shared = generated(REQUEST)
+    for machine in shared.values():
+        assert isinstance(machine.models, ModelSet)
+    bound = BoundMachine(REQUEST, guards)
+    assert all(bound.model in machine.models for machine in shared.values())
+    bound.unbind()
+    assert not any(bound.model in machine.models for machine in shared.values())
+    with pytest.raises(ValueError, match="not bound"):
+        shared["phase"].models.remove(bound.model)
+
+
+def test_unbinding_releases_the_host_and_keeps_the_states_readable() -> None:
+    guards = {name: (lambda _: True) for name in REQUEST.guard_names}
+    host = object()
+    bound = BoundMachine(REQUEST, guards, host=host)
+    bound.fire("start")
+    bound.unbind()
+    assert bound.model.host is None
+    assert bound.states == {"phase": "setup", "mode": "normal"}
+
+
+def test_triggers_go_through_transitions_event_trigger_and_evaluate_guards() -> None:
+    from transitions import Event
+
+    checked: list[str] = []
+
+    def ok(event: object) -> bool:
+        checked.append("ok")
+        return True
+
+    machine = BoundMachine(tiny(conditions="ok"), {"ok": ok})
+    event = machine._machines["main"].events["go"]
+    assert isinstance(event, Event)
+    assert type(event).trigger is Event.trigger
+    machine.fire("go")
+    assert checked == ["ok"]
+
+
+def _configured_log(machine_class: type) -> list[str]:
+    """Every kind of callback transitions offers, recorded in the order the machine runs them."""
+    log: list[str] = []
+
+    def note(name: str) -> object:
+        return lambda event: log.append(name)
+
+    class Model:
+        pass
+
+    model = Model()
+    machine = machine_class(
+        states=[
+            {"name": "a", "on_exit": [note("exit a")]},
+            {"name": "b", "on_enter": [note("enter b")], "final": True},
+        ],
+        initial="a",
+        auto_transitions=False,
+        send_event=True,
+        prepare_event=[note("prepare_event")],
+        before_state_change=[note("before_state_change")],
+        after_state_change=[note("after_state_change")],
+        finalize_event=[note("finalize_event")],
+        on_final=[note("on_final")],
+        **({"model": None} if machine_class.__name__ == "Machine" else {}),
+    )
+    machine.add_model(model)
+    machine.add_transition(
+        "go",
+        "a",
+        "b",
+        conditions=[lambda event: log.append("condition") or True],
+        unless=[lambda event: log.append("unless") or False],
+        prepare=[note("prepare")],
+        before=[note("before")],
+        after=[note("after")],
+    )
+    assert machine.events["go"].trigger(model)
+    assert model.state == "b"
+    return log
+
+
+def test_the_lean_machine_runs_configured_callbacks_as_transitions_does() -> None:
+    from transitions import Machine
+
+    from machines.build import _LeanMachine
+
+    expected = _configured_log(Machine)
+    assert "enter b" in expected and "on_final" in expected
+    assert _configured_log(_LeanMachine) == expected
+
+
+def test_an_unbound_machine_takes_no_more_triggers() -> None:
+    from machines import Unbound
+
+    machine = BoundMachine(tiny(), {})
+    machine.unbind()
+    with pytest.raises(Unbound, match="after the machine was unbound"):
+        machine.fire("go")
+    with pytest.raises(Unbound):
+        machine.may("go")
+    assert machine.state() == "a"
