@@ -17,6 +17,7 @@ from orchestrator.errors import (
 )
 from orchestrator.events import AgentEvent, ExtensionEvent
 from orchestrator.extensions.base import AgentExtension
+from orchestrator.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
 from orchestrator.messages import (
     AssistantMessage,
     ImagePart,
@@ -55,6 +56,7 @@ __all__ = [
     "AgentRunConfig",
     "AgentRunContext",
     "AssistantMessage",
+    "EventsExpired",
     "ExtensionEvent",
     "ExternalEvent",
     "GuardRefused",
@@ -67,6 +69,8 @@ __all__ = [
     "ModelRequest",
     "RemoteError",
     "ResponseRouter",
+    "RunCancelled",
+    "RunHandle",
     "RunStream",
     "ScriptedModel",
     "ServerToolDefinition",
@@ -80,6 +84,7 @@ __all__ = [
     "ToolRejected",
     "ToolResult",
     "ToolStatus",
+    "UnknownRun",
     "UserMessage",
     "WireFormatError",
     "create_agent",

@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import logging
-import math
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-
-import trio
+from collections.abc import Iterable, Sequence
 
 from machines.build import Step
 from orchestrator.compactor import TurnCompactor
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
-from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
+from orchestrator.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
 from orchestrator.history import InMemoryHistory, SessionHistory
 from orchestrator.inbox import InputInbox
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
 from orchestrator.model import Model
 from orchestrator.runtime import RequestRun
+from orchestrator.sinks import DropSink, EventSink
 from orchestrator.stream import RunStream
 from orchestrator.tools import ToolDefinition
 
@@ -90,6 +88,8 @@ class Agent:
         self._live: dict[str, RequestRun] = {}
         # Only the steps of each session's latest request: its messages and tools are not kept alive.
         self._last: dict[str, list[Step]] = {}
+        # Runs started with AgentClient.start, for attach.
+        self.runs = RunRegistry()
 
     # requests ---------------------------------------------------------------
 
@@ -101,7 +101,7 @@ class Agent:
         return RunStream(self, config, _as_input(user_input))
 
     async def _open_run(
-        self, config: AgentRunConfig, message: UserMessage | None, send: Callable[[AgentEvent], None] | None
+        self, config: AgentRunConfig, message: UserMessage | None, sink: EventSink | None
     ) -> RequestRun:
         """Register a new request of ``config.session_id``.
 
@@ -116,7 +116,7 @@ class Agent:
         if live is not None:
             raise SessionBusy(config.session_id)
         request_id = config.request_id or uuid.uuid4().hex
-        run = RequestRun(self, config, request_id, message, send)
+        run = RequestRun(self, config, request_id, message, sink)
         self._live[config.session_id] = run
         self._last[config.session_id] = run.machine.history
         return run
@@ -128,8 +128,7 @@ class Agent:
 
     async def compact(self, config: AgentRunConfig) -> None:
         """Restore the session through on_tool and on_state, then run on_compact."""
-        send_channel, _receive = trio.open_memory_channel[AgentEvent](math.inf)
-        run = await self._open_run(config, None, send_channel.send_nowait)
+        run = await self._open_run(config, None, DropSink())
         try:
             await run.compact()
         finally:
@@ -186,6 +185,24 @@ class AgentClient:
     ) -> RunStream:
         """Events of one request, as an async iterator."""
         return self.agent.start(user_input, config)
+
+    async def start(
+        self,
+        user_input: str | UserMessage | Sequence[ContentPart],
+        *,
+        config: AgentRunConfig | None = None,
+        retain_events: int = RETAINED_EVENTS,
+    ) -> RunHandle:
+        """Start a request that runs on its own; SessionBusy here when the session runs one.
+
+        Read its events with ``handle.events(after=seq)``, as often as needed; the
+        request keeps running with or without readers. ``retain_events`` bounds its log.
+        """
+        return await start_run(self.agent, _as_input(user_input), config or AgentRunConfig(), retain=retain_events)
+
+    def attach(self, request_id: str) -> RunHandle:
+        """The handle of a live or recently finished run started with ``start`` (else UnknownRun)."""
+        return self.agent.runs.get(request_id)
 
     async def run(
         self,

@@ -34,6 +34,7 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent, Usage
+from orchestrator.sinks import DropSink, EventSink
 from orchestrator.tools import ToolResult
 
 if TYPE_CHECKING:
@@ -106,14 +107,14 @@ class RequestRun:
         config: AgentRunConfig,
         request_id: str,
         input_message: UserMessage | None,
-        send: Callable[[ev.AgentEvent], None] | None,
+        sink: EventSink | None,
     ) -> None:
         self.agent = agent
         self.hooks = agent.hooks
         self.context = AgentRunContext(self, config, request_id, input_message)
-        self._send = send if send is not None else _drop
+        self._sink: EventSink = sink if sink is not None else _DROP
         # No consumer and no on_event hook: events would reach nobody, so none are built.
-        self._quiet = send is None and not agent.hooks["on_event"]
+        self._quiet = sink is None and not agent.hooks["on_event"]
         self._ids = {"session_id": config.session_id, "request_id": request_id}
         self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
         self.iterations = 0
@@ -121,7 +122,7 @@ class RequestRun:
         self.response: AssistantMessage | None = None
         self.usage: Usage | None = None
         self.open_calls: dict[str, ToolCall] = {}
-        self.approvals = 0
+        self.approvals: int = 0
         # seq of the last event streamed; the next one gets seq + 1.
         self.seq = 0
         self.steering: UserMessage | None = None
@@ -198,7 +199,8 @@ class RequestRun:
             seq=self._number(),
             ts=time.time(),
         )
-        self._send(event)
+        if not self._sink.offer(event):
+            await self._sink.put(event)
         await self._deliver(event)
 
     async def _emit_new(self, kind: type[ev.AgentEvent], **fields: Any) -> None:
@@ -206,7 +208,8 @@ class RequestRun:
         if self._quiet:
             return
         event = kind(**self._ids, seq=self._number(), ts=time.time(), **fields)
-        self._send(event)
+        if not self._sink.offer(event):
+            await self._sink.put(event)
         await self._deliver(event)
 
     async def publish(self, event: ev.AgentEvent, *, to_publisher: bool = False) -> None:
@@ -682,8 +685,7 @@ def _check_call_ids(message: AssistantMessage) -> None:
         seen.add(call.id)
 
 
-def _drop(event: ev.AgentEvent) -> None:
-    """Event sink of a request nobody streams."""
+_DROP = DropSink()
 
 
 def _run_of(event: Any) -> RequestRun:

@@ -1,8 +1,10 @@
 """RunStream: the async iterator of one request's events.
 
-The request runs in its own trio system task and sends events through an
-unbounded memory channel, so the consumer may act on an event (for example
-answer an approval) while the request waits. Cancelling the consumer while it
+The request runs in its own trio system task and sends events through a
+bounded memory channel (``STREAM_BUFFER`` events, see ``orchestrator.sinks``),
+so the consumer may act on an event (for example answer an approval) while the
+request waits, and a request that runs ahead of a slow consumer waits for it
+instead of queueing events without limit. Cancelling the consumer while it
 waits for the next event, closing the stream, or dropping it cancels the
 request, which then settles every open tool call before it ends. A dropped
 stream (``break`` out of ``async for``, an exception in its body) cannot wait
@@ -13,7 +15,7 @@ request of that session waits for it instead of failing with SessionBusy.
 from __future__ import annotations
 
 import contextlib
-import math
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ from orchestrator.config import AgentRunConfig
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, UserMessage
 from orchestrator.runtime import _only_cancellation
+from orchestrator.sinks import StreamQueue
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
@@ -33,30 +36,34 @@ class _Outcome:
     """What the request task and the stream share; the task never holds the stream."""
 
     def __init__(self, run: RequestRun) -> None:
-        self.run = run
+        self.run: RequestRun | None = run
         self.scope = trio.CancelScope()
         self.done = trio.Event()
         self.result: AssistantMessage | None = None
         self.error: BaseException | None = None
 
 
-async def _drive(agent: Agent, outcome: _Outcome, send: trio.MemorySendChannel[AgentEvent]) -> None:
+async def _drive(agent: Agent, outcome: _Outcome, on_end: Callable[[], None]) -> None:
     """Run the request; its error, whatever its kind, is handed to the consumer.
+
+    ``on_end`` runs once the request has left its session, before ``done`` is set.
 
     A system task must not raise: trio would turn a KeyboardInterrupt-like
     exception from a tool into TrioInternalError and end the whole run. Only a
     cancellation from outside (the run shutting down) goes on.
     """
+    run = outcome.run
+    assert run is not None
     try:
         with outcome.scope:
-            outcome.result = await outcome.run.run()
+            outcome.result = await run.run()
     except BaseException as error:
         if _only_cancellation(error):
             raise
         outcome.error = error
     finally:
-        agent._close_run(outcome.run)
-        send.close()
+        agent._close_run(run)
+        on_end()
         outcome.done.set()
 
 
@@ -67,7 +74,7 @@ class RunStream:
         self._agent = agent
         self._config = config
         self._message = message
-        self._receive: trio.MemoryReceiveChannel[AgentEvent] | None = None
+        self._queue: StreamQueue | None = None
         self._outcome: _Outcome | None = None
         self._raised = False
 
@@ -83,21 +90,21 @@ class RunStream:
     def error(self) -> BaseException | None:
         return self._outcome.error if self._outcome else None
 
-    async def _start(self) -> trio.MemoryReceiveChannel[AgentEvent]:
-        send, receive = trio.open_memory_channel[AgentEvent](math.inf)
-        run = await self._agent._open_run(self._config, self._message, send.send_nowait)
+    async def _start(self) -> StreamQueue:
+        queue = StreamQueue()
+        run = await self._agent._open_run(self._config, self._message, queue)
         self._outcome = _Outcome(run)
-        self._receive = receive
+        self._queue = queue
         trio.lowlevel.spawn_system_task(
-            _drive, self._agent, self._outcome, send, name=f"request {run.context.request_id}"
+            _drive, self._agent, self._outcome, queue.close, name=f"request {run.context.request_id}"
         )
-        return receive
+        return queue
 
     def __aiter__(self) -> RunStream:
         return self
 
     async def __anext__(self) -> AgentEvent:
-        receive = self._receive if self._receive is not None else await self._start()
+        receive = self._queue if self._queue is not None else await self._start()
         try:
             await trio.lowlevel.checkpoint_if_cancelled()
             try:
@@ -117,7 +124,10 @@ class RunStream:
         """Cancel the request if it still runs and wait until it has ended."""
         outcome = self._outcome
         if outcome is not None and not outcome.done.is_set():
+            assert self._queue is not None
+            # Cancel first: a request waiting for room then sees the cancellation, not the room.
             outcome.scope.cancel()
+            self._queue.unbound()
             with trio.CancelScope(shield=True):
                 await outcome.done.wait()
 
@@ -134,7 +144,9 @@ class RunStream:
 
     def __del__(self) -> None:
         outcome = self._outcome
-        if outcome is not None and not outcome.done.is_set():
+        if outcome is not None and outcome.run is not None and not outcome.done.is_set():
             outcome.run.abandoned = True
             with contextlib.suppress(RuntimeError):
                 outcome.scope.cancel()
+                if self._queue is not None:
+                    self._queue.abandon()

@@ -1,0 +1,306 @@
+"""RunHandle: a request that outlives its consumers, with a bounded, replayable event log.
+
+``await client.start(...)`` opens the request (``SessionBusy`` is raised there)
+and runs it in its own trio system task, which depends on no consumer. Every
+event the request streams is recorded in the request's ``EventLog``; the nth
+event has ``seq`` n. ``handle.events(after=seq)`` replays what the log still
+holds after ``seq`` and then follows the request live until its end. Any number
+of consumers may read at once, at their own pace, and come and go: reading never
+slows the request, and the request never waits for a reader. Memory is bounded
+by the log: it keeps the last ``RETAINED_EVENTS`` events, and a reader that asks
+for (or falls behind to) an older ``seq`` gets ``EventsExpired``.
+
+Finished runs stay reachable through ``client.attach(request_id)`` until
+``RETAINED_RUNS`` later runs of the same agent have finished; a finished run
+keeps its log, its final states and its outcome, not its request.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING
+
+import trio
+
+from orchestrator.errors import AgentError
+from orchestrator.events import AgentEvent
+from orchestrator.messages import AssistantMessage, UserMessage
+from orchestrator.stream import _drive, _Outcome
+
+if TYPE_CHECKING:
+    from orchestrator.agent import Agent
+    from orchestrator.config import AgentRunConfig
+
+RETAINED_EVENTS = 10_000
+"""Events a run's log keeps by default (the most recent ones)."""
+
+RETAINED_RUNS = 64
+"""Finished runs an agent keeps reachable through ``attach`` by default (the most recent ones)."""
+
+READ_BATCH = 256
+"""Most events one read of the log hands over at once."""
+
+
+class EventsExpired(AgentError):
+    """The events after ``after`` are no longer retained: the log starts at ``first``."""
+
+    def __init__(self, request_id: str, after: int, first: int) -> None:
+        super().__init__(
+            f"request {request_id!r}: events after seq {after} are no longer retained "
+            f"(the log holds seq {first} onwards); read from history instead"
+        )
+        self.request_id = request_id
+        self.after = after
+        self.first = first
+
+
+class UnknownRun(AgentError, KeyError):
+    """No live or retained run has this request id."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"no live or recently finished run has request id {request_id!r}")
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RunCancelled(AgentError):
+    """``result()`` of a run that was cancelled."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"request {request_id!r} was cancelled")
+        self.request_id = request_id
+
+
+class EventLog:
+    """The last ``limit`` events of one request; the event sink of a started run.
+
+    Recording never waits, so the request never waits for a reader.
+    """
+
+    def __init__(self, request_id: str, limit: int = RETAINED_EVENTS) -> None:
+        if limit < 1:
+            raise ValueError("a run's log must keep at least one event")
+        self.request_id = request_id
+        self._events: collections.deque[AgentEvent] = collections.deque(maxlen=limit)
+        self._count = 0
+        self._closed = False
+        self._readers = trio.lowlevel.ParkingLot()
+
+    @property
+    def last_seq(self) -> int:
+        """``seq`` of the latest event (0 before the first)."""
+        return self._count
+
+    @property
+    def first_seq(self) -> int:
+        """``seq`` of the oldest event still retained."""
+        return self._count - len(self._events) + 1
+
+    @property
+    def closed(self) -> bool:
+        """Whether the request has ended (no event will follow)."""
+        return self._closed
+
+    # the request's side (EventSink) -----------------------------------------
+
+    def offer(self, event: AgentEvent) -> bool:
+        self._events.append(event)
+        self._count += 1
+        if self._readers:
+            self._readers.unpark_all()
+        return True
+
+    async def put(self, event: AgentEvent) -> None:
+        self.offer(event)
+
+    def close(self) -> None:
+        self._closed = True
+        self._readers.unpark_all()
+
+    # the readers' side ------------------------------------------------------
+
+    def check(self, after: int) -> None:
+        """Raise EventsExpired unless every event after ``after`` is still retained."""
+        if after < 0:
+            raise ValueError(f"after must be a seq (0 or more), got {after}")
+        first = self.first_seq
+        if after < first - 1:
+            raise EventsExpired(self.request_id, after, first)
+
+    def read_nowait(self, after: int, limit: int = READ_BATCH) -> list[AgentEvent]:
+        """Up to ``limit`` retained events after ``after``, oldest first (empty when none yet)."""
+        self.check(after)
+        offset = after - (self.first_seq - 1)
+        stop = min(len(self._events), offset + limit)
+        events = self._events
+        return [events[index] for index in range(offset, stop)]
+
+    async def read(self, after: int, limit: int = READ_BATCH) -> list[AgentEvent]:
+        """Like ``read_nowait``, waiting for at least one event; empty once the request ended."""
+        while True:
+            events = self.read_nowait(after, limit)
+            if events or self._closed:
+                await trio.lowlevel.checkpoint()
+                return events
+            await self._readers.park()
+
+
+class EventFollower:
+    """One reader of a run's events: an async iterator that replays, then follows live.
+
+    It ends after the request's last event (``run_completed``, ``run_failed`` or
+    ``run_cancelled``). Leaving it (or dropping it) affects nothing else.
+    """
+
+    def __init__(self, log: EventLog, after: int) -> None:
+        log.check(after)
+        self._log = log
+        self.position = after
+        """``seq`` of the last event this reader was handed."""
+        self._ready: collections.deque[AgentEvent] = collections.deque()
+
+    def __aiter__(self) -> EventFollower:
+        return self
+
+    async def __anext__(self) -> AgentEvent:
+        if not self._ready:
+            self._ready.extend(await self._log.read(self.position))
+            if not self._ready:
+                raise StopAsyncIteration
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        self.position += 1
+        return self._ready.popleft()
+
+    async def batch(self, limit: int = READ_BATCH) -> list[AgentEvent]:
+        """The next events (at least one, at most ``limit``); empty once the run has ended."""
+        if self._ready:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            events = [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
+        else:
+            events = await self._log.read(self.position, limit)
+        self.position += len(events)
+        return events
+
+
+class RunHandle:
+    """A started request: its events, state, outcome and cancellation."""
+
+    def __init__(self, outcome: _Outcome, log: EventLog) -> None:
+        assert outcome.run is not None
+        self.request_id = outcome.run.context.request_id
+        self.session_id = outcome.run.context.session_id
+        self._outcome = outcome
+        self._log = log
+        self._states: dict[str, str] = outcome.run.machine.states
+
+    @property
+    def states(self) -> dict[str, str]:
+        """Every region's state of the request machine (the final ones once it ended)."""
+        run = self._outcome.run
+        return run.machine.states if run is not None else dict(self._states)
+
+    @property
+    def state(self) -> str:
+        """The request's phase (``completed``, ``failed`` or ``cancelled`` once it ended)."""
+        return self.states["phase"]
+
+    @property
+    def done(self) -> bool:
+        return self._outcome.done.is_set()
+
+    @property
+    def last_seq(self) -> int:
+        """``seq`` of the latest event the request streamed."""
+        return self._log.last_seq
+
+    @property
+    def first_seq(self) -> int:
+        """``seq`` of the oldest event still retained."""
+        return self._log.first_seq
+
+    def events(self, after: int = 0) -> EventFollower:
+        """The events after ``after``: replayed, then live, until the request's end.
+
+        Raises EventsExpired when events after ``after`` are no longer retained (also
+        later, for a reader that falls that far behind).
+        """
+        return EventFollower(self._log, after)
+
+    def cancel(self) -> None:
+        """Cancel the request (no effect once it ended); it settles its open calls and ends ``cancelled``."""
+        self._outcome.scope.cancel()
+
+    async def wait(self) -> None:
+        """Wait until the request has ended."""
+        await self._outcome.done.wait()
+
+    async def result(self) -> AssistantMessage:
+        """The final answer; the request's error, or RunCancelled, when it has none."""
+        await self._outcome.done.wait()
+        if self._outcome.error is not None:
+            raise self._outcome.error
+        if self._outcome.result is None:
+            raise RunCancelled(self.request_id)
+        return self._outcome.result
+
+    def _finish(self) -> None:
+        """The request left its session: keep its final states, let the request go."""
+        run = self._outcome.run
+        if run is not None:
+            self._states = run.machine.states
+            self._outcome.run = None
+        self._log.close()
+
+    def __repr__(self) -> str:
+        return f"RunHandle(request_id={self.request_id!r}, session_id={self.session_id!r}, state={self.state!r})"
+
+
+class RunRegistry:
+    """An agent's started runs by request id: every live one and the last ``keep`` finished ones."""
+
+    def __init__(self, keep: int = RETAINED_RUNS) -> None:
+        self.keep = keep
+        self._live: dict[str, RunHandle] = {}
+        self._finished: collections.OrderedDict[str, RunHandle] = collections.OrderedDict()
+
+    def add(self, handle: RunHandle) -> None:
+        self._finished.pop(handle.request_id, None)
+        self._live[handle.request_id] = handle
+
+    def finished(self, handle: RunHandle) -> None:
+        if self._live.get(handle.request_id) is handle:
+            del self._live[handle.request_id]
+        self._finished[handle.request_id] = handle
+        while len(self._finished) > self.keep:
+            self._finished.popitem(last=False)
+
+    def get(self, request_id: str) -> RunHandle:
+        handle = self._live.get(request_id) or self._finished.get(request_id)
+        if handle is None:
+            raise UnknownRun(request_id)
+        return handle
+
+    def live(self) -> list[RunHandle]:
+        return list(self._live.values())
+
+
+async def start_run(
+    agent: Agent, message: UserMessage, config: AgentRunConfig, *, retain: int = RETAINED_EVENTS
+) -> RunHandle:
+    """Open a request of ``config.session_id`` (SessionBusy here) and run it in a task of its own."""
+    log = EventLog(config.request_id or "", retain)
+    run = await agent._open_run(config, message, log)
+    log.request_id = run.context.request_id
+    outcome = _Outcome(run)
+    handle = RunHandle(outcome, log)
+    agent.runs.add(handle)
+
+    def on_end() -> None:
+        handle._finish()
+        agent.runs.finished(handle)
+
+    trio.lowlevel.spawn_system_task(_drive, agent, outcome, on_end, name=f"request {handle.request_id}")
+    return handle
