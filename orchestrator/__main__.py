@@ -1,4 +1,4 @@
-"""``python -m orchestrator {demo,diagrams,run}``."""
+"""``python -m orchestrator {demo,diagrams,schema,run}``."""
 
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.diagrams import main as diagrams
 
         return diagrams(args[1:])
+    if command == "schema":
+        from orchestrator.schema import main as schema
+
+        return schema(args[1:])
     if command == "run":
         from orchestrator.cli import main as run
 
         return run(args[1:])
-    print("usage: python -m orchestrator {demo,diagrams,run} [options]", file=sys.stderr)
+    print("usage: python -m orchestrator {demo,diagrams,schema,run} [options]", file=sys.stderr)
     return 0 if command in ("help", "-h", "--help") else 2
 
 

@@ -61,6 +61,8 @@ class ExtensionEvent(AgentEvent):
 
 @attrs.frozen(kw_only=True, repr=False)
 class RunStartedEvent(AgentEvent):
+    """The request started with this input."""
+
     kind: ClassVar[str] = "run_started"
     input: Message
 
@@ -79,18 +81,24 @@ class TransitionEvent(AgentEvent):
 
 @attrs.frozen(kw_only=True, repr=False)
 class ModelStartedEvent(AgentEvent):
+    """A model call began (``iteration`` counts calls since the last input)."""
+
     kind: ClassVar[str] = "model_started"
     iteration: int
 
 
 @attrs.frozen(kw_only=True, repr=False)
 class TextDeltaEvent(AgentEvent):
+    """A piece of the model's streamed text."""
+
     kind: ClassVar[str] = "text_delta"
     text: str
 
 
 @attrs.frozen(kw_only=True, repr=False)
 class ModelCompletedEvent(AgentEvent):
+    """The model's complete response, with token usage when the provider reported it."""
+
     kind: ClassVar[str] = "model_completed"
     message: AssistantMessage
     usage: Usage | None = None  # token counts, when the provider reported them
@@ -98,12 +106,16 @@ class ModelCompletedEvent(AgentEvent):
 
 @attrs.frozen(kw_only=True, repr=False)
 class ToolStartedEvent(AgentEvent):
+    """A tool call is about to run."""
+
     kind: ClassVar[str] = "tool_started"
     call: ToolCall
 
 
 @attrs.frozen(kw_only=True, repr=False)
 class ToolCompletedEvent(AgentEvent):
+    """A tool call succeeded; ``result`` is what the model reads."""
+
     kind: ClassVar[str] = "tool_completed"
     call: ToolCall
     result: ToolMessage
@@ -111,6 +123,8 @@ class ToolCompletedEvent(AgentEvent):
 
 @attrs.frozen(kw_only=True, repr=False)
 class ToolFailedEvent(AgentEvent):
+    """A tool call failed (raised, was rejected, or had invalid arguments); the model reads why."""
+
     kind: ClassVar[str] = "tool_failed"
     call: ToolCall
     result: ToolMessage
@@ -118,6 +132,8 @@ class ToolFailedEvent(AgentEvent):
 
 @attrs.frozen(kw_only=True, repr=False)
 class ToolSkippedEvent(AgentEvent):
+    """A tool call did not run because steering replaced the rest of its turn."""
+
     kind: ClassVar[str] = "tool_skipped"
     call: ToolCall
     result: ToolMessage
@@ -125,6 +141,8 @@ class ToolSkippedEvent(AgentEvent):
 
 @attrs.frozen(kw_only=True, repr=False)
 class ToolCancelledEvent(AgentEvent):
+    """A tool call was cut short or never finished because the request was cancelled or failed."""
+
     kind: ClassVar[str] = "tool_cancelled"
     call: ToolCall
     result: ToolMessage
@@ -149,18 +167,24 @@ class HistoryReplacedEvent(AgentEvent):
 
 @attrs.frozen(kw_only=True, repr=False)
 class RunCompletedEvent(AgentEvent):
+    """The request ended with this final answer."""
+
     kind: ClassVar[str] = "run_completed"
     result: AssistantMessage
 
 
 @attrs.frozen(kw_only=True, repr=False)
 class RunFailedEvent(AgentEvent):
+    """The request ended with this error."""
+
     kind: ClassVar[str] = "run_failed"
     error: BaseException
 
 
 @attrs.frozen(kw_only=True, repr=False)
 class RunCancelledEvent(AgentEvent):
+    """The request was cancelled."""
+
     kind: ClassVar[str] = "run_cancelled"
 
 

@@ -449,11 +449,12 @@ def _subclasses(kind: type[AgentEvent]) -> list[type[AgentEvent]]:
     return found
 
 
-def event_classes() -> dict[str, type[AgentEvent]]:
+def event_classes(*, library_only: bool = False) -> dict[str, type[AgentEvent]]:
     """Every event class that declares its own ``kind``, by kind (bundled extensions' included).
 
-    A class of an application counts once its module is imported. Two classes
-    declaring one kind are an error: the wire could not tell them apart.
+    A class of an application counts once its module is imported, unless
+    ``library_only``. Two classes declaring one kind are an error: the wire
+    could not tell them apart.
     """
     for module in BUNDLED_EVENT_MODULES:
         importlib.import_module(module)
@@ -461,6 +462,8 @@ def event_classes() -> dict[str, type[AgentEvent]]:
     for kind in _subclasses(AgentEvent):
         if "kind" not in kind.__dict__ or "__attrs_attrs__" not in kind.__dict__:
             continue  # no kind of its own, or the class attrs replaced by its slotted copy
+        if library_only and not kind.__module__.startswith("orchestrator."):
+            continue
         other = classes.get(kind.kind)
         if other is not None and other is not kind:
             raise TypeError(f"{other.__qualname__} and {kind.__qualname__} both declare the event kind {kind.kind!r}")
