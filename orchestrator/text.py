@@ -11,7 +11,10 @@ arrives in pieces, so a pair split between two pieces is kept whole.
 
 from __future__ import annotations
 
-__all__ = ["REPLACEMENT_CHARACTER", "SurrogateJoiner", "clean_text"]
+import json
+from typing import Any
+
+__all__ = ["REPLACEMENT_CHARACTER", "SurrogateJoiner", "clean_json", "clean_text"]
 
 REPLACEMENT_CHARACTER = "\ufffd"
 
@@ -31,6 +34,14 @@ def clean_text(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
+
+
+def clean_json(value: Any) -> Any:
+    """A JSON value (as ``json.loads`` returns it) with ``clean_text`` applied to every
+    string in it, keys included. A value that is already clean is returned unchanged."""
+    encoded = json.dumps(value, ensure_ascii=False)
+    cleaned = clean_text(encoded)
+    return value if cleaned is encoded else json.loads(cleaned)
 
 
 class SurrogateJoiner:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from orchestrator.providers.sse import ServerSentEvent, parse_sse
+import pytest
+
+from orchestrator.providers.sse import ServerSentEvent, parse_sse, split_lines
 
 
 async def lines_of(*lines: str) -> AsyncIterator[str]:
@@ -69,3 +71,40 @@ async def test_parser_is_incremental() -> None:
     assert first.data == "one"
     assert seen == ["data: one", ""]
     await parser.aclose()
+
+
+async def chunks_of(*chunks: bytes) -> AsyncIterator[bytes]:
+    for piece in chunks:
+        yield piece
+
+
+async def split(*chunks: bytes, limit: int = 1024) -> list[str]:
+    return [line async for line in split_lines(chunks_of(*chunks), limit)]
+
+
+async def test_lines_end_at_crlf_lf_or_cr_even_across_chunks() -> None:
+    assert await split(b"a\r", b"\nb\n", b"c\rd", b"\r\n\r\n") == ["a", "b", "c", "d", ""]
+    assert await split(b"data: x\r", b"\r", b"\n") == ["data: x", ""]
+    assert await split(b"tail without end") == ["tail without end"]
+
+
+async def test_multibyte_characters_split_between_chunks_decode_whole() -> None:
+    smile = "\U0001f600".encode()
+    assert await split(b"a" + smile[:2], smile[2:] + b"\n", b"\xff\n") == ["a\U0001f600", "\ufffd"]
+
+
+async def test_a_line_past_the_limit_raises_as_soon_as_it_is_too_long() -> None:
+    from orchestrator.providers import MalformedStreamError
+
+    assert await split(b"x" * 8 + b"\n", limit=8) == ["x" * 8]
+    with pytest.raises(MalformedStreamError, match="longer than 8 bytes"):
+        await split(b"xxxx", b"xxxx", b"x", limit=8)
+    with pytest.raises(MalformedStreamError, match="longer than 8 bytes"):
+        await split(b"ok\n" + b"y" * 9 + b"\n", limit=8)
+
+
+async def test_event_data_past_the_limit_raises() -> None:
+    from orchestrator.providers import MalformedStreamError
+
+    with pytest.raises(MalformedStreamError, match="longer than 10 characters"):
+        [event async for event in parse_sse(lines_of("data: 12345", "data: 67890", ""), 10)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.text import SurrogateJoiner, clean_text
+from orchestrator.text import SurrogateJoiner, clean_json, clean_text
 
 
 def test_a_surrogate_pair_is_joined_into_its_character() -> None:
@@ -50,3 +50,10 @@ def test_cleaned_pieces_always_encode_and_equal_cleaning_the_whole(pieces: list[
     out = "".join(joiner.feed(piece) for piece in pieces) + joiner.flush()
     out.encode("utf-8")
     assert out == clean_text("".join(pieces))
+
+
+def test_clean_json_cleans_every_string_keys_included() -> None:
+    value = {"a\ud83d": ["x\ud83d\ude00", {"k": "\udcff"}], "n": 1}
+    assert clean_json(value) == {"a\ufffd": ["x\U0001f600", {"k": "\ufffd"}], "n": 1}
+    clean = {"ok": ["fine", 2]}
+    assert clean_json(clean) is clean

@@ -29,10 +29,12 @@ from orchestrator.model import (
     ToolCallStreamEvent,
     Usage,
 )
-from orchestrator.providers._http import decode, parse_arguments, post_sse
-from orchestrator.providers.base import HTTPStreamingModel
-from orchestrator.providers.errors import AuthenticationError, MalformedStreamError, error_from_type
+from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
+from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
+from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.retry import RetryPolicy, Sleep
+from orchestrator.providers.wire import Fields, decode_object, stream_error
+from orchestrator.text import SurrogateJoiner, clean_json, clean_text
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
 if TYPE_CHECKING:
@@ -130,82 +132,141 @@ def anthropic_tools(tools: tuple[ToolDefinition, ...], server_tools: tuple[Serve
     return encoded
 
 
+#: Block types whose input streams as ``input_json_delta``.
+_INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+
 @attrs.define
 class _Block:
     kind: str
     text: list[str] = attrs.field(factory=list)
+    joiner: SurrogateJoiner = attrs.field(factory=SurrogateJoiner)
     id: str = ""
     name: str = ""
     initial: dict[str, Any] = attrs.field(factory=dict)
+    stopped: bool = False
 
     def call(self) -> ToolCall:
         raw = "".join(self.text)
-        return ToolCall(self.id, self.name, parse_arguments(raw) if raw else dict(self.initial))
+        return ToolCall(self.id, self.name, parse_arguments(raw) if raw else clean_json(self.initial))
 
 
 class _Assembler:
-    """Builds one response from Messages stream events."""
+    """Builds one response from Messages stream events, every field type-checked.
+
+    A block index used twice, a delta or stop for a block that is unknown or
+    already stopped, and a delta of the wrong kind for its block (``text_delta``
+    outside a text block, ``input_json_delta`` outside a tool-use block) are
+    MalformedStreamError. Unknown event and delta types are skipped, as the API
+    asks of clients.
+    """
 
     def __init__(self) -> None:
         self.blocks: dict[int, _Block] = {}
+        self.call_ids: set[str] = set()
         self.input_tokens = 0
         self.output_tokens = 0
         self.started = False
         self.stopped = False
 
-    def feed(self, data: dict[str, Any]) -> list[ModelEvent]:
-        kind = data.get("type")
+    def feed(self, data: Fields) -> list[ModelEvent]:
+        kind = data.required_text("type")
         if kind == "error":
-            error = data.get("error") or {}
-            raise error_from_type(error.get("type"), str(error.get("message", "stream error")), body=str(data))
+            raise stream_error(data.raw("error") or "stream error", body=repr(data.data)[:2000])
+        if kind == "ping":
+            return []
         if kind == "message_start":
+            if self.started:
+                raise MalformedStreamError("a second message_start")
             self.started = True
-            self._usage(data.get("message", {}).get("usage") or {})
-        elif not self.started and kind != "ping":
+            self._usage(data.obj("message").obj("usage"))
+            return []
+        if not self.started:
             raise MalformedStreamError(f"{kind} event before message_start")
-        elif kind == "content_block_start":
-            block = data.get("content_block") or {}
-            self.blocks[int(data["index"])] = _Block(
-                block.get("type", ""),
-                id=block.get("id", ""),
-                name=block.get("name", ""),
-                initial=block.get("input") or {},
-            )
-            if block.get("type") == "text" and block.get("text"):
-                self.blocks[int(data["index"])].text.append(block["text"])
-                return [TextDeltaEvent(block["text"])]
-        elif kind == "content_block_delta":
+        if kind == "content_block_start":
+            return self._start(data)
+        if kind == "content_block_delta":
             return self._delta(data)
-        elif kind == "content_block_stop":
-            stopped = self.blocks.get(int(data["index"]))
-            if stopped is not None and stopped.kind == "tool_use":
-                return [ToolCallStreamEvent(stopped.id, stopped.name)]
-        elif kind == "message_delta":
-            self._usage(data.get("usage") or {})
+        if kind == "content_block_stop":
+            return self._stop(self._open_block(data))
+        if kind == "message_delta":
+            self._usage(data.obj("usage"))
         elif kind == "message_stop":
             self.stopped = True
+            return [event for index in sorted(self.blocks) for event in self._stop(self.blocks[index])]
         return []
 
-    def _delta(self, data: dict[str, Any]) -> list[ModelEvent]:
-        block = self.blocks.get(int(data["index"]))
+    def _start(self, data: Fields) -> list[ModelEvent]:
+        index = data.required_index("index")
+        if index in self.blocks:
+            raise MalformedStreamError(f"content block {index} started twice")
+        content = data.obj("content_block")
+        kind = content.required_text("type")
+        block = self.blocks[index] = _Block(kind)
+        if kind in _INPUT_BLOCKS:
+            block.name = clean_text(content.text("name") or "")
+            initial = content.obj("input")
+            block.initial = dict(initial.data)
+        if kind == "tool_use":
+            call_id = content.identifier("id")
+            if call_id is None:
+                raise content.wrong("id", "a non-empty string or a number")
+            if call_id in self.call_ids:
+                raise MalformedStreamError(f"two tool calls have the id {call_id!r}")
+            self.call_ids.add(call_id)
+            block.id = call_id
+        if kind == "text":
+            return self._text(block, content.text("text") or "")
+        return []
+
+    def _open_block(self, data: Fields) -> _Block:
+        index = data.required_index("index")
+        block = self.blocks.get(index)
         if block is None:
-            raise MalformedStreamError(f"delta for unknown content block {data['index']}")
-        delta = data.get("delta") or {}
-        if delta.get("type") == "text_delta":
-            block.text.append(delta.get("text", ""))
-            return [TextDeltaEvent(delta["text"])] if delta.get("text") else []
-        if delta.get("type") == "input_json_delta":
-            block.text.append(delta.get("partial_json", ""))
+            raise MalformedStreamError(f"{data.raw('type')} for unknown content block {index}")
+        if block.stopped:
+            raise MalformedStreamError(f"{data.raw('type')} for content block {index}, which already stopped")
+        return block
+
+    def _delta(self, data: Fields) -> list[ModelEvent]:
+        block = self._open_block(data)
+        delta = data.obj("delta")
+        kind = delta.text("type")
+        if kind == "text_delta":
+            if block.kind != "text":
+                raise MalformedStreamError(f"text_delta for a {block.kind} block")
+            return self._text(block, delta.required_text("text"))
+        if kind == "input_json_delta":
+            if block.kind not in _INPUT_BLOCKS:
+                raise MalformedStreamError(f"input_json_delta for a {block.kind} block")
+            block.text.append(delta.required_text("partial_json"))
         return []
 
-    def _usage(self, usage: Mapping[str, Any]) -> None:
-        if "input_tokens" in usage:
+    @staticmethod
+    def _text(block: _Block, text: str) -> list[ModelEvent]:
+        piece = block.joiner.feed(text)
+        if not piece:
+            return []
+        block.text.append(piece)
+        return [TextDeltaEvent(piece)]
+
+    def _stop(self, block: _Block) -> list[ModelEvent]:
+        if block.stopped:
+            return []
+        block.stopped = True
+        if block.kind == "text":
+            return self._text(block, block.joiner.flush())
+        if block.kind == "tool_use":
+            return [ToolCallStreamEvent(block.id, block.name)]
+        return []
+
+    def _usage(self, usage: Fields) -> None:
+        if usage.has("input_tokens"):
             self.input_tokens = sum(
-                int(usage.get(key) or 0)
-                for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+                usage.count(key) for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
             )
-        if "output_tokens" in usage:
-            self.output_tokens = int(usage["output_tokens"] or 0)
+        if usage.has("output_tokens"):
+            self.output_tokens = usage.count("output_tokens")
 
     def completed(self) -> ResponseCompletedEvent:
         ordered = [self.blocks[index] for index in sorted(self.blocks)]
@@ -220,7 +281,9 @@ class AnthropicModel(HTTPStreamingModel):
     ``model`` defaults to ``$ANTHROPIC_MODEL``, ``api_key`` to
     ``$ANTHROPIC_API_KEY`` and ``base_url`` to ``$ANTHROPIC_BASE_URL`` (else
     the Anthropic API, where a key is required). ``extra_body`` is merged into
-    every request (``temperature``, ``thinking``, ...).
+    every request (``temperature``, ``thinking``, ...). Once a stream has
+    started, ``idle_timeout`` seconds without an event other than ``ping``
+    raise ProviderTimeoutError; None waits without bound.
     """
 
     env_prefix: ClassVar[str] = "ANTHROPIC"
@@ -236,6 +299,7 @@ class AnthropicModel(HTTPStreamingModel):
         max_tokens: int = 4096,
         max_retries: int = 2,
         timeout: float = 60.0,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         retry: RetryPolicy | None = None,
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
@@ -247,6 +311,7 @@ class AnthropicModel(HTTPStreamingModel):
             client=client,
             max_retries=max_retries,
             timeout=timeout,
+            idle_timeout=idle_timeout,
             retry=retry,
             extra_body=extra_body,
             sleep=sleep,
@@ -277,9 +342,13 @@ class AnthropicModel(HTTPStreamingModel):
         headers = self.headers()
         assembler = _Assembler()
         url = f"{self.base_url}/v1/messages"
+        idle = IdleTimer(self.idle_timeout, url)
         async with aclosing(post_sse(self.client, url, self.body(request), headers, self.timeout)) as events:
-            async for event in events:
-                for produced in assembler.feed(decode(event)):
+            while (event := await idle.next(events)) is not None:
+                data = decode_object(event.data)
+                if data.raw("type") != "ping":
+                    idle.reset()
+                for produced in assembler.feed(data):
                     yield produced
                 if assembler.stopped:
                     break

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     import httpx
 
 
+#: Seconds a started stream may send only keepalives before ProviderTimeoutError.
+DEFAULT_IDLE_TIMEOUT = 300.0
+
+
 class HTTPStreamingModel:
     """Base of the providers: subclasses name their environment and write ``_attempt``."""
 
@@ -28,6 +32,7 @@ class HTTPStreamingModel:
         client: httpx.AsyncClient | None,
         max_retries: int,
         timeout: float,
+        idle_timeout: float | None,
         retry: RetryPolicy | None,
         extra_body: Mapping[str, Any] | None,
         sleep: Sleep | None,
@@ -41,6 +46,9 @@ class HTTPStreamingModel:
         self.api_key = api_key if api_key is not None else os.environ.get(f"{prefix}_API_KEY")
         self.client = client
         self.timeout = timeout
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
+        self.idle_timeout = idle_timeout
         self.retry = retry or RetryPolicy(max_retries=max_retries)
         self.extra_body = dict(extra_body or {})
         self.sleep = sleep

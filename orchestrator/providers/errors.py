@@ -29,15 +29,20 @@ class ProviderError(ModelError):
 
     ``status`` is the HTTP status (None for errors seen inside a stream or on
     the connection); ``body`` is the raw error body when there was one.
-    ``retryable`` says whether trying again may succeed.
+    ``retryable`` says whether trying again may succeed; ``retry_after`` is the
+    server's wait hint in seconds (``retry-after`` or ``retry-after-ms``), on
+    any status that sent one.
     """
 
     retryable = False
 
-    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, body: str | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
+        self.retry_after = retry_after
 
 
 class AuthenticationError(ProviderError):
@@ -48,12 +53,6 @@ class RateLimitError(ProviderError):
     """Too many requests (429); ``retry_after`` is the server's wait hint in seconds."""
 
     retryable = True
-
-    def __init__(
-        self, message: str, *, status: int | None = None, body: str | None = None, retry_after: float | None = None
-    ) -> None:
-        super().__init__(message, status=status, body=body)
-        self.retry_after = retry_after
 
 
 class BadRequestError(ProviderError):
@@ -73,14 +72,16 @@ class ProviderConnectionError(ProviderError):
 
 
 class ProviderTimeoutError(ProviderError):
-    """Connecting or waiting for data took longer than the model's ``timeout``, or no first
-    event arrived within the retry policy's ``total_timeout`` (which ends the retries)."""
+    """Connecting or waiting for data took longer than the model's ``timeout``, no first
+    event arrived within the retry policy's ``total_timeout`` (which ends the retries), or
+    a started stream sent nothing but keepalives for the model's ``idle_timeout``."""
 
     retryable = True
 
 
 class MalformedStreamError(ProviderError):
-    """The event stream broke off or carried data that cannot be parsed."""
+    """The event stream broke off, could not be decoded, or carried data that breaks the
+    provider's protocol (a field of the wrong type, events out of order, a line over the limit)."""
 
     retryable = True
 
@@ -155,10 +156,13 @@ def error_from_response(status: int, body: str, headers: Mapping[str, str]) -> P
     if kind:
         text += f" {kind}"
     text += f": {detail or body.strip()[:500] or 'no body'}"
+    cls: type[ProviderError]
     if status in (401, 403):
-        return AuthenticationError(text, status=status, body=body)
-    if status == 429:
-        return RateLimitError(text, status=status, body=body, retry_after=_parse_retry_after(headers))
-    if status >= 500 or status == 408:
-        return ServerError(text, status=status, body=body)
-    return BadRequestError(text, status=status, body=body)
+        cls = AuthenticationError
+    elif status == 429:
+        cls = RateLimitError
+    elif status >= 500 or status == 408:
+        cls = ServerError
+    else:
+        cls = BadRequestError
+    return cls(text, status=status, body=body, retry_after=_parse_retry_after(headers))

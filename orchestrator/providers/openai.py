@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -30,10 +29,12 @@ from orchestrator.model import (
     ToolCallStreamEvent,
     Usage,
 )
-from orchestrator.providers._http import MALFORMED, decode, parse_arguments, post_sse
-from orchestrator.providers.base import HTTPStreamingModel
-from orchestrator.providers.errors import AuthenticationError, MalformedStreamError, error_from_type
+from orchestrator.providers._http import MALFORMED, IdleTimer, parse_arguments, post_sse
+from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
+from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.retry import RetryPolicy, Sleep
+from orchestrator.providers.wire import Fields, decode_object, stream_error
+from orchestrator.text import SurrogateJoiner, clean_text
 from orchestrator.tools import ToolDefinition
 
 if TYPE_CHECKING:
@@ -106,77 +107,122 @@ def openai_tools(tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:
 
 @attrs.define
 class _PendingCall:
-    id: str
+    id: str | None
     name: str = ""
     arguments: list[str] = attrs.field(factory=list)
     announced: bool = False
 
-    def finished(self) -> ToolCall:
-        return ToolCall(self.id, self.name, parse_arguments("".join(self.arguments)))
-
 
 class _Assembler:
-    """Builds one response from Chat Completions chunks."""
+    """Builds one response from Chat Completions chunks, every field type-checked.
+
+    Tool-call fragments are grouped by their ``index``; a fragment without one
+    continues the call its ``id`` names, or else the call streamed last (a new
+    ``id`` starts a new call), so a server that leaves ``index`` out does not
+    split one call into several.
+    """
 
     def __init__(self) -> None:
         self.text: list[str] = []
+        self.joiner = SurrogateJoiner()
         self.calls: dict[int, _PendingCall] = {}
+        self.latest: int | None = None
+        self.announced_ids: set[str] = set()
         self.usage: Usage | None = None
         self.finished = False
+        self.saw_choice = False
+
+    def _announce(self, index: int) -> ToolCallStreamEvent:
+        call = self.calls[index]
+        if call.id is None:
+            raise MalformedStreamError(f"tool call {index} ({call.name or 'unnamed'}) has no id")
+        if call.id in self.announced_ids:
+            raise MalformedStreamError(f"two tool calls have the id {call.id!r}")
+        call.announced = True
+        self.announced_ids.add(call.id)
+        return ToolCallStreamEvent(call.id, clean_text(call.name))
 
     def announce(self, below: int | None = None) -> list[ModelEvent]:
         """ToolCallStreamEvents for calls now complete (all, or those indexed below ``below``)."""
-        events: list[ModelEvent] = []
-        for index in sorted(self.calls):
-            call = self.calls[index]
-            if call.announced or (below is not None and index >= below):
-                continue
-            call.announced = True
-            events.append(ToolCallStreamEvent(call.id, call.name))
-        return events
+        return [
+            self._announce(index)
+            for index in sorted(self.calls)
+            if not self.calls[index].announced and (below is None or index < below)
+        ]
 
-    def feed(self, chunk: dict[str, Any]) -> list[ModelEvent]:
-        if "error" in chunk and not chunk.get("choices"):
-            error = chunk["error"]
-            if isinstance(error, dict):
-                raise error_from_type(error.get("type") or error.get("code"), str(error.get("message", error)))
-            raise error_from_type(None, str(error))
+    def feed(self, chunk: Fields) -> list[ModelEvent]:
+        choices = list(chunk.objects("choices"))
+        if chunk.has("error") and not choices:
+            raise stream_error(chunk.raw("error"))
         events: list[ModelEvent] = []
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            self.usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
+        usage = chunk.obj("usage")
+        if usage:
+            self.usage = Usage(usage.count("prompt_tokens"), usage.count("completion_tokens"))
+        for choice in choices:
+            if (choice.index("index") or 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
+            self.saw_choice = True
+            delta = choice.obj("delta")
+            content = delta.text("content")
             if content:
-                self.text.append(content)
-                events.append(TextDeltaEvent(content))
-            for fragment in delta.get("tool_calls") or ():
+                events.extend(self._text(self.joiner.feed(content)))
+            for fragment in delta.objects("tool_calls"):
                 events.extend(self._tool_fragment(fragment))
-            if choice.get("finish_reason"):
+            if choice.text("finish_reason"):
                 self.finished = True
+                events.extend(self._text(self.joiner.flush()))
                 events.extend(self.announce())
         return events
 
-    def _tool_fragment(self, fragment: dict[str, Any]) -> list[ModelEvent]:
-        index = int(fragment.get("index", len(self.calls)))
+    def _text(self, piece: str) -> list[ModelEvent]:
+        if not piece:
+            return []
+        self.text.append(piece)
+        return [TextDeltaEvent(piece)]
+
+    def _position(self, fragment: Fields, call_id: str | None) -> int:
+        index = fragment.index("index")
+        if index is not None:
+            return index
+        if call_id is not None:
+            for known, call in self.calls.items():
+                if call.id == call_id:
+                    return known
+            return max(self.calls, default=-1) + 1
+        return self.latest if self.latest is not None else 0
+
+    def _tool_fragment(self, fragment: Fields) -> list[ModelEvent]:
+        call_id = fragment.identifier("id")
+        index = self._position(fragment, call_id)
+        function = fragment.obj("function")
+        name = function.text("name")
+        arguments = function.text("arguments")
         events = self.announce(below=index) if index not in self.calls else []
         call = self.calls.get(index)
         if call is None:
-            call = self.calls[index] = _PendingCall(fragment.get("id") or f"call_{uuid.uuid4().hex[:24]}")
-        elif fragment.get("id"):
-            call.id = fragment["id"]
-        function = fragment.get("function") or {}
-        if function.get("name"):
-            call.name += function["name"]
-        if function.get("arguments"):
-            call.arguments.append(function["arguments"])
+            call = self.calls[index] = _PendingCall(call_id)
+        elif call_id is not None and call.id != call_id:
+            if call.id is not None or call.announced:
+                raise MalformedStreamError(f"tool call {index} changed its id from {call.id!r} to {call_id!r}")
+            call.id = call_id
+        if call.announced and name:
+            raise MalformedStreamError(f"tool call {index} was renamed after it was announced")
+        self.latest = index
+        if name:
+            call.name += name
+        if arguments:
+            call.arguments.append(arguments)
         return events
 
+    def finish(self) -> list[ModelEvent]:
+        """The text held back and the calls not yet announced, at the end of the stream."""
+        return self._text(self.joiner.flush()) + self.announce()
+
     def completed(self) -> ResponseCompletedEvent:
-        calls = tuple(self.calls[index].finished() for index in sorted(self.calls))
+        calls = tuple(
+            ToolCall(str(call.id), clean_text(call.name), parse_arguments("".join(call.arguments)))
+            for call in (self.calls[index] for index in sorted(self.calls))
+        )
         return ResponseCompletedEvent(AssistantMessage("".join(self.text), calls), self.usage)
 
 
@@ -187,7 +233,9 @@ class OpenAIChatModel(HTTPStreamingModel):
     and ``base_url`` to ``$OPENAI_BASE_URL`` (else the OpenAI API). With the
     default base URL a key is required; a custom server may need none
     (``api_key=""`` sends no Authorization header). ``extra_body`` is merged
-    into every request (``temperature``, ``max_tokens``, ...).
+    into every request (``temperature``, ``max_tokens``, ...). Once a stream
+    has started, ``idle_timeout`` seconds without a chunk (keepalive comments
+    do not count) raise ProviderTimeoutError; None waits without bound.
     """
 
     env_prefix: ClassVar[str] = "OPENAI"
@@ -202,6 +250,7 @@ class OpenAIChatModel(HTTPStreamingModel):
         client: httpx.AsyncClient | None = None,
         max_retries: int = 2,
         timeout: float = 60.0,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         retry: RetryPolicy | None = None,
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
@@ -213,6 +262,7 @@ class OpenAIChatModel(HTTPStreamingModel):
             client=client,
             max_retries=max_retries,
             timeout=timeout,
+            idle_timeout=idle_timeout,
             retry=retry,
             extra_body=extra_body,
             sleep=sleep,
@@ -248,11 +298,16 @@ class OpenAIChatModel(HTTPStreamingModel):
         headers = self.headers()
         assembler = _Assembler()
         url = f"{self.base_url}/chat/completions"
+        idle = IdleTimer(self.idle_timeout, url)
         async with aclosing(post_sse(self.client, url, self.body(request), headers, self.timeout)) as events:
-            async for event in events:
+            while (event := await idle.next(events)) is not None:
+                # Keepalive comments never become events, so every event here is content.
+                idle.reset()
                 if event.data.strip() == "[DONE]":
+                    if not assembler.saw_choice:
+                        raise MalformedStreamError("stream ended (data: [DONE]) before any choice")
                     break
-                for produced in assembler.feed(decode(event)):
+                for produced in assembler.feed(decode_object(event.data)):
                     yield produced
             else:
                 # The official SDK stops at the end of the body too; some compatible servers omit
@@ -260,6 +315,6 @@ class OpenAIChatModel(HTTPStreamingModel):
                 if not assembler.finished:
                     raise MalformedStreamError("stream ended before a finish_reason or data: [DONE]")
                 log.debug("stream from %s ended after its finish_reason without data: [DONE]", url)
-        for produced in assembler.announce():
+        for produced in assembler.finish():
             yield produced
         yield assembler.completed()

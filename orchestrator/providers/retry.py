@@ -10,7 +10,7 @@ from typing import TypeVar
 import attrs
 import trio
 
-from orchestrator.providers.errors import ProviderError, ProviderTimeoutError, RateLimitError
+from orchestrator.providers.errors import ProviderError, ProviderTimeoutError
 
 __all__ = ["RetryPolicy", "Sleep", "stream_with_retry"]
 
@@ -26,8 +26,8 @@ class RetryPolicy:
 
     ``max_retries`` counts retries after the first attempt. The n-th retry
     waits ``initial_delay * multiplier**n`` (capped at ``max_delay``) with up
-    to ``jitter`` of it added at random, or the server's ``retry_after`` when a
-    rate limit names one. ``total_timeout`` bounds the time until the first
+    to ``jitter`` of it added at random, or the server's ``retry_after`` when the
+    failed response named one (whatever its status). ``total_timeout`` bounds the time until the first
     event across all attempts and waits (None: unbounded).
     """
 
@@ -40,7 +40,7 @@ class RetryPolicy:
 
     def delay(self, retry: int, error: ProviderError, rng: Callable[[], float] = random.random) -> float:
         """Seconds to wait before retry number ``retry`` (0-based) after ``error``."""
-        if isinstance(error, RateLimitError) and error.retry_after is not None:
+        if error.retry_after is not None:
             return error.retry_after
         base = min(self.max_delay, self.initial_delay * self.multiplier**retry)
         return base * (1.0 + self.jitter * rng())
