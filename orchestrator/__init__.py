@@ -5,6 +5,7 @@ import logging
 from orchestrator.agent import Agent, AgentClient, create_agent
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.context import AgentRunContext
+from orchestrator.delivery import Delivery, Refusal
 from orchestrator.errors import (
     AgentError,
     GuardRefused,
@@ -56,6 +57,7 @@ __all__ = [
     "AgentRunConfig",
     "AgentRunContext",
     "AssistantMessage",
+    "Delivery",
     "EventsExpired",
     "ExtensionEvent",
     "ExternalEvent",
@@ -67,6 +69,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelRequest",
+    "Refusal",
     "RemoteError",
     "ResponseRouter",
     "RunCancelled",

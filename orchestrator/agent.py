@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from machines.build import Step
 from orchestrator.compactor import TurnCompactor
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Delivery, Refusal
 from orchestrator.errors import SessionBusy
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
@@ -136,19 +137,38 @@ class Agent:
 
     # external events --------------------------------------------------------
 
+    def deliver(self, event: ExternalEvent, *, config: AgentRunConfig) -> Delivery:
+        """Offer ``event`` to every extension: who took it, and each refusal's reason.
+
+        Safe to call from any thread. An extension whose ``consider`` raises is
+        listed as refusing with the error (and the error is logged); every
+        refusal is logged at INFO under ``orchestrator.agent``.
+        """
+        accepted: list[str] = []
+        refused: dict[str, str] = {}
+        for extension in self.extensions:
+            try:
+                verdict = extension.consider(config, event)
+            except Exception as error:
+                log.exception("consider() of %s failed for %s", extension.name, event.name)
+                refused[extension.name] = f"failed: {type(error).__name__}: {error}"
+                continue
+            if isinstance(verdict, Refusal):
+                refused[extension.name] = verdict.reason
+                log.info(
+                    "%s refused %s for session %r: %s", extension.name, event.name, config.session_id, verdict.reason
+                )
+            elif verdict:
+                accepted.append(extension.name)
+        return Delivery(event.name, tuple(accepted), refused)
+
     def emit_external_event(self, event: ExternalEvent, *, config: AgentRunConfig) -> list[str]:
         """Offer ``event`` to every extension; the names of those that accepted it.
 
-        Safe to call from any thread. An empty list means nobody took it.
+        Safe to call from any thread. An empty list means nobody took it;
+        ``deliver`` says why.
         """
-        accepted: list[str] = []
-        for extension in self.extensions:
-            try:
-                if extension.accept(config, event):
-                    accepted.append(extension.name)
-            except Exception:
-                log.exception("accept() of %s failed for %s", extension.name, event.name)
-        return accepted
+        return list(self.deliver(event, config=config).accepted)
 
     # inspection -------------------------------------------------------------
 
@@ -199,6 +219,10 @@ class AgentClient:
         request keeps running with or without readers. ``retain_events`` bounds its log.
         """
         return await start_run(self.agent, _as_input(user_input), config or AgentRunConfig(), retain=retain_events)
+
+    def deliver(self, event: ExternalEvent, *, config: AgentRunConfig) -> Delivery:
+        """Offer ``event`` to the agent's extensions; see ``Agent.deliver``."""
+        return self.agent.deliver(event, config=config)
 
     def attach(self, request_id: str) -> RunHandle:
         """The handle of a live or recently finished run started with ``start`` (else UnknownRun)."""

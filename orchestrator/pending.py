@@ -19,6 +19,7 @@ import trio
 from machines.approval import APPROVAL
 from machines.build import BoundMachine, GuardRefused, IllegalTransition
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 
@@ -89,28 +90,37 @@ class ResponseRouter:
 
     def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
         """Take ``event`` if it answers a waiting call of ``config.session_id``."""
+        return self.consider(config, event) is True
+
+    def consider(self, config: AgentRunConfig, event: ExternalEvent) -> Verdict:
+        """Take ``event`` if it answers a waiting call of ``config.session_id``; else a Refusal saying why."""
         key = event.payload.get(self.key_field) if isinstance(event.payload, Mapping) else None
+        if not isinstance(event.payload, Mapping):
+            return Refusal(f"the payload must be an object, got {type(event.payload).__name__}")
+        if self.key_field not in event.payload:
+            return Refusal(f"missing {self.key_field!r}")
         if not isinstance(key, str):
-            return False
+            return Refusal(f"{self.key_field!r} must be a string, got {type(key).__name__}")
         with self._lock:
             wait = self._waits.get((config.session_id, event.name, key))
             if wait is None:
-                log.info("refused %s for %s/%s: nothing waits for it", event.name, config.session_id, key)
-                return False
+                return Refusal(f"no waiting call {self.key_field}={key!r} in session {config.session_id!r}")
             if config.request_id is not None and config.request_id != wait.request_id:
-                log.info("refused %s for %s: request id %s does not match", event.name, key, config.request_id)
-                return False
+                return Refusal(
+                    f"call {self.key_field}={key!r} waits in request {wait.request_id!r}, not {config.request_id!r}"
+                )
             try:
                 wait.machine.fire("answer", payload=event.payload)
-            except (GuardRefused, IllegalTransition):
-                log.warning("refused %s for %s: %s", event.name, key, wait.problem or "not waiting")
-                return False
+            except GuardRefused:
+                return Refusal(wait.problem or "the response is not valid")
+            except IllegalTransition:
+                return Refusal(f"call {self.key_field}={key!r} no longer waits")
             wait.payload = dict(event.payload)
             del self._waits[(wait.session_id, wait.response_event, wait.key)]
         try:
             wait.token.run_sync_soon(wait.woken.set)
         except trio.RunFinishedError:
-            return False
+            return Refusal(f"the request of call {self.key_field}={key!r} has ended")
         return True
 
     async def wait(

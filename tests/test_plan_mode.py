@@ -350,8 +350,8 @@ async def test_stray_duplicate_and_malformed_responses_are_refused(
     logged = caplog.text
     assert "missing 'approved'" in logged
     assert "'approved' must be a bool" in logged
-    assert "no tool_call_id" in logged
-    assert "nothing waits for it" in logged
+    assert "missing 'tool_call_id'" in logged
+    assert "no waiting call tool_call_id='nope' in session 'default'" in logged
     assert_released(plan_mode)
 
 

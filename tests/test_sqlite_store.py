@@ -394,8 +394,20 @@ def test_an_answer_given_after_the_kill_resumes_the_waiting_call(tmp_path: Path)
         wrong = ExternalEvent("ask_user_response", {"tool_call_id": "zz", "answer": "yes"})
         answer = ExternalEvent("ask_user_response", {"tool_call_id": "q1", "answer": "yes"})
         assert agent.emit_external_event(wrong, config=config) == []
+        assert agent.deliver(wrong, config=config).refused == {
+            "SQLiteSessionStore": "no stored waiting call tool_call_id='zz' in session 'killed'",
+            "AskUserExtension": "no waiting call tool_call_id='zz' in session 'killed'",
+        }
+        misnamed = ExternalEvent("enter_plan_mode_response", {"tool_call_id": "q1", "approved": True})
+        assert agent.deliver(misnamed, config=config).refused == {
+            "SQLiteSessionStore": "stored call tool_call_id='q1' waits for 'ask_user_response', "
+            "not 'enter_plan_mode_response'"
+        }
         assert agent.emit_external_event(answer, config=config) == ["SQLiteSessionStore"]
-        assert agent.emit_external_event(answer, config=config) == []  # recorded once
+        again = agent.deliver(answer, config=config)  # recorded once
+        assert (
+            not again and again.refused["SQLiteSessionStore"] == "stored call tool_call_id='q1' already has a response"
+        )
         [pending] = store.pending_approvals("killed")
         assert pending.response == {"tool_call_id": "q1", "answer": "yes"}
         with trio.fail_after(5):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Verdict
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.events import AgentEvent, RunCancelledEvent
 from orchestrator.extensions.base import AgentExtension
@@ -102,6 +103,6 @@ class AskUserExtension(AgentExtension):
         if isinstance(event, RunCancelledEvent):
             self.router.withdraw_request(context.session_id, context.request_id)
 
-    def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
-        """Take an ``ask_user_response`` that answers a waiting question of this session."""
-        return event.name == ANSWER_EVENT and self.router.accept(config, event)
+    def consider(self, config: AgentRunConfig, event: ExternalEvent) -> Verdict:
+        """Take an ``ask_user_response`` that answers a waiting question of this session, or say why not."""
+        return event.name == ANSWER_EVENT and self.router.consider(config, event)

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Verdict
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, ToolCall
 from orchestrator.model import ModelEvent, ModelRequest
@@ -116,8 +117,22 @@ class AgentExtension:
     async def on_compact(self, context: AgentRunContext) -> None:
         """Summarize restored context during ``Agent.compact``."""
 
+    def consider(self, config: AgentRunConfig, event: ExternalEvent) -> Verdict:
+        """Take an external event (True), ignore it (False), or decline it with a ``Refusal`` saying why.
+
+        May be called from any thread. Override this (rather than ``accept``) to
+        give reasons; the default answers what ``accept`` says.
+        """
+        return self.accept(config, event)
+
     def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
-        """Claim an external event (may be called from any thread)."""
+        """Claim an external event (may be called from any thread).
+
+        The older form of ``consider``: an extension that overrides ``consider``
+        gets an ``accept`` that is true exactly when ``consider`` took the event.
+        """
+        if type(self).consider is not AgentExtension.consider:
+            return self.consider(config, event) is True
         return False
 
 

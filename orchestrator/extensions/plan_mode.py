@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -28,6 +27,7 @@ from machines.build import BoundMachine, Step
 from machines.plan_mode import PLAN_MODE
 from machines.request import REQUEST
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Verdict
 from orchestrator.errors import ToolArgumentsError, ToolRejected
 from orchestrator.events import AgentEvent, RunCancelledEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension
@@ -413,12 +413,8 @@ class PlanModeExtension(AgentExtension):
         if state is not None and state.proposal is not None and self.mode(state.session_id) in _AWAITING:
             self._fire(state.session_id, "withdraw")
 
-    def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
-        """Claim a matching response and wake its waiter on its own trio loop."""
+    def consider(self, config: AgentRunConfig, event: ExternalEvent) -> Verdict:
+        """Claim a matching response and wake its waiter on its own trio loop, or say why not."""
         if event.name not in (ENTER_RESPONSE, EXIT_RESPONSE):
             return False
-        key = event.payload.get("tool_call_id") if isinstance(event.payload, Mapping) else None
-        if not isinstance(key, str):
-            log.warning("refused %s for %s: no tool_call_id string in the payload", event.name, config.session_id)
-            return False
-        return self.router.accept(config, event)
+        return self.router.consider(config, event)

@@ -61,6 +61,7 @@ import trio
 from machines.plan_mode import PLAN_MODE
 from machines.request import REQUEST
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Refusal, Verdict
 from orchestrator.events import (
     AgentEvent,
     HistoryReplacedEvent,
@@ -576,8 +577,13 @@ class SQLiteSessionStore(AgentExtension):
         if taken:
             await context.emit(ApprovalResumedEvent(tool_call_id=call_id, response_event=response_event))
 
-    def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
-        """Record a response to a wait left by a stopped process (no request of the session runs)."""
+    def consider(self, config: AgentRunConfig, event: ExternalEvent) -> Verdict:
+        """Record a response to a wait left by a stopped process (no request of the session runs), or say why not.
+
+        While a request of the session runs, the event is for the extension that
+        asked (this store says nothing); an event without a ``tool_call_id`` is
+        not a response.
+        """
         call_id = event.payload.get("tool_call_id") if isinstance(event.payload, Mapping) else None
         if not isinstance(call_id, str):
             return False
@@ -588,8 +594,12 @@ class SQLiteSessionStore(AgentExtension):
                 "SELECT response_event, response FROM pending_approvals WHERE session_id = ? AND tool_call_id = ?",
                 (config.session_id, call_id),
             ).fetchone()
-            if row is None or row[0] != event.name or row[1] is not None:
-                return False
+            if row is None:
+                return Refusal(f"no stored waiting call tool_call_id={call_id!r} in session {config.session_id!r}")
+            if row[0] != event.name:
+                return Refusal(f"stored call tool_call_id={call_id!r} waits for {row[0]!r}, not {event.name!r}")
+            if row[1] is not None:
+                return Refusal(f"stored call tool_call_id={call_id!r} already has a response")
             self._db.execute(
                 "UPDATE pending_approvals SET response = ? WHERE session_id = ? AND tool_call_id = ?",
                 (json.dumps(dict(event.payload), default=_plain), config.session_id, call_id),

@@ -22,6 +22,7 @@ import attrs
 from machines.build import BoundMachine
 from machines.steering import STEERING_INBOX
 from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
@@ -49,15 +50,19 @@ def _is_empty(message: UserMessage) -> bool:
     return not message.text.strip() and not any(isinstance(part, ImagePart) for part in message.content)
 
 
-def _external_message(payload: object) -> UserMessage | None:
-    """The steering message an external payload carries, or None when it carries none."""
+def _external_message(payload: object) -> UserMessage | Refusal:
+    """The steering message an external payload carries, or why it carries none."""
     if not isinstance(payload, Mapping):
-        return None
+        return Refusal(f"the payload must be an object, got {type(payload).__name__}")
     if "message" in payload:
         message = payload["message"]
-        return message if isinstance(message, UserMessage) and not _is_empty(message) else None
+        if not isinstance(message, UserMessage):
+            return Refusal(f"'message' must be a UserMessage, got {type(message).__name__}")
+        return Refusal("'message' has neither text nor an image") if _is_empty(message) else message
     content = payload.get("content")
-    return UserMessage(content) if isinstance(content, str) and content.strip() else None
+    if not isinstance(content, str):
+        return Refusal("give 'content' text or a UserMessage as 'message'")
+    return UserMessage(content) if content.strip() else Refusal("'content' is blank")
 
 
 @attrs.frozen
@@ -146,37 +151,38 @@ class SteeringExtension(AgentExtension):
         if dropped:
             log.warning("request %s ended with %d accepted steering message(s) unanswered", inbox.request_id, dropped)
 
-    def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
-        """Route external text by session and optional request ID, from any thread."""
+    def consider(self, config: AgentRunConfig, event: ExternalEvent) -> Verdict:
+        """Route external text by session and optional request ID, from any thread; or say why not."""
         if event.name != STEERING_EVENT:
             return False
         message = _external_message(event.payload)
-        if message is None:
-            log.warning(
-                "refused steering for %s: give non-empty 'content' text or a non-empty UserMessage as 'message'",
-                config.session_id,
-            )
-            return False
+        if isinstance(message, Refusal):
+            return message
         with self._lock:
             inbox = self._route(config)
-            if inbox is None:
-                return False
+            if isinstance(inbox, Refusal):
+                return inbox
             inbox.put(message)
         return True
 
-    def _route(self, config: AgentRunConfig) -> _Inbox | None:
+    def _route(self, config: AgentRunConfig) -> _Inbox | Refusal:
+        session = config.session_id
         if config.request_id is not None:
-            inbox = self._inboxes.get((config.session_id, config.request_id))
-            if inbox is None or not inbox.accepting:
-                log.info("refused steering for %s/%s: no open request", config.session_id, config.request_id)
-                return None
+            inbox = self._inboxes.get((session, config.request_id))
+            if inbox is None:
+                return Refusal(f"no running request {config.request_id!r} in session {session!r}")
+            if not inbox.accepting:
+                return Refusal(f"request {config.request_id!r} of session {session!r} no longer takes steering")
             return inbox
-        matches = [i for i in self._inboxes.values() if i.session_id == config.session_id and i.accepting]
-        if len(matches) != 1:
-            reason = "no open request" if not matches else f"{len(matches)} open requests; give request_id"
-            log.info("refused steering for %s: %s", config.session_id, reason)
-            return None
-        return matches[0]
+        mine = [i for i in self._inboxes.values() if i.session_id == session]
+        matches = [i for i in mine if i.accepting]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            return Refusal(f"{len(matches)} running requests in session {session!r}; give request_id")
+        if mine:
+            return Refusal(f"the request of session {session!r} no longer takes steering")
+        return Refusal(f"no running request in session {session!r}")
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
         """Receive typed user input, including multimodal UserMessages.
