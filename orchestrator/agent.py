@@ -17,6 +17,7 @@ from orchestrator.history import InMemoryHistory, SessionHistory
 from orchestrator.inbox import InputInbox
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
 from orchestrator.model import Model
+from orchestrator.pending import PendingCall, WaitingCalls, pending_calls
 from orchestrator.runtime import RequestRun
 from orchestrator.sinks import DropSink, EventSink
 from orchestrator.stream import RunStream
@@ -91,6 +92,8 @@ class Agent:
         self._last: dict[str, list[Step]] = {}
         # Runs started with AgentClient.start, for attach.
         self.runs = RunRegistry()
+        # Calls waiting for an external answer (every ResponseRouter's), for pending().
+        self.waiting = WaitingCalls()
 
     # requests ---------------------------------------------------------------
 
@@ -186,6 +189,14 @@ class Agent:
         """Edges taken by the session's running or most recent request."""
         return list(self._last.get(session_id, ()))
 
+    def pending(self, session_id: str | None = None) -> list[PendingCall]:
+        """Calls waiting for an external answer, oldest first (optionally of one session).
+
+        Live waits of running requests, then waits a session store recorded in an
+        earlier process and still holds unanswered (``live=False``).
+        """
+        return pending_calls(self.waiting, self.extensions, self._live, session_id)
+
     def running(self) -> list[str]:
         """Sessions with a running request."""
         return list(self._live)
@@ -223,6 +234,10 @@ class AgentClient:
     def deliver(self, event: ExternalEvent, *, config: AgentRunConfig) -> Delivery:
         """Offer ``event`` to the agent's extensions; see ``Agent.deliver``."""
         return self.agent.deliver(event, config=config)
+
+    def pending(self, session_id: str | None = None) -> list[PendingCall]:
+        """Every call waiting for an external answer (see ``Agent.pending``)."""
+        return self.agent.pending(session_id)
 
     def attach(self, request_id: str) -> RunHandle:
         """The handle of a live or recently finished run started with ``start`` (else UnknownRun)."""

@@ -1,9 +1,14 @@
-"""Pause a tool call until a matching external response arrives.
+"""Pause a tool call until a matching external response arrives, and list what waits.
 
 A ResponseRouter keys each wait by (session_id, response event name,
 tool_call_id); ``accept`` is safe from any thread and wakes the waiter on its
 own trio loop. Each wait is an approval machine, so a response is taken at
 most once and only while the call waits.
+
+Every wait is also entered on its agent's ``WaitingCalls`` board while it
+lasts, so ``client.pending()`` lists the calls of every ResponseRouter (ask_user,
+Plan Mode, any extension built on it) without knowing the extensions, plus the
+waits a session store recorded in an earlier process (``StoredApprovals``).
 """
 
 from __future__ import annotations
@@ -11,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import attrs
 import trio
 
 from machines.approval import APPROVAL
@@ -22,6 +28,7 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
+from orchestrator.wire import json_value
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
@@ -48,6 +55,88 @@ class ResponseWithdrawn(AgentError):
     """The wait ended without a response (its request is ending)."""
 
 
+@attrs.frozen
+class PendingCall:
+    """A call waiting for an external answer: send ``response_event`` with its ``tool_call_id``.
+
+    ``event`` and ``payload`` are the question event's name and payload (what the
+    user is asked), the payload as JSON data (``orchestrator.wire``). ``live`` is
+    False for a wait recorded by a session store in an earlier process: the store
+    takes the answer, and the session's next request resumes the call with it.
+    """
+
+    session_id: str
+    request_id: str
+    tool_call_id: str
+    event: str
+    payload: Mapping[str, Any]
+    response_event: str
+    live: bool = True
+
+
+@runtime_checkable
+class StoredApprovals(Protocol):
+    """An extension that records waits durably (a session store)."""
+
+    def pending_approvals(self, session_id: str | None = None) -> Sequence[Any]:
+        """Recorded waits, with the fields of PendingCall and ``response`` (None while unanswered)."""
+        ...
+
+
+class WaitingCalls:
+    """An agent's board of live waits, in the order they began; safe from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waits: dict[int, PendingResponse] = {}
+
+    def add(self, wait: PendingResponse) -> None:
+        with self._lock:
+            self._waits[id(wait)] = wait
+
+    def discard(self, wait: PendingResponse) -> None:
+        with self._lock:
+            self._waits.pop(id(wait), None)
+
+    def calls(self, session_id: str | None = None) -> list[PendingCall]:
+        with self._lock:
+            waits = [w for w in self._waits.values() if session_id in (None, w.session_id)]
+        return [w.as_call() for w in waits if w.state == "waiting"]
+
+
+def pending_calls(
+    board: WaitingCalls, extensions: Iterable[object], running: Iterable[str], session_id: str | None = None
+) -> list[PendingCall]:
+    """Live waits first, then stored unanswered ones of sessions that run no request here.
+
+    A session with a running request has its waits on the board; a stored wait of
+    such a session is either one of them or about to be cancelled by it.
+    """
+    calls = board.calls(session_id)
+    busy = set(running)
+    seen = {(c.session_id, c.tool_call_id) for c in calls}
+    for extension in extensions:
+        if not isinstance(extension, StoredApprovals):
+            continue
+        for stored in extension.pending_approvals(session_id):
+            key = (stored.session_id, stored.tool_call_id)
+            if stored.response is not None or stored.session_id in busy or key in seen:
+                continue
+            seen.add(key)
+            calls.append(
+                PendingCall(
+                    stored.session_id,
+                    stored.request_id,
+                    stored.tool_call_id,
+                    stored.event,
+                    dict(stored.payload),
+                    stored.response_event,
+                    live=False,
+                )
+            )
+    return calls
+
+
 class PendingResponse:
     """One paused call: its key, its approval machine and its wake-up."""
 
@@ -58,8 +147,10 @@ class PendingResponse:
         response_event: str,
         key: str,
         validate: Validator | None,
+        question: AgentEvent | None = None,
     ) -> None:
         self.session_id = session_id
+        self.question = question
         self.request_id = request_id
         self.response_event = response_event
         self.key = key
@@ -78,6 +169,17 @@ class PendingResponse:
     @property
     def state(self) -> str:
         return self.machine.state()
+
+    def as_call(self) -> PendingCall:
+        question = self.question
+        return PendingCall(
+            self.session_id,
+            self.request_id,
+            self.key,
+            question.name if question is not None else "",
+            json_value(question.payload) if question is not None else {},
+            self.response_event,
+        )
 
 
 class ResponseRouter:
@@ -137,19 +239,22 @@ class ResponseRouter:
         ``announce`` is emitted once the wait is registered and the request paused,
         so an answer to it can never arrive before the wait exists.
         """
-        pending = PendingResponse(context.session_id, context.request_id, response_event, key, validate)
+        pending = PendingResponse(context.session_id, context.request_id, response_event, key, validate, announce)
         slot = (pending.session_id, response_event, key)
         with self._lock:
             if slot in self._waits:
                 pending.machine.unbind()
                 raise RuntimeError(f"{response_event} for {key!r} is already awaited")
             self._waits[slot] = pending
+        board = context.agent.waiting
+        board.add(pending)
         try:
             async with context.paused():
                 if announce is not None:
                     await context.emit(announce)
                 await pending.woken.wait()
         finally:
+            board.discard(pending)
             with self._lock:
                 if self._waits.get(slot) is pending:
                     del self._waits[slot]
