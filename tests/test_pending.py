@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import attrs
 import trio
 import trio.testing
 from support import asks, call
@@ -20,7 +19,7 @@ from orchestrator import (
     ToolCall,
     create_agent,
 )
-from orchestrator.events import AgentEvent
+from orchestrator.events import ExtensionEvent
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
@@ -46,7 +45,7 @@ async def test_parallel_ask_user_calls_are_listed_until_each_is_answered() -> No
             asked += event.name == "ask_user"
             if asked == 2:
                 break
-        assert client.pending() == [
+        assert sorted(client.pending(), key=lambda p: p.tool_call_id) == [
             PendingCall(
                 "s1",
                 "r1",
@@ -69,6 +68,7 @@ async def test_parallel_ask_user_calls_are_listed_until_each_is_answered() -> No
                 "ask_user_response",
             ),
         ]
+        # parallel calls start in either order; the listing keeps the order they began waiting
         assert client.pending("s1") == client.pending() and client.pending("other") == []
         assert client.agent.emit_external_event(answer("b", "red"), config=AgentRunConfig("s1"))
         assert [p.tool_call_id for p in client.pending()] == ["a"]
@@ -98,13 +98,6 @@ async def test_plan_mode_approval_is_listed_and_answerable_from_the_listing(tmp_
     assert client.pending() == []
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class DeployRequested(AgentEvent):
-    kind: ClassVar[str] = "deploy_requested"
-    tool_call_id: str
-    target: str
-
-
 class DeployGate(AgentExtension):
     """An extension of the application's own, built on ResponseRouter."""
 
@@ -118,7 +111,7 @@ class DeployGate(AgentExtension):
             Args:
                 target: where to
             """
-            announce = DeployRequested(tool_call_id=call.id, target=target)
+            announce = ExtensionEvent(name="deploy_requested", payload={"tool_call_id": call.id, "target": target})
             reply = await router.wait(context, call.id, response_event="deploy_decision", announce=announce)
             return "deployed" if reply.get("go") else "held"
 
