@@ -2,7 +2,6 @@
 
 Prints one JSON object on its last line: the driver's figures, or
 ``{"unavailable": reason}`` when the runtime or an API it needs is missing.
-``PARAMS`` may name ``experiments`` (see bench.experiments) to patch first.
 """
 
 from __future__ import annotations
@@ -13,20 +12,17 @@ from typing import Any
 
 from bench.drivers import Unavailable, load
 
-WORKLOADS = ("turns", "sessions", "steering")
+WORKLOADS = ("turns", "sessions", "streaming", "concurrent", "steering", "trigger")
 
 
 def measure(workload: str, runtime: str, params: dict[str, Any]) -> dict[str, Any]:
     """Run ``workload`` on ``runtime`` in this process."""
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}")
-    patches = params.pop("experiments", [])
     try:
         driver = load(runtime)
-        if patches:
-            from bench import experiments
-
-            experiments.apply(patches)
+        if not hasattr(driver, workload):
+            raise Unavailable(f"no {workload} workload for {runtime}")
         result: dict[str, Any] = getattr(driver, workload)(**params)
     except Unavailable as missing:
         return {"unavailable": str(missing)}

@@ -1,7 +1,8 @@
 """One driver per runtime, each running the same workloads through its own API.
 
-``raw`` is a hand-written trio loop (the floor), ``ours`` is orchestrator and
-``zett`` the published zett-agent package. Drivers are imported only inside
+``raw`` is a hand-written trio loop (the floor), ``ours`` is orchestrator,
+``zett`` the published zett-agent package and ``floor`` bare ``transitions``
+triggers (the per-edge floor of this design). Drivers are imported only inside
 the subprocess that measures them, so runtimes never share a process.
 """
 
@@ -14,6 +15,7 @@ RUNTIMES: dict[str, str] = {
     "raw": "bench.drivers.raw",
     "ours": "bench.drivers.ours",
     "zett": "bench.drivers.zett",
+    "floor": "bench.drivers.floor",
 }
 
 

@@ -108,3 +108,95 @@ def latency_result(emitter: Emitter, seen: dict[str, float], runs: int) -> dict[
 
 def steering_text(index: int) -> str:
     return f"steer {index}"
+
+
+# streaming and many concurrent sessions -------------------------------------------
+
+#: The text of every streamed delta, in every runtime.
+PIECE = "token "
+
+
+class GcMeter:
+    """Time spent in garbage collections while it is installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def _note(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections[info["generation"]] += 1
+
+    def __enter__(self) -> GcMeter:
+        gc.callbacks.append(self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._note)
+
+
+@attrs.define
+class CpuClock:
+    """Process CPU time, wall time and garbage collection over one measured stretch."""
+
+    cpu_started: float = 0.0
+    wall_started: float = 0.0
+    cpu_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    meter: GcMeter = attrs.field(factory=GcMeter)
+
+    def __enter__(self) -> CpuClock:
+        self.meter.__enter__()
+        self.cpu_started, self.wall_started = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu_seconds = time.process_time() - self.cpu_started
+        self.wall_seconds = time.perf_counter() - self.wall_started
+        self.meter.__exit__()
+
+
+def concurrency_figures(clock: CpuClock, sessions: int, model_calls: int, deltas_seen: int) -> dict[str, Any]:
+    """The JSON result of the concurrent-sessions workload."""
+    return {
+        "sessions": sessions,
+        "model_calls": model_calls,
+        "deltas_seen": deltas_seen,
+        "cpu_seconds": clock.cpu_seconds,
+        "wall_seconds": clock.wall_seconds,
+        "cpu_per_call_us": clock.cpu_seconds / model_calls * 1e6,
+        "gc_seconds": clock.meter.seconds,
+        "gc_share": clock.meter.seconds / clock.cpu_seconds if clock.cpu_seconds > 0 else 0.0,
+        "gc_collections": clock.meter.collections,
+    }
+
+
+class PeakMemory:
+    """Peak traced allocations (tracemalloc) above the level when it started."""
+
+    def __init__(self) -> None:
+        self.baseline = 0
+        self.peak = 0
+
+    def __enter__(self) -> PeakMemory:
+        gc.collect()
+        tracemalloc.start()
+        self.baseline = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.peak = tracemalloc.get_traced_memory()[1] - self.baseline
+        tracemalloc.stop()
+
+
+def streaming_figures(deltas: int, seconds: list[float], seen: int, peak: int | None = None) -> dict[str, Any]:
+    """The JSON result of the streaming workload."""
+    figures: dict[str, Any] = {"deltas": deltas, "seconds": seconds, "deltas_seen": seen}
+    if peak is not None:
+        figures["peak_traced"] = peak
+    return figures

@@ -15,11 +15,16 @@ from bench.drivers.common import (
     APPROVAL_RESPONSE,
     CALL_ID,
     GUARDED_TOOL,
+    PIECE,
+    CpuClock,
     Emitter,
     MemoryProbe,
+    PeakMemory,
+    concurrency_figures,
     latency_result,
     session_figures,
     steering_text,
+    streaming_figures,
 )
 from orchestrator import (
     AgentClient,
@@ -32,11 +37,13 @@ from orchestrator import (
     Message,
     ResponseRouter,
     ToolCall,
+    ToolMessage,
     UserMessage,
     create_agent,
     tool,
 )
-from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent
+from orchestrator.events import TextDeltaEvent as StreamedDelta
+from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
 from orchestrator.pending import require_bool
 
 
@@ -85,6 +92,30 @@ class Responder:
             yield ResponseCompletedEvent(AssistantMessage("done"))
 
 
+class Deltas:
+    """Streams ``deltas`` text pieces without awaiting between them, then its message.
+
+    With ``latency`` it sleeps that long first. It asks for one ``noop`` call
+    while the request holds fewer than ``tool_turns`` tool results, then answers.
+    """
+
+    def __init__(self, deltas: int, latency: float = 0.0, tool_turns: int = 0) -> None:
+        self.deltas = deltas
+        self.latency = latency
+        self.tool_turns = tool_turns
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        if self.latency:
+            await trio.sleep(self.latency)
+        for _ in range(self.deltas):
+            yield TextDeltaEvent(PIECE)
+        done = sum(isinstance(message, ToolMessage) for message in request.messages)
+        if done < self.tool_turns:
+            yield ResponseCompletedEvent(AssistantMessage("", (ToolCall(f"call-{done}", "noop", {}),)))
+        else:
+            yield ResponseCompletedEvent(AssistantMessage("done"))
+
+
 # per-turn overhead ------------------------------------------------------------
 
 
@@ -103,10 +134,13 @@ def turns(turns: int, repeats: int, mode: str = "run") -> dict[str, Any]:
             async for _ in stream:
                 pass
 
-    async def main() -> list[float]:
+    async def main() -> dict[str, Any]:
         model = Script()
         history: dict[str, Any] = {"history": None} if mode == "bare" else {}
         client = await create_agent(model, tools=[noop], max_iterations=turns + 1, **history)
+        model.load([AssistantMessage("done")])
+        await request(client, AgentRunConfig(session_id="no-turns"))
+        fixed = len(client.transitions("no-turns"))
         seconds: list[float] = []
         for repeat in range(repeats + 1):
             model.load(script)
@@ -114,9 +148,11 @@ def turns(turns: int, repeats: int, mode: str = "run") -> dict[str, Any]:
             await request(client, AgentRunConfig(session_id=f"s{repeat}"))
             if repeat:
                 seconds.append(time.perf_counter() - started)
-        return seconds
+        edges = (len(client.transitions(f"s{repeats}")) - fixed) / turns
+        return {"turns": turns, "mode": mode, "seconds": seconds, "edges_per_turn": edges}
 
-    return {"turns": turns, "mode": mode, "seconds": trio.run(main)}
+    result: dict[str, Any] = trio.run(main)
+    return result
 
 
 # concurrency ------------------------------------------------------------------
@@ -196,6 +232,75 @@ def sessions(count: int, trace: bool, extension: str = "approval") -> dict[str, 
         drained = time.perf_counter()
         probe.stop()
         return session_figures(probe, count, filled - started, drained - approving, accepted=accepted)
+
+    result: dict[str, Any] = trio.run(main)
+    return result
+
+
+# streaming --------------------------------------------------------------------
+
+
+def streaming(deltas: int, repeats: int, slow: bool = False, pause: float = 0.2) -> dict[str, Any]:
+    """One model call streaming ``deltas`` pieces; a consumer reads every event of the request.
+
+    Fast: seconds per request (``repeats`` times, after a warm-up). Slow: the
+    consumer reads the first event, then sleeps ``pause`` seconds before it reads
+    the rest; the peak of traced memory above the start is reported.
+    """
+
+    async def consume(client: AgentClient, session: str, wait: float) -> int:
+        seen = 0
+        async with client.stream("go", config=AgentRunConfig(session_id=session)) as stream:
+            async for event in stream:
+                if wait:
+                    await trio.sleep(wait)
+                    wait = 0.0
+                if isinstance(event, StreamedDelta):
+                    seen += 1
+        return seen
+
+    async def main() -> dict[str, Any]:
+        client = await create_agent(Deltas(deltas))
+        await consume(client, "warm-up", 0.0)
+        if slow:
+            with PeakMemory() as memory:
+                seen = await consume(client, "slow", pause)
+            return streaming_figures(deltas, [], seen, memory.peak)
+        seconds: list[float] = []
+        for repeat in range(repeats):
+            started = time.perf_counter()
+            seen = await consume(client, f"s{repeat}", 0.0)
+            seconds.append(time.perf_counter() - started)
+        return streaming_figures(deltas, seconds, seen)
+
+    result: dict[str, Any] = trio.run(main)
+    return result
+
+
+# many concurrent sessions -----------------------------------------------------
+
+
+def concurrent(sessions: int, tool_turns: int, latency: float, deltas: int) -> dict[str, Any]:
+    """``sessions`` requests at once, each ``tool_turns`` tool turns then an answer, every event consumed."""
+
+    async def main() -> dict[str, Any]:
+        client = await create_agent(Deltas(deltas, latency, tool_turns), tools=[noop])
+        seen = 0
+
+        async def session(name: str) -> None:
+            nonlocal seen
+            async with client.stream("go", config=AgentRunConfig(session_id=name)) as stream:
+                async for event in stream:
+                    if isinstance(event, StreamedDelta):
+                        seen += 1
+
+        await session("warm-up")
+        seen = 0
+        with CpuClock() as clock:
+            async with trio.open_nursery() as nursery:
+                for index in range(sessions):
+                    nursery.start_soon(session, f"s{index}")
+        return concurrency_figures(clock, sessions, sessions * (tool_turns + 1), seen)
 
     result: dict[str, Any] = trio.run(main)
     return result

@@ -20,11 +20,16 @@ import trio
 from bench.drivers.common import (
     CALL_ID,
     GUARDED_TOOL,
+    PIECE,
+    CpuClock,
     Emitter,
     MemoryProbe,
+    PeakMemory,
+    concurrency_figures,
     latency_result,
     session_figures,
     steering_text,
+    streaming_figures,
 )
 
 
@@ -46,6 +51,11 @@ class Message:
 @dataclass(frozen=True, slots=True)
 class Completed:
     message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    text: str
 
 
 Request = tuple[tuple[Message, ...], tuple[str, ...]]
@@ -114,7 +124,52 @@ class Responder:
             yield Completed(Message("assistant", "done"))
 
 
+class Deltas:
+    """Streams ``deltas`` pieces without awaiting, then a tool call while fewer than ``tool_turns`` results."""
+
+    def __init__(self, deltas: int, latency: float = 0.0, tool_turns: int = 0) -> None:
+        self.deltas = deltas
+        self.latency = latency
+        self.tool_turns = tool_turns
+
+    async def stream(self, request: Request) -> AsyncIterator[Delta | Completed]:
+        if self.latency:
+            await trio.sleep(self.latency)
+        for _ in range(self.deltas):
+            yield Delta(PIECE)
+        done = sum(message.role == "tool" for message in request[0])
+        if done < self.tool_turns:
+            yield Completed(Message("assistant", tool_calls=(Call(f"call-{done}", "noop"),)))
+        else:
+            yield Completed(Message("assistant", "done"))
+
+
 Model = Script | Responder
+
+
+async def stream_loop(model: Deltas, tools: dict[str, Tool], text: str) -> AsyncIterator[Delta | Message]:
+    """The loop as an async generator: the consumer pulls each delta through it, then the answer.
+
+    Nothing is queued: the model produces a delta only when the consumer asks for
+    the next one, so a slow consumer holds no more than one delta.
+    """
+    messages = [Message("user", text)]
+    names = tuple(tools)
+    while True:
+        response: Message | None = None
+        async for event in model.stream((tuple(messages), names)):
+            if isinstance(event, Delta):
+                yield event
+            else:
+                response = event.message
+        assert response is not None
+        messages.append(response)
+        if not response.tool_calls:
+            yield response
+            return
+        for call in response.tool_calls:
+            content = await tools[call.name](**call.arguments)
+            messages.append(Message("tool", content, tool_call_id=call.id))
 
 
 async def run_loop(
@@ -233,6 +288,64 @@ def sessions(count: int, trace: bool, extension: str = "approval") -> dict[str, 
         drained = time.perf_counter()
         probe.stop()
         return session_figures(probe, count, filled - started, drained - approving, accepted=accepted)
+
+    result: dict[str, Any] = trio.run(main)
+    return result
+
+
+# streaming --------------------------------------------------------------------
+
+
+async def _consume(model: Deltas, wait: float) -> int:
+    seen = 0
+    async for event in stream_loop(model, {"noop": _noop}, "go"):
+        if wait:
+            await trio.sleep(wait)
+            wait = 0.0
+        if isinstance(event, Delta):
+            seen += 1
+    return seen
+
+
+def streaming(deltas: int, repeats: int, slow: bool = False, pause: float = 0.2) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        model = Deltas(deltas)
+        await _consume(model, 0.0)
+        if slow:
+            with PeakMemory() as memory:
+                seen = await _consume(model, pause)
+            return streaming_figures(deltas, [], seen, memory.peak)
+        seconds: list[float] = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            seen = await _consume(model, 0.0)
+            seconds.append(time.perf_counter() - started)
+        return streaming_figures(deltas, seconds, seen)
+
+    result: dict[str, Any] = trio.run(main)
+    return result
+
+
+# many concurrent sessions -----------------------------------------------------
+
+
+def concurrent(sessions: int, tool_turns: int, latency: float, deltas: int) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        model = Deltas(deltas, latency, tool_turns)
+        seen = 0
+
+        async def session() -> None:
+            nonlocal seen
+            count = await _consume(model, 0.0)
+            seen += count
+
+        await session()
+        seen = 0
+        with CpuClock() as clock:
+            async with trio.open_nursery() as nursery:
+                for _ in range(sessions):
+                    nursery.start_soon(session)
+        return concurrency_figures(clock, sessions, sessions * (tool_turns + 1), seen)
 
     result: dict[str, Any] = trio.run(main)
     return result

@@ -27,11 +27,16 @@ from bench.drivers.common import (
     APPROVAL_RESPONSE,
     CALL_ID,
     GUARDED_TOOL,
+    PIECE,
+    CpuClock,
     Emitter,
     MemoryProbe,
+    PeakMemory,
+    concurrency_figures,
     latency_result,
     session_figures,
     steering_text,
+    streaming_figures,
 )
 
 NO_RETRY = RetryOptions(max_retries=0)
@@ -93,6 +98,42 @@ class Responder:
             yield ModelEvent.completed(ModelResponse(AssistantMessage(tool_calls=(call,))))
         else:
             yield ModelEvent.completed(ModelResponse(AssistantMessage(content="done")))
+
+
+class Deltas:
+    """Streams ``deltas`` pieces without awaiting, then a tool call while fewer than ``tool_turns`` results."""
+
+    retry = NO_RETRY
+
+    def __init__(self, deltas: int, latency: float = 0.0, tool_turns: int = 0) -> None:
+        self.deltas = deltas
+        self.latency = latency
+        self.tool_turns = tool_turns
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        for _ in range(self.deltas):
+            yield ModelEvent.text(PIECE)
+        done = sum(isinstance(message, ToolMessage) for message in request.messages)
+        if done < self.tool_turns:
+            call = ToolCall(f"call-{done}", "noop", {})
+            yield ModelEvent.completed(ModelResponse(AssistantMessage(tool_calls=(call,))))
+        else:
+            yield ModelEvent.completed(ModelResponse(AssistantMessage(content="done")))
+
+
+async def _consume(client: AgentClient, session: str, wait: float) -> int:
+    seen = 0
+    events = client.stream("go", config=AgentRunConfig(session_id=session))
+    async with aclosing(cast(AsyncGenerator[AgentEvent, None], events)):
+        async for event in events:
+            if wait:
+                await asyncio.sleep(wait)
+                wait = 0.0
+            if event.type is AgentEventType.TEXT_DELTA:
+                seen += 1
+    return seen
 
 
 # per-turn overhead ------------------------------------------------------------
@@ -204,6 +245,43 @@ def sessions(count: int, trace: bool, extension: str = "approval") -> dict[str, 
         drained = time.perf_counter()
         probe.stop()
         return session_figures(probe, count, filled - started, drained - approving, accepted=accepted)
+
+    result: dict[str, Any] = asyncio.run(main())
+    return result
+
+
+# streaming --------------------------------------------------------------------
+
+
+def streaming(deltas: int, repeats: int, slow: bool = False, pause: float = 0.2) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        client = await create_agent(Deltas(deltas))
+        await _consume(client, "warm-up", 0.0)
+        if slow:
+            with PeakMemory() as memory:
+                seen = await _consume(client, "slow", pause)
+            return streaming_figures(deltas, [], seen, memory.peak)
+        seconds: list[float] = []
+        for repeat in range(repeats):
+            started = time.perf_counter()
+            seen = await _consume(client, f"s{repeat}", 0.0)
+            seconds.append(time.perf_counter() - started)
+        return streaming_figures(deltas, seconds, seen)
+
+    result: dict[str, Any] = asyncio.run(main())
+    return result
+
+
+# many concurrent sessions -----------------------------------------------------
+
+
+def concurrent(sessions: int, tool_turns: int, latency: float, deltas: int) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        client = await create_agent(Deltas(deltas, latency, tool_turns), tools=[noop])
+        await _consume(client, "warm-up", 0.0)
+        with CpuClock() as clock:
+            counts = await asyncio.gather(*(_consume(client, f"s{index}", 0.0) for index in range(sessions)))
+        return concurrency_figures(clock, sessions, sessions * (tool_turns + 1), sum(counts))
 
     result: dict[str, Any] = asyncio.run(main())
     return result
