@@ -5,8 +5,8 @@ Plan Mode proposals and ``ask_user`` questions are answered on the terminal;
 a line typed while the agent works (and nothing is asked) is sent as
 steering. Ctrl-C cancels the request (exit code 130). Sessions live in an
 SQLite file, so ``--session ID`` continues a stored conversation; questions
-a stopped run left waiting are asked again first, and the request resumes
-the waiting calls with the answers.
+a stopped run left waiting are asked again first, and their answers become
+the waiting calls' results before the new prompt.
 """
 
 from __future__ import annotations
@@ -87,12 +87,16 @@ def word_count(text: str) -> int:
 
 
 def _since_input(messages: tuple[Message, ...]) -> tuple[str, list[Message]]:
-    """The latest user text and what followed it."""
+    """The latest user text, and what came since the last final answer.
+
+    Results a restart settled (recorded before the new input) count as part of the current work.
+    """
+    prompt = next((m.text for m in reversed(messages) if isinstance(m, UserMessage)), "")
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if isinstance(message, UserMessage):
-            return message.text, list(messages[index + 1 :])
-    return "", list(messages)
+        if isinstance(message, AssistantMessage) and not message.tool_calls:
+            return prompt, list(messages[index + 1 :])
+    return prompt, list(messages)
 
 
 def _result(messages: list[Message], name: str) -> ToolMessage | None:
@@ -194,7 +198,6 @@ class Terminal:
         self.outcome = "unknown"
         self.interrupted = False
         self.stream: RunStream | None = None
-        self.resumed: set[str] = set()
 
     def say(self, line: str) -> None:
         if self.mid_text:
@@ -308,10 +311,7 @@ class Terminal:
             result: ToolMessage = payload["result"]
             self.say(f"<- {result.name} {result.status}: {_short(result.content)}")
         elif event.name in ("enter_plan_mode", "exit_plan_mode", "ask_user"):
-            if payload.get("tool_call_id") in self.resumed:
-                self.say(f"(asked again after the restart: {payload['tool_call_id']})")
-            else:
-                await self.ask(event)
+            await self.ask(event)
         elif event.name == "approval_resumed":
             self.say(f"* resumed {payload['tool_call_id']} with the answer given before")
         elif event.name in ("plan_mode_entered", "plan_mode_exited"):
@@ -411,7 +411,6 @@ async def _answer_left_over(terminal: Terminal, store: SQLiteSessionStore) -> No
         await terminal.ask(ExtensionEvent(name=pending.event, payload=pending.payload))
         if terminal.interrupted:
             return
-        terminal.resumed.add(pending.tool_call_id)
 
 
 async def _drive(terminal: Terminal, store: SQLiteSessionStore, prompt: str, handle_sigint: bool) -> int:

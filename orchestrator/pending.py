@@ -51,6 +51,30 @@ def require_bool(field: str) -> Validator:
     return check
 
 
+@attrs.frozen
+class SettledAnswer:
+    """The result a stored wait gets from the answer recorded for it after its process stopped."""
+
+    content: str
+    status: str = "succeeded"
+    plan_mode: str | None = None  # the session's Plan Mode state after this answer, when it changes it
+    events: tuple[AgentEvent, ...] = ()  # announced when the answer is applied
+
+
+@attrs.frozen
+class WaitRule:
+    """How a session store checks and applies an answer to a wait whose process stopped.
+
+    ``validator`` builds, from the payload the wait announced, the same check a
+    live answer passes; ``settle`` turns the announced payload and a valid
+    answer into the call's result.
+    """
+
+    response_event: str
+    validator: Callable[[Mapping[str, Any]], Validator]
+    settle: Callable[[Mapping[str, Any], Mapping[str, Any]], SettledAnswer]
+
+
 class ResponseWithdrawn(AgentError):
     """The wait ended without a response (its request is ending)."""
 

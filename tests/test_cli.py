@@ -160,7 +160,6 @@ def test_a_question_left_by_a_killed_run_is_asked_again_and_resumed(tmp_path: Pa
     cli.expect("(the previous run stopped while waiting for enter_plan_mode call_2)")
     cli.expect("? Enter Plan Mode? reason: plan before acting on: add a feature [y/n]")
     cli.send("y")
-    cli.expect("(asked again after the restart: call_2)")
     cli.expect("* resumed call_2 with the answer given before")
     cli.expect("* plan mode entered")
     cli.expect("[y/n]")
@@ -192,9 +191,9 @@ def test_a_plan_awaiting_approval_when_killed_is_approved_after_the_restart(tmp_
     cli.send("y")
     code, out, err = cli.finish()
     assert code == 0, err
-    assert "* plan mode restored" in out
-    assert "plan_mode/lifecycle: exit_awaiting_approval -> normal (approve)" in out
+    assert f"* resumed {pending.tool_call_id} with the answer given before" in out
     assert "* plan mode exited" in out
+    assert "* plan mode restored" not in out  # the approved plan ended Plan Mode before the new input
     assert "Plan approved; Plan Mode has ended." in out
     assert out.splitlines()[-1] == "* completed"
     stored = SQLiteSessionStore(cli.db)

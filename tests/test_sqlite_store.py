@@ -33,7 +33,9 @@ from orchestrator import (
 )
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
+from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.extensions.sqlite_store import STOPPED, SQLiteSessionStore, decode_message, encode_message, repair
+from orchestrator.store import SessionChange, SQLiteStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,7 +103,7 @@ def test_repair_places_each_missing_result_after_its_calls_results() -> None:
 
 def test_the_database_uses_write_ahead_logging(tmp_path: Path) -> None:
     store = SQLiteSessionStore(tmp_path / "s.db")
-    assert store._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert store.store.connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 # through an agent -------------------------------------------------------------
@@ -139,13 +141,13 @@ async def test_every_message_is_stored_and_a_new_agent_continues(tmp_path: Path)
 
 
 async def test_results_of_concurrent_calls_are_stored_in_the_order_they_were_appended(tmp_path: Path) -> None:
-    class SlowDisk(SQLiteSessionStore):
+    class SlowDisk(SQLiteStore):
         """The first result's write is slow, so the second one's thread reaches the database first."""
 
-        def _append(self, session_id: str, message: Message) -> None:
-            if isinstance(message, ToolMessage) and message.tool_call_id == "a":
+        def apply(self, session_id: str, change: SessionChange) -> None:
+            if any(isinstance(m, ToolMessage) and m.tool_call_id == "a" for _, m in change.append):
                 time.sleep(0.05)
-            super()._append(session_id, message)
+            super().apply(session_id, change)
 
     @tool
     async def nap(seconds: float) -> str:
@@ -157,7 +159,7 @@ async def test_results_of_concurrent_calls_are_stored_in_the_order_they_were_app
         await trio.sleep(seconds)
         return str(seconds)
 
-    store = SlowDisk(tmp_path / "s.db")
+    store = SessionStoreExtension(SlowDisk(tmp_path / "s.db"))
     model = ScriptedModel([asks(call("a", "nap", seconds=0.0), call("b", "nap", seconds=0.01)), AssistantMessage("ok")])
     client = await create_agent(model, tools=[nap], history=None, extensions=[store])
     await client.run("go", config=AgentRunConfig("s"))
@@ -379,7 +381,9 @@ def test_a_killed_process_leaves_history_a_new_agent_continues(tmp_path: Path) -
     assert store.pending_approvals() == []
 
 
-def test_an_answer_given_after_the_kill_resumes_the_waiting_call(tmp_path: Path) -> None:
+def test_an_answer_given_after_the_kill_becomes_the_waiting_calls_result_in_the_recorded_order(
+    tmp_path: Path,
+) -> None:
     store = SQLiteSessionStore(killed_session(tmp_path))
     before = store.messages("killed")
     model = ScriptedModel([AssistantMessage("resumed with the answer")])
@@ -392,6 +396,8 @@ def test_an_answer_given_after_the_kill_resumes_the_waiting_call(tmp_path: Path)
         )
         agent, config = client.agent, AgentRunConfig("killed")
         wrong = ExternalEvent("ask_user_response", {"tool_call_id": "zz", "answer": "yes"})
+        invalid = ExternalEvent("ask_user_response", {"tool_call_id": "q1", "answer": "maybe"})
+        not_text = ExternalEvent("ask_user_response", {"tool_call_id": "q1", "answer": 1})
         answer = ExternalEvent("ask_user_response", {"tool_call_id": "q1", "answer": "yes"})
         assert agent.emit_external_event(wrong, config=config) == []
         assert agent.deliver(wrong, config=config).refused == {
@@ -403,6 +409,13 @@ def test_an_answer_given_after_the_kill_resumes_the_waiting_call(tmp_path: Path)
             "SQLiteSessionStore": "stored call tool_call_id='q1' waits for 'ask_user_response', "
             "not 'enter_plan_mode_response'"
         }
+        assert agent.deliver(invalid, config=config).refused == {  # checked like a live answer
+            "SQLiteSessionStore": "'answer' must be one of ['yes', 'no']",
+            "AskUserExtension": "no waiting call tool_call_id='q1' in session 'killed'",
+        }
+        assert agent.emit_external_event(not_text, config=config) == []
+        [pending] = store.pending_approvals("killed")
+        assert pending.response is None  # a refused answer changes nothing
         assert agent.emit_external_event(answer, config=config) == ["SQLiteSessionStore"]
         again = agent.deliver(answer, config=config)  # recorded once
         assert (
@@ -416,17 +429,19 @@ def test_an_answer_given_after_the_kill_resumes_the_waiting_call(tmp_path: Path)
         assert ask.router.waiting() == []
 
     trio.run(resume)
-    assert "ask_user" in names and "approval_resumed" in names
-    assert names.index("ask_user") < names.index("approval_resumed")
-    [request] = model.requests  # the message with the waiting call was replayed, not asked for again
-    seen = request.messages
-    replayed = before[3]
-    assert isinstance(replayed, AssistantMessage) and [c.id for c in replayed.tool_calls] == ["c2", "c3", "q1"]
-    assert list(seen[:5]) == [SystemMessage("sys"), *before[:3], UserMessage("continue")]
-    assert seen[5] == replayed
-    results = {m.tool_call_id: (m.content, m.status) for m in seen[6:] if isinstance(m, ToolMessage)}
-    assert results == {"c2": ("b", "succeeded"), "c3": ("done c", "succeeded"), "q1": ("yes", "succeeded")}
-    assert len(seen) == 9
+    assert "approval_resumed" in names and "ask_user" not in names  # answered, not asked again
+    assert names.index("approval_resumed") < names.index("model_started")
+    [request] = model.requests
+    interrupted = before[3]
+    assert isinstance(interrupted, AssistantMessage) and [c.id for c in interrupted.tool_calls] == ["c2", "c3", "q1"]
     after = store.messages("killed")
-    assert after == [*seen[1:], AssistantMessage("resumed with the answer")]
+    # the interrupted message and its results stay where they were recorded, before the new input
+    assert after == [
+        *before,
+        ToolMessage("c3", "slow", STOPPED, ToolStatus.CANCELLED),
+        ToolMessage("q1", "ask_user", "yes", ToolStatus.SUCCEEDED),
+        UserMessage("continue"),
+        AssistantMessage("resumed with the answer"),
+    ]
+    assert list(request.messages) == [SystemMessage("sys"), *after[:-1]]
     assert store.pending_approvals() == []

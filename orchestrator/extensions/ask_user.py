@@ -23,7 +23,7 @@ from orchestrator.errors import ToolArgumentsError
 from orchestrator.events import AgentEvent, RunCancelledEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ToolCall
-from orchestrator.pending import ResponseRouter, Validator
+from orchestrator.pending import ResponseRouter, SettledAnswer, Validator, WaitRule
 from orchestrator.tools import ToolDefinition, build_tool
 
 if TYPE_CHECKING:
@@ -54,6 +54,21 @@ def _answer_validator(options: tuple[str, ...]) -> Validator:
         return None
 
     return check
+
+
+def _stored_validator(asked: Mapping[str, Any]) -> Validator:
+    options = asked.get("options", [])
+    if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
+        return lambda payload: "the stored question has no readable options"
+    return _answer_validator(tuple(options))
+
+
+ASK_USER_WAIT = WaitRule(
+    ANSWER_EVENT,
+    _stored_validator,
+    lambda asked, answer: SettledAnswer(str(answer["answer"])),
+)
+"""An answer to a question whose process stopped: checked like a live one, the answer is the result."""
 
 
 class AskUserExtension(AgentExtension):

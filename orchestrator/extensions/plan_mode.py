@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import trio
@@ -35,7 +36,7 @@ from orchestrator.extensions.bash import bash_tool
 from orchestrator.extensions.filesystem import filesystem_tools
 from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolCall
 from orchestrator.model import ModelRequest
-from orchestrator.pending import ResponseRouter, require_bool
+from orchestrator.pending import ResponseRouter, SettledAnswer, WaitRule, require_bool
 from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, build_tool, validate_arguments
 
 if TYPE_CHECKING:
@@ -149,6 +150,30 @@ def _exit_plan_mode(plan: str) -> str:
         plan: the complete implementation plan
     """
     return "The user approved the plan. Plan Mode has ended; you may now implement the plan."
+
+
+_DECLINED = "the user declined Plan Mode; continue in normal mode"
+_REJECTED = "the user rejected the plan; Plan Mode stays active, revise the plan"
+
+
+def _settle_entry(asked: Mapping[str, Any], answer: Mapping[str, Any]) -> SettledAnswer:
+    call_id = str(asked.get("tool_call_id", ""))
+    if answer["approved"]:
+        entered = PlanModeEnteredEvent(tool_call_id=call_id)
+        return SettledAnswer(_enter_plan_mode(""), plan_mode="plan_active", events=(entered,))
+    return SettledAnswer(f"rejected: {_DECLINED}", "failed", plan_mode="normal")
+
+
+def _settle_exit(asked: Mapping[str, Any], answer: Mapping[str, Any]) -> SettledAnswer:
+    if answer["approved"]:
+        exited = PlanModeExitedEvent(tool_call_id=str(asked.get("tool_call_id", "")), plan=str(asked.get("plan", "")))
+        return SettledAnswer(_exit_plan_mode(""), plan_mode="normal", events=(exited,))
+    return SettledAnswer(f"rejected: {_REJECTED}", "failed", plan_mode="plan_active")
+
+
+ENTER_WAIT = WaitRule(ENTER_RESPONSE, lambda asked: require_bool("approved"), _settle_entry)
+EXIT_WAIT = WaitRule(EXIT_RESPONSE, lambda asked: require_bool("approved"), _settle_exit)
+"""Answers to Plan Mode proposals whose process stopped: checked like live ones (``approved`` a bool)."""
 
 
 class PlanModeExtension(AgentExtension):
@@ -361,8 +386,8 @@ class PlanModeExtension(AgentExtension):
         proposal.approved = bool(answer["approved"])
         if not proposal.approved:
             if trigger == "propose_entry":
-                raise ToolRejected("the user declined Plan Mode; continue in normal mode")
-            raise ToolRejected("the user rejected the plan; Plan Mode stays active, revise the plan")
+                raise ToolRejected(_DECLINED)
+            raise ToolRejected(_REJECTED)
 
     async def after_tool(
         self, context: AgentRunContext, call: ToolCall, result: ToolResult, error: BaseException | None

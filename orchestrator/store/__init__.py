@@ -1,0 +1,48 @@
+"""Session stores: where sessions live between requests and across restarts.
+
+``SessionStore`` (``orchestrator.store.interface``) is the interface; ``SQLiteStore``
+keeps sessions in one file, ``MemoryStore`` in this process. The extension that
+connects a store to an Agent is
+``orchestrator.extensions.session_store.SessionStoreExtension``
+(``SQLiteSessionStore`` is that extension on an SQLite file).
+"""
+
+from __future__ import annotations
+
+from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
+from orchestrator.store.errors import SchemaTooNew, SessionLocked, StoreError
+from orchestrator.store.interface import (
+    PendingApproval,
+    SessionChange,
+    SessionLock,
+    SessionStore,
+    StoredRow,
+    Unreadable,
+)
+from orchestrator.store.memory import InMemoryHistory, MemoryStore, SessionHistory
+from orchestrator.store.repair import STOPPED, problems, repair
+from orchestrator.store.sqlite import SCHEMA_VERSION, SQLiteStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STOPPED",
+    "InMemoryHistory",
+    "MemoryStore",
+    "PendingApproval",
+    "SQLiteStore",
+    "SchemaTooNew",
+    "SessionChange",
+    "SessionHistory",
+    "SessionLock",
+    "SessionLocked",
+    "SessionStore",
+    "StoreError",
+    "StoredRow",
+    "UndecodableMessage",
+    "Unreadable",
+    "decode_message",
+    "encode_message",
+    "placeholder",
+    "problems",
+    "repair",
+]

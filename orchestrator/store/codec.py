@@ -1,0 +1,138 @@
+"""Messages as JSON text: the form every session store keeps them in.
+
+``encode_message`` writes text that always encodes as UTF-8 (lone surrogates
+become U+FFFD, pairs are joined). ``decode_message`` treats the stored text as
+untrusted: anything that is not a message this module writes raises
+``UndecodableMessage`` with the reason, never another error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.messages import (
+    AssistantMessage,
+    ContentPart,
+    ImagePart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    ToolStatus,
+    UserMessage,
+)
+from orchestrator.text import clean_text
+
+__all__ = ["UndecodableMessage", "decode_message", "encode_message", "placeholder"]
+
+
+class UndecodableMessage(ValueError):
+    """Stored text that is not a message (bad JSON, an unknown role or status, a wrong type)."""
+
+
+def _part_to_json(part: ContentPart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    encoded = base64.b64encode(part.data).decode("ascii") if part.data is not None else None
+    return {"type": "image", "url": part.url, "data": encoded, "media_type": part.media_type}
+
+
+def encode_message(message: Message) -> str:
+    """A message as JSON text that always encodes as UTF-8.
+
+    Raises TypeError or ValueError for what JSON cannot hold (a circular value,
+    a key that is not a string or number).
+    """
+    body: dict[str, Any]
+    if isinstance(message, SystemMessage):
+        body = {"content": message.content}
+    elif isinstance(message, UserMessage):
+        content = message.content
+        body = {"content": content if isinstance(content, str) else [_part_to_json(p) for p in content]}
+    elif isinstance(message, AssistantMessage):
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
+        body = {"content": message.content, "tool_calls": calls}
+    else:
+        body = {
+            "tool_call_id": message.tool_call_id,
+            "name": message.name,
+            "content": message.content,
+            "status": str(message.status),
+        }
+    # JSON's own syntax is ASCII, so cleaning the whole text only touches the strings in it.
+    return clean_text(json.dumps({"role": message.role, **body}, ensure_ascii=False, default=str))
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type) -> Any:
+    value = data.get(key)
+    if not isinstance(value, kind):
+        raise UndecodableMessage(f"{key!r} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _part_from_json(data: object) -> ContentPart:
+    if not isinstance(data, dict):
+        raise UndecodableMessage("a content part must be an object")
+    kind = data.get("type")
+    if kind == "text":
+        return TextPart(_field(data, "text", str))
+    if kind != "image":
+        raise UndecodableMessage(f"unknown content part type {kind!r}")
+    media_type = _field(data, "media_type", str)
+    url, encoded = data.get("url"), data.get("data")
+    if url is not None and not isinstance(url, str):
+        raise UndecodableMessage("an image url must be a string")
+    if encoded is not None and not isinstance(encoded, str):
+        raise UndecodableMessage("image data must be base64 text")
+    try:
+        raw = base64.b64decode(encoded, validate=True) if encoded is not None else None
+        return ImagePart(url=url, data=raw, media_type=media_type)
+    except (binascii.Error, ValueError) as bad:
+        raise UndecodableMessage(f"bad image: {bad}") from None
+
+
+def _call_from_json(data: object) -> ToolCall:
+    if not isinstance(data, dict):
+        raise UndecodableMessage("a tool call must be an object")
+    return ToolCall(_field(data, "id", str), _field(data, "name", str), dict(_field(data, "arguments", dict)))
+
+
+def decode_message(text: str) -> Message:
+    """The message ``encode_message`` wrote; UndecodableMessage for anything else."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError) as bad:
+        raise UndecodableMessage(f"not JSON: {bad}") from None
+    if not isinstance(data, dict):
+        raise UndecodableMessage(f"a message must be a JSON object, got {type(data).__name__}")
+    role = data.get("role")
+    if role == "system":
+        return SystemMessage(_field(data, "content", str))
+    if role == "user":
+        content = data.get("content")
+        if isinstance(content, str):
+            return UserMessage(content)
+        if isinstance(content, list):
+            return UserMessage(tuple(_part_from_json(p) for p in content))
+        raise UndecodableMessage("user content must be text or a list of parts")
+    if role == "assistant":
+        calls = tuple(_call_from_json(c) for c in _field(data, "tool_calls", list))
+        return AssistantMessage(_field(data, "content", str), calls)
+    if role == "tool":
+        status = _field(data, "status", str)
+        if status not in {s.value for s in ToolStatus}:
+            raise UndecodableMessage(f"unknown tool status {status!r}")
+        return ToolMessage(
+            _field(data, "tool_call_id", str), _field(data, "name", str), _field(data, "content", str), status
+        )
+    raise UndecodableMessage(f"unknown message role {role!r}")
+
+
+def placeholder(row_id: int, reason: str) -> UserMessage:
+    """What stands in the history for a stored row that could not be read."""
+    return UserMessage(f"[unreadable stored message (row {row_id}) left out: {reason}]")

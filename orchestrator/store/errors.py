@@ -1,0 +1,34 @@
+"""Errors of session stores."""
+
+from __future__ import annotations
+
+from orchestrator.errors import AgentError
+
+
+class StoreError(AgentError):
+    """A session store could not read or write what it was asked to."""
+
+
+class SessionLocked(StoreError):
+    """Another process (or another store object) is running this session on the same store.
+
+    ``holder`` names the holder when the store knows it (for SQLite, the process id
+    written in the session's lock file).
+    """
+
+    def __init__(self, session_id: str, where: str, holder: str | None = None) -> None:
+        self.session_id = session_id
+        self.where = where
+        self.holder = holder
+        by = f" by {holder}" if holder else ""
+        super().__init__(f"session {session_id!r} is already being run{by} on {where}; refusing to run it twice")
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer version of this library."""
+
+    def __init__(self, where: str, found: int, known: int) -> None:
+        self.where = where
+        self.found = found
+        self.known = known
+        super().__init__(f"{where} has schema version {found}; this library knows versions up to {known}")

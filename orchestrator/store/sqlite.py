@@ -1,0 +1,296 @@
+"""SQLiteStore: the session store interface in one SQLite file.
+
+One connection in WAL mode, guarded by a lock; every change is one immediate
+transaction. The schema carries its version (table ``schema_version``) and is
+migrated forward when a file written by an earlier version is opened: a file
+without that table is version 1. Session locks are ``flock`` locks on files
+in ``<path>.locks/`` (see ``orchestrator.store.locks``), so a second process
+running a session is refused and a killed one blocks nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from orchestrator.messages import ToolMessage
+from orchestrator.store.codec import encode_message
+from orchestrator.store.errors import SchemaTooNew, StoreError
+from orchestrator.store.interface import PendingApproval, SessionChange, SessionLock, SessionStore, StoredRow
+from orchestrator.store.locks import FileLocks, ProcessLocks
+from orchestrator.text import clean_text
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+_V1 = """
+CREATE TABLE IF NOT EXISTS messages (
+    session_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (session_id, position)
+);
+CREATE TABLE IF NOT EXISTS pending_approvals (
+    session_id TEXT NOT NULL,
+    tool_call_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    event TEXT NOT NULL,
+    response_event TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    response TEXT,
+    created REAL NOT NULL,
+    PRIMARY KEY (session_id, tool_call_id)
+);
+CREATE TABLE IF NOT EXISTS session_modes (
+    session_id TEXT PRIMARY KEY,
+    plan_mode TEXT NOT NULL,
+    updated REAL NOT NULL
+);
+"""
+
+_V2 = """
+CREATE TABLE IF NOT EXISTS unreadable_rows (
+    row_id INTEGER NOT NULL,
+    session_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    found REAL NOT NULL
+);
+"""
+
+# Each entry migrates from the version before it; a new version appends one.
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_INSERT = "INSERT INTO messages (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)"
+
+
+class SQLiteStore(SessionStore):
+    """Sessions in one SQLite file (``:memory:`` keeps them in this process only)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"unknown synchronous mode {synchronous!r}")
+        self.path = os.fspath(path)
+        self.where = self.path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._db.execute("PRAGMA busy_timeout=10000")
+            self._migrate()
+        except BaseException:
+            self._db.close()
+            raise
+        in_memory = self.path == ":memory:" or self.path.startswith("file:")
+        self._locks = ProcessLocks(self.path) if in_memory else FileLocks(self.path + ".locks", self.path)
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The one connection (hold no transaction open on it)."""
+        return self._db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._transaction() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = db.execute("SELECT version FROM schema_version").fetchone()
+            if row is not None:
+                version = int(row[0])
+            else:
+                found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'").fetchone()
+                version = 1 if found else 0
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
+            for script in _MIGRATIONS[version:]:
+                for statement in script.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+
+    def schema_version(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT version FROM schema_version").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # sessions and messages --------------------------------------------------
+
+    def sessions(self) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT session_id FROM messages GROUP BY session_id ORDER BY MIN(created)"
+            ).fetchall()
+        return [str(session_id) for (session_id,) in rows]
+
+    def rows(self, session_id: str) -> list[StoredRow]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT rowid, position, role, body FROM messages WHERE session_id = ? ORDER BY position",
+                (session_id,),
+            ).fetchall()
+        return [StoredRow(int(r), int(p), str(role), str(body)) for r, p, role, body in rows]
+
+    def quarantined(self, session_id: str | None = None) -> list[tuple[int, str, int, str, str]]:
+        """Rows set aside as unreadable: (row id, session, position, raw body, reason)."""
+        query = "SELECT row_id, session_id, position, body, reason FROM unreadable_rows"
+        params: tuple[str, ...] = ()
+        if session_id is not None:
+            query, params = query + " WHERE session_id = ?", (session_id,)
+        with self._lock:
+            return [tuple(row) for row in self._db.execute(query + " ORDER BY found, rowid", params)]
+
+    def apply(self, session_id: str, change: SessionChange) -> None:
+        now = time.time()
+        try:
+            replacing = None
+            if change.replace is not None:
+                replacing = [(session_id, i, m.role, encode_message(m), now) for i, m in enumerate(change.replace)]
+            appending = [(session_id, p, m.role, encode_message(m), now) for p, m in change.append]
+            quarantine = [(u, encode_message(u.placeholder)) for u in change.quarantine]
+        except (TypeError, ValueError) as bad:
+            raise StoreError(f"a message of session {session_id!r} cannot be stored: {bad}") from bad
+        ended = set(change.drop_approvals)
+        ended.update(m.tool_call_id for _, m in change.append if isinstance(m, ToolMessage))
+        try:
+            with self._transaction() as db:
+                for unreadable, body in quarantine:
+                    db.execute(
+                        "INSERT INTO unreadable_rows (row_id, session_id, position, body, reason, found) "
+                        "SELECT rowid, session_id, position, body, ?, ? FROM messages "
+                        "WHERE rowid = ? AND session_id = ?",
+                        (unreadable.reason, now, unreadable.row_id, session_id),
+                    )
+                    db.execute(
+                        "UPDATE messages SET body = ? WHERE rowid = ? AND session_id = ?",
+                        (body, unreadable.row_id, session_id),
+                    )
+                if replacing is not None:
+                    db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+                    db.executemany(_INSERT, replacing)
+                db.executemany(_INSERT, appending)
+                db.executemany(
+                    "DELETE FROM pending_approvals WHERE session_id = ? AND tool_call_id = ?",
+                    [(session_id, call_id) for call_id in ended],
+                )
+                if change.plan_mode == "normal":
+                    db.execute("DELETE FROM session_modes WHERE session_id = ?", (session_id,))
+                elif change.plan_mode is not None:
+                    db.execute(
+                        "INSERT INTO session_modes (session_id, plan_mode, updated) VALUES (?, ?, ?) ON CONFLICT "
+                        "(session_id) DO UPDATE SET plan_mode = excluded.plan_mode, updated = excluded.updated",
+                        (session_id, change.plan_mode, now),
+                    )
+        except sqlite3.IntegrityError as clash:
+            raise StoreError(f"session {session_id!r}: {clash} (is another writer running it?)") from clash
+        except sqlite3.Error as failed:
+            raise StoreError(f"session {session_id!r} could not be written to {self.path}: {failed}") from failed
+
+    # approvals --------------------------------------------------------------
+
+    def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
+        query = (
+            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created "
+            "FROM pending_approvals"
+        )
+        params: tuple[str, ...] = ()
+        if session_id is not None:
+            query, params = query + " WHERE session_id = ?", (session_id,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY created, rowid", params).fetchall()
+        found = []
+        for sid, rid, call_id, event, response_event, payload, response, created in rows:
+            asked = _loads(payload)
+            found.append(
+                PendingApproval(sid, rid, call_id, event, response_event, asked or {}, _loads(response), created)
+            )
+        return found
+
+    def record_wait(self, wait: PendingApproval) -> None:
+        body = json.dumps(dict(wait.payload), default=_plain, ensure_ascii=False)
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO pending_approvals "
+                "(session_id, tool_call_id, request_id, event, response_event, payload, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (session_id, tool_call_id) DO UPDATE SET request_id = excluded.request_id, "
+                "event = excluded.event, response_event = excluded.response_event, payload = excluded.payload, "
+                "response = NULL",
+                (
+                    wait.session_id,
+                    wait.tool_call_id,
+                    wait.request_id,
+                    wait.event,
+                    wait.response_event,
+                    clean_text(body),
+                    wait.created,
+                ),
+            )
+
+    def record_response(
+        self, session_id: str, tool_call_id: str, response_event: str, response: Mapping[str, Any]
+    ) -> bool:
+        body = clean_text(json.dumps(dict(response), default=_plain, ensure_ascii=False))
+        with self._transaction() as db:
+            changed = db.execute(
+                "UPDATE pending_approvals SET response = ? WHERE session_id = ? AND tool_call_id = ? "
+                "AND response_event = ? AND response IS NULL",
+                (body, session_id, tool_call_id, response_event),
+            ).rowcount
+        return bool(changed)
+
+    def forget_request(self, session_id: str, request_id: str) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "DELETE FROM pending_approvals WHERE session_id = ? AND request_id = ? AND response IS NULL",
+                (session_id, request_id),
+            )
+
+    # modes and ownership ----------------------------------------------------
+
+    def plan_mode(self, session_id: str) -> str:
+        with self._lock:
+            row = self._db.execute("SELECT plan_mode FROM session_modes WHERE session_id = ?", (session_id,)).fetchone()
+        return str(row[0]) if row else "normal"
+
+    def lock_session(self, session_id: str) -> SessionLock:
+        return self._locks.acquire(session_id)
+
+
+def _loads(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    return str(value)
