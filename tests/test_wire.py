@@ -32,7 +32,11 @@ from orchestrator.extensions.plan_mode import (
     PlanModeEnteredEvent,
     PlanModeExitedEvent,
 )
-from orchestrator.extensions.sqlite_store import ApprovalResumedEvent, PlanModeRestoredEvent
+from orchestrator.extensions.sqlite_store import (
+    ApprovalResumedEvent,
+    PlanModeRestoredEvent,
+    StoredMessageUnreadableEvent,
+)
 from orchestrator.extensions.steering import SteeringMessageEvent
 from orchestrator.model import Usage
 
@@ -76,6 +80,7 @@ SAMPLES: list[ev.AgentEvent] = [
     SteeringMessageEvent(**IDS, message=PICTURE),
     ApprovalResumedEvent(**IDS, tool_call_id="c1", response_event="ask_user_response"),
     PlanModeRestoredEvent(**IDS),
+    StoredMessageUnreadableEvent(**IDS, row_id=7, reason="not JSON"),
 ]
 
 
