@@ -24,6 +24,7 @@ from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.pending import PendingCall, ResponseRouter
+from orchestrator.store import PendingApproval
 from orchestrator.tools import ToolDefinition, build_tool
 
 
@@ -175,11 +176,18 @@ async def test_waits_stored_by_an_earlier_process_are_listed_too(tmp_path: Path)
         assert later.pending("other") == []
         [live] = earlier.pending()  # the process running it lists its own wait once, as live
         assert live.live and live.tool_call_id == "q1"
-        # Answered into the store, the call no longer waits for an answer.
-        assert later.agent.emit_external_event(answer("q1", "yes"), config=AgentRunConfig("old"))
-        assert later.pending() == []
+        # The earlier process still runs the session: it takes its answers itself, the later one refuses.
+        assert later.agent.emit_external_event(answer("q1", "yes"), config=AgentRunConfig("old")) == []
+        assert [c.tool_call_id for c in later.pending()] == ["q1"]
         old.cancel()
         await old.wait()
+    # A wait whose process stopped, answered into the store, no longer waits for an answer.
+    later_store.store.record_wait(
+        PendingApproval("gone", "r-gone", "q2", "ask_user", "ask_user_response", {"options": []}, None, 0.0)
+    )
+    assert [c.tool_call_id for c in later.pending()] == ["q2"]
+    assert later.agent.emit_external_event(answer("q2", "yes"), config=AgentRunConfig("gone"))
+    assert later.pending() == []
 
 
 async def test_a_wait_without_a_question_event_is_listed_with_an_empty_one() -> None:
