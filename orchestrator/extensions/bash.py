@@ -4,11 +4,15 @@ The command runs as ``bash -c`` in its own process group with the root as
 working directory, stdin closed and stderr merged into stdout. Only the first
 ``max_output`` bytes of output are kept (the rest is counted and dropped);
 after ``timeout`` seconds the whole process group is killed. The result comes
-when the shell exits: background jobs that still hold its output open
-``LINGER_SECONDS`` later are killed with their process group, so none outlives
-the call (one that left the group, e.g. through ``setsid``, is not). The working
-directory is a starting point, not a sandbox: the command can reach whatever
-the process may reach.
+when the shell exits, and then every process left in its process group is
+killed, so no background job started with ``&`` outlives the call (one that
+left the group, e.g. through ``setsid``, is not). Jobs still holding the output
+open get ``LINGER_SECONDS`` to finish writing first, and the result says they
+were killed. A command longer than MAX_COMMAND_BYTES, or holding a NUL byte or
+text that is not UTF-8, is a failed result and nothing runs. At most
+``max_concurrent`` commands of one agent run at once; the others wait for a
+slot (their timeout starts when they run). The working directory is a starting
+point, not a sandbox: the command can reach whatever the process may reach.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import functools
 import os
 import signal
 import subprocess
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,12 +34,17 @@ from orchestrator.extensions.filesystem import resolve_root
 from orchestrator.tools import ToolDefinition, ToolResult, build_tool
 
 if TYPE_CHECKING:
+    from orchestrator.agent import Agent
     from orchestrator.context import AgentRunContext
 
 
 LINGER_SECONDS = 0.5
 """How long output may keep arriving after the shell exits before its process group is killed."""
 LINGERED = "the command exited but background processes kept its output open; its process group was killed"
+MAX_COMMAND_BYTES = 100_000
+"""Longest command accepted, in UTF-8 bytes (below Linux's 128 KiB limit on one argument)."""
+MAX_CONCURRENT = 8
+"""Default number of bash commands one agent runs at the same time."""
 
 
 def _kill_group(pid: int) -> None:
@@ -42,98 +52,144 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-async def _deliver_cancel(process: trio.Process) -> None:
-    _kill_group(process.pid)
+def command_problem(command: str) -> str | None:
+    """Why ``command`` cannot be run, or None."""
+    if "\0" in command:
+        return "the command contains a NUL byte; nothing was run"
+    try:
+        size = len(command.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "the command is not valid UTF-8 text (it holds a lone surrogate); nothing was run"
+    if size > MAX_COMMAND_BYTES:
+        return f"the command is {size} bytes long; the limit is {MAX_COMMAND_BYTES}; nothing was run"
+    return None
+
+
+async def _until_exit(process: trio.Process) -> None:
+    """Return once the shell has exited, without reaping it where the OS allows.
+
+    An unreaped shell keeps its process id, so the group id cannot be reused
+    by an unrelated process before its group is killed.
+    """
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        await process.wait()
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
 
 
 @attrs.frozen
 class BashRunner:
-    """How commands run: where, for how long, and how much output is kept."""
+    """How commands run: where, for how long, how much output is kept, and how many at once."""
 
     root: Path = attrs.field(converter=resolve_root)
     timeout: float = 30.0
     max_output: int = 30_000
+    max_concurrent: int = MAX_CONCURRENT
 
     def __attrs_post_init__(self) -> None:
-        if self.timeout <= 0 or self.max_output < 0:
-            raise ValueError("timeout must be positive and max_output not negative")
+        if self.timeout <= 0 or self.max_output < 0 or self.max_concurrent < 1:
+            raise ValueError("timeout must be positive, max_output not negative and max_concurrent at least 1")
 
     async def run(self, command: str) -> ToolResult:
         """Run ``command``; the result text starts with its exit code (or the timeout).
 
-        The result is reported once the shell exits, not once its output closes: a
-        background job still holding the output gets ``LINGER_SECONDS`` to finish
-        writing, then the process group is killed and the result says so.
+        The result is reported once the shell exits, not once its output closes:
+        a background job still holding the output gets ``LINGER_SECONDS`` to
+        finish writing; then the process group is killed (always, whether or
+        not anything held the output) and the result says so when output was held.
         """
+        problem = command_problem(command)
+        if problem is not None:
+            return ToolResult(problem, "failed")
+        try:
+            process = await trio.lowlevel.open_process(
+                ["bash", "-c", command],
+                cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as error:
+            return ToolResult(f"could not start bash: {error}", "failed")
+        try:
+            return await self._supervise(process)
+        finally:
+            _kill_group(process.pid)
+            with trio.CancelScope(shield=True):
+                await process.wait()
+                if process.stdout is not None:
+                    await process.stdout.aclose()
+
+    async def _supervise(self, process: trio.Process) -> ToolResult:
         kept = bytearray()
         dropped = 0
-        process: trio.Process | None = None
-        exited = False
-        lingered = False
+        exited = lingered = False
         drained = trio.Event()
 
         async def read(stream: trio.abc.ReceiveStream) -> None:
             nonlocal kept, dropped
-            async with stream:
-                async for chunk in stream:
-                    room = max(self.max_output - len(kept), 0)
-                    kept += chunk[:room]
-                    dropped += len(chunk) - min(room, len(chunk))
+            async for chunk in stream:
+                room = max(self.max_output - len(kept), 0)
+                kept += chunk[:room]
+                dropped += len(chunk) - min(room, len(chunk))
             drained.set()
 
+        assert process.stdout is not None
         with trio.move_on_after(self.timeout) as scope:
             async with trio.open_nursery() as nursery:
-                process = await nursery.start(
-                    functools.partial(
-                        trio.run_process,
-                        ["bash", "-c", command],
-                        cwd=self.root,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        check=False,
-                        start_new_session=True,
-                        deliver_cancel=_deliver_cancel,
-                    )
-                )
-                assert process.stdout is not None
                 nursery.start_soon(read, process.stdout)
-                await process.wait()
+                await _until_exit(process)
                 exited = True
                 with trio.move_on_after(LINGER_SECONDS):
                     await drained.wait()
-                if not drained.is_set():
-                    lingered = True
-                    _kill_group(process.pid)
-                    with trio.move_on_after(LINGER_SECONDS):
-                        await drained.wait()
-                    nursery.cancel_scope.cancel()
+                lingered = not drained.is_set()
+                _kill_group(process.pid)
+                with trio.move_on_after(LINGER_SECONDS):
+                    await drained.wait()
+                nursery.cancel_scope.cancel()
         output = kept.decode("utf-8", errors="replace")
         if dropped:
             output += f"\n[output truncated: {dropped} more bytes]"
-        if scope.cancelled_caught:
-            lingered = lingered or (exited and not drained.is_set())
-            if process is not None:
-                _kill_group(process.pid)
-            if not exited:
-                return ToolResult(f"timed out after {self.timeout:g}s; the command was killed\n{output}", "failed")
-        assert process is not None
-        if lingered:
+        if scope.cancelled_caught and not exited:
+            _kill_group(process.pid)
+            return ToolResult(f"timed out after {self.timeout:g}s; the command was killed\n{output}", "failed")
+        if lingered or (scope.cancelled_caught and not drained.is_set()):
             output += f"\n[{LINGERED}]"
-        code = process.returncode
-        status = f"exit code: {code}" + (f" (killed by signal {-code})" if code is not None and code < 0 else "")
+        _kill_group(process.pid)
+        with trio.CancelScope(shield=True):
+            code = await process.wait()
+        status = f"exit code: {code}" + (f" (killed by signal {-code})" if code < 0 else "")
         return ToolResult(f"{status}\n{output}")
+
+
+_slots: weakref.WeakKeyDictionary[Agent, dict[BashRunner, trio.CapacityLimiter]] = weakref.WeakKeyDictionary()
+
+
+def _slots_for(agent: Agent, runner: BashRunner) -> trio.CapacityLimiter:
+    """The limiter that bounds how many of ``agent``'s commands ``runner`` runs at once."""
+    per_agent = _slots.setdefault(agent, {})
+    limiter = per_agent.get(runner)
+    if limiter is None:
+        limiter = per_agent[runner] = trio.CapacityLimiter(runner.max_concurrent)
+    return limiter
 
 
 @functools.cache
 def _tool(runner: BashRunner) -> ToolDefinition:
-    async def bash(command: str) -> ToolResult:
+    async def bash(command: str, context: AgentRunContext) -> ToolResult:
         """Run a bash command.
 
         Args:
             command: the command line, run with bash -c
         """
-        return await runner.run(command)
+        async with _slots_for(context.agent, runner):
+            return await runner.run(command)
 
     description = (
         f"Run a bash command in the workspace root (killed after {runner.timeout:g}s). "
@@ -142,16 +198,29 @@ def _tool(runner: BashRunner) -> ToolDefinition:
     return build_tool(bash, description=description)
 
 
-def bash_tool(root: str | os.PathLike[str] = ".", *, timeout: float = 30.0, max_output: int = 30_000) -> ToolDefinition:
+def bash_tool(
+    root: str | os.PathLike[str] = ".",
+    *,
+    timeout: float = 30.0,
+    max_output: int = 30_000,
+    max_concurrent: int = MAX_CONCURRENT,
+) -> ToolDefinition:
     """The ``bash(command)`` tool for ``root``; the same settings give the same definition."""
-    return _tool(BashRunner(root, timeout, max_output))
+    return _tool(BashRunner(root, timeout, max_output, max_concurrent))
 
 
 class BashExtension(AgentExtension):
     """Offer the ``bash`` tool, running commands in ``root``."""
 
-    def __init__(self, root: str | os.PathLike[str] = ".", *, timeout: float = 30.0, max_output: int = 30_000) -> None:
-        self.tool = bash_tool(root, timeout=timeout, max_output=max_output)
+    def __init__(
+        self,
+        root: str | os.PathLike[str] = ".",
+        *,
+        timeout: float = 30.0,
+        max_output: int = 30_000,
+        max_concurrent: int = MAX_CONCURRENT,
+    ) -> None:
+        self.tool = bash_tool(root, timeout=timeout, max_output=max_output, max_concurrent=max_concurrent)
 
     async def on_tool(self, context: AgentRunContext) -> None:
         context.register_tool(self.tool)

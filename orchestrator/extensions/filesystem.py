@@ -1,42 +1,59 @@
 """Filesystem tools confined to one root directory.
 
-Every path a tool receives is resolved (``..`` and symlinks included) before
-anything is opened; a path that lands outside the root raises
-``PathOutsideRoot`` inside the handler, which the runtime turns into a failed
-tool result. Walking tools (``glob``, ``grep``) never descend into symlinked
-directories (nor into ``.git``) and skip symlinked files that point outside
-the root. Blocking I/O runs in a worker thread.
+Paths are resolved beneath the root race-free (``fs_confine``): component by
+component through directory descriptors, symlinks followed only while they
+stay beneath the root, and every operation works on the descriptor that was
+checked. A path that leads outside the root raises ``PathOutsideRoot`` inside
+the handler, which the runtime turns into a failed tool result. Writes are
+atomic (``fs_write``) and refuse files with more than one hard link; reads do
+not check link counts (a hard link is the file itself). ``grep`` and ``glob``
+match with RE2 (``fs_match``), in time linear in the text. Walking tools never
+descend into symlinked directories (nor into ``.git``) and skip symlinks that
+lead outside the root. File names are cleaned for display, so a name holding
+bytes that are not UTF-8 shows them as U+FFFD. Blocking I/O runs in a worker
+thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-import re
 import stat
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, TextIO
 
 import attrs
 import trio
 
 from orchestrator.extensions.base import AgentExtension
+from orchestrator.extensions.fs_confine import Beneath, Located, PathOutsideRoot, open_directory, open_regular
+from orchestrator.extensions.fs_match import Matcher, compile_glob, compile_regex
+from orchestrator.extensions.fs_walk import MAX_DEPTH, Entry, Walk, display_name
+from orchestrator.extensions.fs_write import HardLinkRefused, read_for_edit, replace_file
 from orchestrator.tools import ToolDefinition, build_tool
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
 
+__all__ = [
+    "FILESYSTEM_TOOL_NAMES",
+    "MAX_EDIT_BYTES",
+    "FilesystemExtension",
+    "HardLinkRefused",
+    "PathOutsideRoot",
+    "Workspace",
+    "filesystem_tools",
+    "resolve_root",
+]
+
 FILESYSTEM_TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "glob", "grep")
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+MAX_EDIT_BYTES = 10_000_000
+"""Largest file edit_file changes; it holds about twice the file's size while it works."""
 _GREP_MAX_BYTES = 5_000_000
 _READ_CHUNK = 65_536
-_SKIPPED_DIRS = frozenset({".git"})
-
-
-class PathOutsideRoot(ValueError):
-    """A tool path resolves outside the configured root."""
 
 
 def resolve_root(value: str | os.PathLike[str]) -> Path:
@@ -47,35 +64,11 @@ def resolve_root(value: str | os.PathLike[str]) -> Path:
     return root
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a glob over ``/``-separated paths: ``*``, ``?``, ``[...]`` and ``**``."""
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:[^/]+/)*")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and (end := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1 : end]
-            negate = body.startswith("!")
-            body = body[1:] if negate else body
-            if body.startswith("^"):
-                body = "\\" + body
-            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\") + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+def _encode(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid UTF-8 text (it holds a lone surrogate); nothing was written") from None
 
 
 @attrs.frozen
@@ -85,61 +78,12 @@ class Workspace:
     root: Path = attrs.field(converter=resolve_root)
     max_chars: int = 100_000
     max_results: int = 500
+    max_edit_bytes: int = MAX_EDIT_BYTES
+    use_openat2: bool = attrs.field(default=True, kw_only=True)
 
-    # confinement ------------------------------------------------------------
-
-    def resolve(self, path: str) -> Path:
-        """The real path ``path`` names, or PathOutsideRoot when it is not under the root."""
-        if not path:
-            raise ValueError("path must not be empty")
-        if "\0" in path:
-            raise ValueError("path must not contain NUL bytes")
-        candidate = Path(path)
-        if not candidate.is_absolute():
-            candidate = self.root / candidate
-        resolved = Path(os.path.realpath(candidate))
-        if not resolved.is_relative_to(self.root):
-            raise PathOutsideRoot(f"{path!r} is outside the workspace root")
-        return resolved
-
-    def inside(self, path: Path) -> bool:
-        return Path(os.path.realpath(path)).is_relative_to(self.root)
-
-    def relative(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix() or "."
-
-    def _walk(self, top: Path) -> Iterator[tuple[Path, bool]]:
-        """(path, is_dir) under ``top``, sorted, not following symlinked directories."""
-        for current, dirs, files in os.walk(top, followlinks=False):
-            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
-            base = Path(current)
-            for name in dirs:
-                yield base / name, True
-            for name in sorted(files):
-                yield base / name, False
-
-    # file access ------------------------------------------------------------
-
-    def _open(self, path: Path, errors: str = "replace") -> TextIO:
-        """A regular file opened for reading text, never through a final symlink."""
-        handle = os.fdopen(os.open(path, os.O_RDONLY | _NOFOLLOW), encoding="utf-8", errors=errors, newline="")
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            handle.close()
-            raise IsADirectoryError(f"{self.relative(path)!r} is not a regular file")
-        return handle
-
-    def _read(self, path: Path, errors: str = "replace") -> str:
-        with self._open(path, errors) as handle:
-            return handle.read()
-
-    def _write(self, path: Path, content: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise IsADirectoryError(f"{self.relative(path)!r} is not a regular file")
-            handle.truncate()
-            handle.write(content)
+    @property
+    def beneath(self) -> Beneath:
+        return Beneath(PurePosixPath(self.root), self.use_openat2)
 
     def _cap(self, text: str, hint: str, more: int = 0) -> str:
         """``text`` cut to max_chars; ``more`` counts characters already left out."""
@@ -157,7 +101,7 @@ class Workspace:
         kept: list[str] = []
         size = more = 0
         line = 1
-        with self._open(self.resolve(path)) as handle:
+        with self.beneath.locate(path) as place, self._text(place) as handle:
             # Pieces of at most _READ_CHUNK characters: memory stays bounded by max_chars,
             # however large the file or its lines; what is past the cap is only counted.
             while (end is None or line < end) and (piece := handle.readline(_READ_CHUNK)):
@@ -172,92 +116,139 @@ class Workspace:
         return self._cap("".join(kept), "read further with offset and limit", more)
 
     def write_file(self, path: str, content: str) -> str:
-        target = self.resolve(path)
-        self._write(target, content)
-        return f"wrote {len(content)} characters to {self.relative(target)}"
+        data = _encode(content, "content")
+        with self.beneath.locate(path, create_parents=True) as place:
+            replace_file(place, data)
+            return f"wrote {len(content)} characters to {display_name(place.relative)}"
 
     def edit_file(self, path: str, old_text: str, new_text: str) -> str:
         if not old_text:
             raise ValueError("old_text must not be empty")
-        target = self.resolve(path)
-        text = self._read(target, errors="strict")
-        count = text.count(old_text)
-        if count == 0:
-            raise ValueError(f"old_text was not found in {self.relative(target)}")
-        if count > 1:
-            raise ValueError(f"old_text occurs {count} times in {self.relative(target)}; make it unique")
-        self._write(target, text.replace(old_text, new_text, 1))
-        return f"replaced 1 occurrence in {self.relative(target)}"
+        old, new = _encode(old_text, "old_text"), _encode(new_text, "new_text")
+        with self.beneath.locate(path) as place:
+            shown = display_name(place.relative)
+            data = read_for_edit(place, self.max_edit_bytes)
+            # UTF-8 is self-synchronising: counting and replacing bytes is counting and
+            # replacing characters, without a decoded copy of the file.
+            count = data.count(old)
+            if count == 0:
+                raise ValueError(f"old_text was not found in {shown}")
+            if count > 1:
+                raise ValueError(f"old_text occurs {count} times in {shown}; make it unique")
+            replaced = data.replace(old, new, 1)
+            del data
+            replace_file(place, replaced)
+            return f"replaced 1 occurrence in {shown}"
 
     def list_files(self, path: str = ".") -> str:
-        target = self.resolve(path)
-        if not target.is_dir():
-            raise NotADirectoryError(f"{path!r} is not a directory")
         rows: list[str] = []
-        with os.scandir(target) as entries:
+        with self.beneath.directory(path) as (fd, _), os.scandir(fd) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
+                name = display_name(entry.name)
                 if entry.is_symlink():
-                    rows.append(entry.name + "@")
+                    rows.append(name + "@")
                 elif entry.is_dir(follow_symlinks=False):
-                    rows.append(entry.name + "/")
+                    rows.append(name + "/")
                 else:
-                    rows.append(entry.name)
+                    rows.append(name)
         return self._limit(rows, "(empty directory)")
 
     def glob(self, pattern: str) -> str:
         parts = pattern.split("/")
         if not pattern or pattern.startswith("/") or ".." in parts:
             raise PathOutsideRoot(f"pattern {pattern!r} reaches outside the workspace root; use a relative pattern")
-        regex = _glob_regex(pattern)
+        matcher = compile_glob(pattern)
         rows: list[str] = []
-        for path, is_dir in self._walk(self.root):
-            relative = self.relative(path)
-            if not regex.match(relative):
-                continue
-            if path.is_symlink() and not self.inside(path):
-                continue
-            rows.append(relative + "/" if is_dir else relative)
-        return self._limit(rows, "no matches")
+        walk = Walk()
+        with self.beneath.root_fd() as root:
+            for entry in walk.entries(root):
+                if not matcher.fullmatch(entry.shown):
+                    continue
+                kind = self._link_kind(entry) if entry.kind == "link" else entry.kind
+                if kind is not None:
+                    rows.append(entry.shown + "/" if kind == "dir" else entry.shown)
+        return self._limit(rows, "no matches", walk)
+
+    def _link_kind(self, entry: Entry) -> str | None:
+        """What a symlink met by a walk leads to beneath the root, or None when it leaves it."""
+        try:
+            with self.beneath.locate(entry.raw_path) as place:
+                mode = os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return "file"
+        except (OSError, ValueError):
+            return None
+        return "dir" if stat.S_ISDIR(mode) else "file"
 
     def grep(self, pattern: str, path: str = ".", include: str | None = None) -> str:
-        try:
-            regex = re.compile(pattern)
-        except re.error as problem:
-            raise ValueError(f"invalid regular expression: {problem}") from None
-        target = self.resolve(path)
-        candidates = [target] if target.is_file() else [p for p, is_dir in self._walk(target) if not is_dir]
-        name_filter = _glob_regex(include) if include else None
+        regex = compile_regex(pattern)
+        name_filter = compile_glob(include) if include else None
         by_path = include is not None and "/" in include
         rows: list[str] = []
-        for file in candidates:
-            relative = self.relative(file)
-            if name_filter and not name_filter.match(relative if by_path else file.name):
-                continue
-            real = Path(os.path.realpath(file))
-            if not real.is_relative_to(self.root):
-                continue
+        walk = Walk()
+        with self.beneath.locate(path) as place:
+            mode = os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False).st_mode
+            if not stat.S_ISDIR(mode):
+                self._grep_file(regex, place, display_name(place.relative), rows)
+                return self._limit(rows, "no matches")
+            folder = open_directory(place)
             try:
-                if real.stat().st_size > _GREP_MAX_BYTES:
-                    continue
-                text = self._read(real)
-            except OSError:
-                continue
-            if "\0" in text[:8192]:
-                continue
-            for number, line in enumerate(text.splitlines(), start=1):
-                if regex.search(line):
-                    rows.append(f"{relative}:{number}:{line[:500]}")
+                prefix = "" if place.relative == "." else place.relative + "/"
+                for entry in walk.entries(folder, prefix, display_name(prefix)):
+                    if entry.kind == "dir":
+                        continue
+                    if name_filter and not name_filter.fullmatch(entry.shown if by_path else display_name(entry.name)):
+                        continue
+                    if entry.kind == "link":
+                        self._grep_link(regex, entry, rows)
+                    else:
+                        self._grep_file(regex, Located(entry.dir_fd, entry.name, entry.raw_path), entry.shown, rows)
                     if len(rows) > self.max_results:
-                        return self._limit(rows, "")
-        return self._limit(rows, "no matches")
+                        break
+            finally:
+                os.close(folder)
+        return self._limit(rows, "no matches", walk)
 
-    def _limit(self, rows: list[str], empty: str) -> str:
+    def _grep_link(self, regex: Matcher, entry: Entry, rows: list[str]) -> None:
+        try:
+            with self.beneath.locate(entry.raw_path) as place:
+                self._grep_file(regex, place, entry.shown, rows)
+        except (OSError, ValueError):
+            return  # leads outside the root, dangles or loops: not searched
+
+    def _grep_file(self, regex: Matcher, place: Located, shown: str, rows: list[str]) -> None:
+        try:
+            fd, status = open_regular(place)
+        except OSError:
+            return
+        with os.fdopen(fd, "rb") as handle:
+            if status.st_size > _GREP_MAX_BYTES:
+                return
+            data = handle.read(_GREP_MAX_BYTES + 1)
+        if len(data) > _GREP_MAX_BYTES or b"\0" in data[:8192]:
+            return
+        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+            if regex.search(line):
+                rows.append(f"{shown}:{number}:{line[:500]}")
+                if len(rows) > self.max_results:
+                    return
+
+    @contextlib.contextmanager
+    def _text(self, place: Located) -> Iterator[TextIO]:
+        fd, _ = open_regular(place)
+        with os.fdopen(fd, encoding="utf-8", errors="replace", newline="") as handle:
+            yield handle
+
+    def _limit(self, rows: list[str], empty: str, walk: Walk | None = None) -> str:
+        note = ""
+        if walk is not None and walk.too_deep:
+            note = f"\n[{walk.too_deep} directories more than {MAX_DEPTH} levels deep were not searched]"
         if not rows:
-            return empty
+            return empty + note
         if len(rows) > self.max_results:
             shown = "\n".join(rows[: self.max_results])
-            return f"{shown}\n[truncated: more than {self.max_results} results; narrow the query]"
-        return self._cap("\n".join(rows), "narrow the query")
+            return f"{shown}\n[truncated: more than {self.max_results} results; narrow the query]{note}"
+        return self._cap("\n".join(rows), "narrow the query") + note
 
 
 @functools.cache
@@ -286,6 +277,8 @@ def _tools(workspace: Workspace) -> tuple[ToolDefinition, ...]:
     async def edit_file(path: str, old_text: str, new_text: str) -> str:
         """Replace one exact occurrence of old_text with new_text; fails if it is missing or not unique.
 
+        Files larger than the edit limit are refused; replace those whole with write_file.
+
         Args:
             path: file path, relative to the workspace root
             old_text: the exact text to replace, occurring exactly once
@@ -313,7 +306,7 @@ def _tools(workspace: Workspace) -> tuple[ToolDefinition, ...]:
         """Search file contents for a regular expression; prints path:line:text.
 
         Args:
-            pattern: a Python regular expression
+            pattern: a regular expression in RE2 syntax (Python's, without backreferences or lookaround)
             path: file or directory to search, relative to the workspace root
             include: only search files whose name (or relative path, if it has a '/') matches this glob
         """
@@ -323,17 +316,28 @@ def _tools(workspace: Workspace) -> tuple[ToolDefinition, ...]:
 
 
 def filesystem_tools(
-    root: str | os.PathLike[str] = ".", *, max_chars: int = 100_000, max_results: int = 500
+    root: str | os.PathLike[str] = ".",
+    *,
+    max_chars: int = 100_000,
+    max_results: int = 500,
+    max_edit_bytes: int = MAX_EDIT_BYTES,
 ) -> list[ToolDefinition]:
     """The filesystem tools for ``root``; the same root and limits give the same definitions."""
-    return list(_tools(Workspace(root, max_chars, max_results)))
+    return list(_tools(Workspace(root, max_chars, max_results, max_edit_bytes)))
 
 
 class FilesystemExtension(AgentExtension):
     """Offer read_file, write_file, edit_file, list_files, glob and grep, confined to ``root``."""
 
-    def __init__(self, root: str | os.PathLike[str] = ".", *, max_chars: int = 100_000, max_results: int = 500) -> None:
-        self.tools = filesystem_tools(root, max_chars=max_chars, max_results=max_results)
+    def __init__(
+        self,
+        root: str | os.PathLike[str] = ".",
+        *,
+        max_chars: int = 100_000,
+        max_results: int = 500,
+        max_edit_bytes: int = MAX_EDIT_BYTES,
+    ) -> None:
+        self.tools = filesystem_tools(root, max_chars=max_chars, max_results=max_results, max_edit_bytes=max_edit_bytes)
 
     async def on_tool(self, context: AgentRunContext) -> None:
         for definition in self.tools:
