@@ -10,7 +10,14 @@ import trio
 from support import asks, call
 
 from orchestrator import AssistantMessage, ScriptedModel, ToolMessage, ToolStatus, create_agent
-from orchestrator.extensions.bash import LINGERED, BashExtension, BashRunner, bash_tool
+from orchestrator.extensions.bash import (
+    LINGERED,
+    MAX_COMMAND_BYTES,
+    MAX_CONCURRENT,
+    BashExtension,
+    BashRunner,
+    bash_tool,
+)
 
 
 async def test_runs_in_the_root_and_reports_the_exit_code(tmp_path: Path) -> None:
@@ -67,6 +74,66 @@ async def test_a_background_job_that_closed_its_output_does_not_delay_the_result
     assert result.content == "exit code: 0\nquick\n"
 
 
+@pytest.mark.parametrize(
+    "command", ["(sleep 30) >/dev/null 2>&1 & echo $!", "sleep 30 </dev/null >/dev/null 2>&1 & echo $!"]
+)
+async def test_no_background_job_in_the_shells_group_survives_the_call(tmp_path: Path, command: str) -> None:
+    result = await BashRunner(tmp_path, timeout=10).run(command)
+    first, pid = result.content.splitlines()
+    assert first == "exit code: 0"
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs /proc to see whether the job is still alive")
+    with trio.fail_after(5):
+        while alive(pid):
+            await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        ("echo " + "x" * MAX_COMMAND_BYTES, f"the command is {MAX_COMMAND_BYTES + 5} bytes long; the limit is"),
+        ("echo a\0b", "the command contains a NUL byte"),
+        ("echo \ud800", "the command is not valid UTF-8 text"),
+    ],
+)
+async def test_a_command_that_cannot_run_is_a_clear_failed_result(tmp_path: Path, command: str, reason: str) -> None:
+    model = ScriptedModel([asks(call("b", "bash", command=command)), AssistantMessage("ok")])
+    client = await create_agent(model, extensions=[BashExtension(tmp_path, timeout=5)])
+    await client.run("run it")
+    message = next(m for m in client.agent.history.load("default") if isinstance(m, ToolMessage))
+    assert message.status is ToolStatus.FAILED
+    assert message.content.startswith(reason)
+    assert "nothing was run" in message.content
+    assert "ExceptionGroup" not in message.content
+
+
+async def test_one_agent_runs_at_most_max_concurrent_commands_at_once(tmp_path: Path) -> None:
+    (tmp_path / "running").mkdir()
+    wait_for_go = "touch running/$$; while [ ! -e go ]; do sleep 0.02; done; rm running/$$"
+    calls = [call(f"b{n}", "bash", command=wait_for_go) for n in range(6)]
+    model = ScriptedModel([asks(*calls), AssistantMessage("done")])
+    client = await create_agent(model, extensions=[BashExtension(tmp_path, timeout=60, max_concurrent=2)])
+    seen: list[int] = []
+
+    async def watch() -> None:
+        with trio.fail_after(30):
+            while len(list((tmp_path / "running").iterdir())) < 2:
+                await trio.sleep(0.02)
+        for _ in range(25):  # half a second in which more would have started if unbounded
+            seen.append(len(list((tmp_path / "running").iterdir())))
+            await trio.sleep(0.02)
+        (tmp_path / "go").touch()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            await client.run("six at once")
+    assert max(seen) == 2
+    results = [m for m in client.agent.history.load("default") if isinstance(m, ToolMessage)]
+    assert [(m.status, m.content) for m in results] == [(ToolStatus.SUCCEEDED, "exit code: 0\n")] * 6
+    assert MAX_CONCURRENT == 8
+
+
 async def test_signal_deaths_are_reported(tmp_path: Path) -> None:
     result = await BashRunner(tmp_path).run("kill -9 $$")
     assert result.content.startswith("exit code: -9 (killed by signal 9)")
@@ -77,6 +144,8 @@ def test_settings_are_checked_and_definitions_shared(tmp_path: Path) -> None:
     assert bash_tool(tmp_path) is not bash_tool(tmp_path, timeout=1)
     with pytest.raises(ValueError):
         BashRunner(tmp_path, timeout=0)
+    with pytest.raises(ValueError):
+        BashRunner(tmp_path, max_concurrent=0)
     with pytest.raises(NotADirectoryError):
         BashRunner(tmp_path / "missing")
 
