@@ -56,14 +56,15 @@ def test_writes_replace_the_file_and_keep_its_mode(tmp_path: Path) -> None:
     target = tmp_path / "script.sh"
     target.write_text("echo one\n")
     target.chmod(0o751)
-    before = target.stat().st_ino
     workspace = Workspace(tmp_path)
-    assert workspace.write_file("script.sh", "echo two\n") == "wrote 9 characters to script.sh"
+    with target.open() as original:
+        assert workspace.write_file("script.sh", "echo two\n") == "wrote 9 characters to script.sh"
+        # a new file was renamed over the old one: the old one was never truncated or rewritten
+        assert original.read() == "echo one\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o751
     assert workspace.edit_file("script.sh", "two", "three") == "replaced 1 occurrence in script.sh"
     assert stat.S_IMODE(target.stat().st_mode) == 0o751
     assert target.read_text() == "echo three\n"
-    assert target.stat().st_ino != before  # a new file renamed over the old one, not the old one truncated
     assert leftovers(tmp_path) == []
 
 
@@ -100,6 +101,21 @@ def test_edit_file_holds_about_twice_the_file_at_most(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert (tmp_path / "large.txt").read_bytes().endswith(b"pin")
     assert peak < 2.6 * size
+
+
+def test_grep_says_which_files_were_too_large_to_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.extensions import filesystem
+
+    monkeypatch.setattr(filesystem, "_GREP_MAX_BYTES", 20)
+    (tmp_path / "small.txt").write_text("needle\n")
+    (tmp_path / "large.txt").write_text("needle\n" * 10)
+    workspace = Workspace(tmp_path)
+    assert workspace.grep("needle").splitlines() == [
+        "small.txt:1:needle",
+        "[1 files larger than 20 bytes were not searched]",
+    ]
+    with pytest.raises(ValueError, match=r"large\.txt is larger than 20 bytes; not searched"):
+        workspace.grep("needle", "large.txt")
 
 
 # names that are not UTF-8 ----------------------------------------------------------

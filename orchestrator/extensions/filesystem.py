@@ -186,10 +186,13 @@ class Workspace:
         by_path = include is not None and "/" in include
         rows: list[str] = []
         walk = Walk()
+        too_large = 0
         with self.beneath.locate(path) as place:
             mode = os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False).st_mode
             if not stat.S_ISDIR(mode):
-                self._grep_file(regex, place, display_name(place.relative), rows)
+                shown = display_name(place.relative)
+                if not self._grep_file(regex, place, shown, rows):
+                    raise ValueError(f"{shown} is larger than {_GREP_MAX_BYTES} bytes; not searched")
                 return self._limit(rows, "no matches")
             folder = open_directory(place)
             try:
@@ -200,38 +203,49 @@ class Workspace:
                     if name_filter and not name_filter.fullmatch(entry.shown if by_path else display_name(entry.name)):
                         continue
                     if entry.kind == "link":
-                        self._grep_link(regex, entry, rows)
+                        searched = self._grep_link(regex, entry, rows)
                     else:
-                        self._grep_file(regex, Located(entry.dir_fd, entry.name, entry.raw_path), entry.shown, rows)
+                        place = Located(entry.dir_fd, entry.name, entry.raw_path)
+                        searched = self._grep_file(regex, place, entry.shown, rows)
+                    too_large += not searched
                     if len(rows) > self.max_results:
                         break
             finally:
                 os.close(folder)
-        return self._limit(rows, "no matches", walk)
+        note = f"\n[{too_large} files larger than {_GREP_MAX_BYTES} bytes were not searched]" if too_large else ""
+        return self._limit(rows, "no matches", walk) + note
 
-    def _grep_link(self, regex: Matcher, entry: Entry, rows: list[str]) -> None:
+    def _grep_link(self, regex: Matcher, entry: Entry, rows: list[str]) -> bool:
         try:
             with self.beneath.locate(entry.raw_path) as place:
-                self._grep_file(regex, place, entry.shown, rows)
+                return self._grep_file(regex, place, entry.shown, rows)
         except (OSError, ValueError):
-            return  # leads outside the root, dangles or loops: not searched
+            return True  # leads outside the root, dangles or loops: not searched, by design
 
-    def _grep_file(self, regex: Matcher, place: Located, shown: str, rows: list[str]) -> None:
+    def _grep_file(self, regex: Matcher, place: Located, shown: str, rows: list[str]) -> bool:
+        """Append the matching lines of one file; False when it was too large to search.
+
+        Files that are not regular, cannot be opened or look binary (a NUL byte in
+        their first 8 KiB) are skipped as grep does.
+        """
         try:
             fd, status = open_regular(place)
         except OSError:
-            return
+            return True
         with os.fdopen(fd, "rb") as handle:
             if status.st_size > _GREP_MAX_BYTES:
-                return
+                return False
             data = handle.read(_GREP_MAX_BYTES + 1)
-        if len(data) > _GREP_MAX_BYTES or b"\0" in data[:8192]:
-            return
+        if len(data) > _GREP_MAX_BYTES:
+            return False
+        if b"\0" in data[:8192]:
+            return True
         for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
             if regex.search(line):
                 rows.append(f"{shown}:{number}:{line[:500]}")
                 if len(rows) > self.max_results:
-                    return
+                    break
+        return True
 
     @contextlib.contextmanager
     def _text(self, place: Located) -> Iterator[TextIO]:

@@ -94,11 +94,13 @@ def openat2_beneath(dir_fd: int, path: str, flags: int) -> int:
 @functools.cache
 def openat2_works() -> bool:
     """Whether this kernel answers openat2 (seccomp filters may refuse it with EPERM or ENOSYS)."""
+    top = os.open("/", _DIR_FLAGS)
     try:
-        fd = openat2_beneath(os.open("/", _DIR_FLAGS), ".", _DIR_FLAGS)
+        os.close(openat2_beneath(top, ".", _DIR_FLAGS))
     except OSError:
         return False
-    os.close(fd)
+    finally:
+        os.close(top)
     return True
 
 
