@@ -12,6 +12,7 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
 from orchestrator.errors import SessionBusy
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
+from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
 from orchestrator.history import InMemoryHistory, SessionHistory
 from orchestrator.inbox import InputInbox
@@ -61,8 +62,24 @@ def _one_of_each_kind(inboxes: Iterable[InputInbox]) -> list[InputInbox]:
     return found
 
 
+def _with_steering(extensions: Iterable[AgentExtension], steering: bool) -> list[AgentExtension]:
+    """``extensions`` with the agent's own SteeringExtension unless one is given or ``steering`` is False."""
+    given = list(extensions)
+    has_one = any(isinstance(extension, SteeringExtension) for extension in given)
+    if not steering:
+        if has_one:
+            raise ValueError("steering=False, but a SteeringExtension is among the extensions")
+        return given
+    return given if has_one else [*given, SteeringExtension()]
+
+
 class Agent:
-    """A model, tools and extensions, serving any number of sessions at once."""
+    """A model, tools and extensions, serving any number of sessions at once.
+
+    Every agent owns a SteeringExtension (its urgent user inbox): the one among
+    ``extensions`` when one is given, otherwise a new one; ``steering=False``
+    leaves it out, and steering is then refused.
+    """
 
     def __init__(
         self,
@@ -73,11 +90,12 @@ class Agent:
         system_prompt: str | None = None,
         max_iterations: int = 25,
         history: SessionHistory | None = None,
+        steering: bool = True,
     ) -> None:
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
         self.model = model
-        self.extensions = _order(extensions)
+        self.extensions = _order(_with_steering(extensions, steering))
         self.tools = list(tools)
         self.system_prompt = system_prompt
         self.max_iterations = max_iterations
@@ -277,10 +295,13 @@ async def create_agent(
     system_prompt: str | None = None,
     max_iterations: int = 25,
     history: SessionHistory | object | None = _DEFAULT,
+    steering: bool = True,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
-    History is kept in memory unless ``history`` is given (None keeps none).
+    History is kept in memory unless ``history`` is given (None keeps none). The
+    agent steers with its own SteeringExtension unless one is among
+    ``extensions`` or ``steering`` is False.
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -290,5 +311,6 @@ async def create_agent(
         system_prompt=system_prompt,
         max_iterations=max_iterations,
         history=store,
+        steering=steering,
     )
     return AgentClient(agent)

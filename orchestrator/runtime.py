@@ -39,6 +39,7 @@ from orchestrator.tools import ToolResult
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
+    from orchestrator.extensions.base import AgentExtension
 
 log = logging.getLogger("orchestrator.runtime")
 
@@ -113,8 +114,8 @@ class RequestRun:
         self.hooks = agent.hooks
         self.context = AgentRunContext(self, config, request_id, input_message)
         self._sink: EventSink = sink if sink is not None else _DROP
-        # No consumer and no on_event hook: events would reach nobody, so none are built.
-        self._quiet = sink is None and not agent.hooks["on_event"]
+        # Without a consumer, only the events some on_event wants are built (None: every event).
+        self._heard_names = _heard_names(agent.hooks["on_event"]) if sink is None else None
         self._ids = {"session_id": config.session_id, "request_id": request_id}
         self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
         self.iterations = 0
@@ -126,6 +127,8 @@ class RequestRun:
         # seq of the last event streamed; the next one gets seq + 1.
         self.seq = 0
         self.steering: UserMessage | None = None
+        # Calls of the current turn that steering skipped, reported by steering_applied.
+        self.skipped_ids: tuple[str, ...] = ()
         self.internal_queue: list[UserMessage | SystemMessage] = []
         self.internal: UserMessage | SystemMessage | None = None
         self.internal_refused = False
@@ -162,7 +165,7 @@ class RequestRun:
             await _CALLBACKS[name](self)
 
     async def _announce(self, step: Step) -> None:
-        if self._quiet:
+        if not self._heard(ev.TransitionEvent.kind):
             return
         await self._emit_new(
             ev.TransitionEvent,
@@ -188,9 +191,13 @@ class RequestRun:
         self.seq += 1
         return self.seq
 
+    def _heard(self, name: str) -> bool:
+        """Whether an event named ``name`` reaches anyone: a consumer, or an on_event that wants it."""
+        return self._heard_names is None or name in self._heard_names
+
     async def emit(self, event: ev.AgentEvent) -> None:
         """Stream ``event`` (numbered: its ids, next ``seq`` and ``ts``) and deliver it to every on_event."""
-        if self._quiet:
+        if not self._heard(event.name):
             return
         event = attrs.evolve(
             event,
@@ -205,7 +212,7 @@ class RequestRun:
 
     async def _emit_new(self, kind: type[ev.AgentEvent], **fields: Any) -> None:
         """Build, number and stream an event of the runtime's own (no copy, unlike ``emit``)."""
-        if self._quiet:
+        if not self._heard(kind.kind):
             return
         event = kind(**self._ids, seq=self._number(), ts=time.time(), **fields)
         if not self._sink.offer(event):
@@ -219,7 +226,7 @@ class RequestRun:
         first failing subscriber's error is raised to the publisher after every
         subscriber saw the event, instead of only being logged.
         """
-        if self._quiet:
+        if not self._heard(event.name):
             return
         await self._deliver(self._stamp(event), to_publisher=to_publisher)
 
@@ -235,6 +242,8 @@ class RequestRun:
         """
         refused: Exception | None = None
         for extension in self.hooks["on_event"]:
+            if extension.event_names is not None and event.name not in extension.event_names:
+                continue
             if not self.ending:
                 await extension.on_event(self.context, event)
                 continue
@@ -270,6 +279,8 @@ class RequestRun:
             self.open_calls = {call.id: call for call in message.tool_calls}
         elif isinstance(message, ToolMessage):
             self.open_calls.pop(message.tool_call_id, None)
+        if not self._heard(ev.MessageAppendedEvent.kind):
+            return
         await self.publish(
             ev.MessageAppendedEvent(
                 session_id=self.context.session_id,
@@ -335,6 +346,7 @@ class RequestRun:
             else:
                 await self.step("answer")
                 if self.steering is None:
+                    await self._announce_steering()
                     self._select_next()
                 if self.steering is not None:
                     await self.step("steer")
@@ -428,7 +440,9 @@ class RequestRun:
             async with trio.open_nursery() as nursery:
                 for call in batch:
                     nursery.start_soon(self._run_call, call)
-        for call in [c for c in calls if c.id in self.open_calls]:
+        skipped = [c for c in calls if c.id in self.open_calls]
+        self.skipped_ids = tuple(c.id for c in skipped)
+        for call in skipped:
             await self.settle(call, ToolStatus.SKIPPED, "skipped: new user input arrived before this call ran")
 
     async def _run_call(self, requested: ToolCall) -> None:
@@ -453,6 +467,7 @@ class RequestRun:
                     result = ToolResult(f"{type(failure).__name__}: {failure}", "failed")
         await self._run_hook("after_tool", call, result, error)
         await self.settle(call, ToolStatus(result.status), result.content)
+        await self._announce_steering()
         self._poll_steering()
 
     async def _tool_chain(self, index: int, call: ToolCall) -> ToolResult:
@@ -501,6 +516,15 @@ class RequestRun:
     @property
     def inboxes(self) -> list[InputInbox]:
         return self.agent.inboxes
+
+    async def _announce_steering(self) -> None:
+        """Stream steering_accepted for each message an inbox took from outside since it was last asked."""
+        for inbox in self.inboxes:
+            drain = getattr(inbox, "drain_accepted", None)
+            if drain is None:
+                continue
+            for message in drain(self.context):
+                await self._emit_new(ev.SteeringAcceptedEvent, message=message, source="external")
 
     def _poll_steering(self) -> None:
         if self.steering is not None:
@@ -610,12 +634,18 @@ class RequestRun:
         await self._run_hook("after_model", self.response)
 
     async def _cb_poll_steering(self) -> None:
+        await self._announce_steering()
         self._poll_steering()
 
     async def _cb_append_steering(self) -> None:
         assert self.steering is not None
+        await self._announce_steering()
         message, self.steering = self.steering, None
+        skipped, self.skipped_ids = self.skipped_ids, ()
         await self.append(message)
+        await self._emit_new(
+            ev.SteeringAppliedEvent, message=message, skipped_call_ids=skipped, iteration=self.iterations
+        )
 
     async def _cb_append_internal(self) -> None:
         assert self.internal is not None
@@ -672,6 +702,16 @@ class RequestRun:
                 session_id=self.context.session_id, request_id=self.context.request_id, messages=kept
             )
         )
+
+
+def _heard_names(listeners: list[AgentExtension]) -> frozenset[str] | None:
+    """The event names some listener wants, or None when one wants every event."""
+    names: set[str] = set()
+    for listener in listeners:
+        if listener.event_names is None:
+            return None
+        names |= listener.event_names
+    return frozenset(names)
 
 
 def _check_call_ids(message: AssistantMessage) -> None:

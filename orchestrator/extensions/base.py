@@ -27,6 +27,13 @@ class AgentExtension:
 
     priority: int = 0
 
+    event_names: frozenset[str] | None = None
+    """Names of the events ``on_event`` receives; None (the default) for every event.
+
+    An extension that only listens for a few kinds of events names them here, so
+    a request nobody else listens to does not build the rest.
+    """
+
     @property
     def name(self) -> str:
         """Unique registration identity, defaulting to the concrete class name."""

@@ -24,7 +24,7 @@ from machines.steering import STEERING_INBOX
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
-from orchestrator.events import AgentEvent
+from orchestrator.events import AgentEvent, SteeringAcceptedEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ImagePart, UserMessage
 
@@ -81,6 +81,8 @@ class _Inbox:
         self.session_id = context.session_id
         self.request_id = context.request_id
         self.messages: deque[UserMessage] = deque()
+        # Messages taken from outside the request, not yet announced in it (steering_accepted).
+        self.unannounced: list[UserMessage] = []
         self.machine = BoundMachine(STEERING_INBOX, {"has_messages": lambda _: bool(self.messages)})
 
     @property
@@ -114,8 +116,15 @@ class SteeringExtension(AgentExtension):
     one (an instance shared by several Agents), could take it. Blank or
     non-string content is refused; typed input without text or image raises
     InvalidSteering. One Agent takes at most one SteeringExtension, so a message
-    can never be queued (and answered) twice.
+    can never be queued (and answered) twice; every Agent has one unless it was
+    created with ``steering=False``.
+
+    Each message taken is announced by a ``steering_accepted`` event (typed input
+    as it is published, external input when the request next looks at its
+    inbox), and ``steering_applied`` follows once it replaced the turn.
     """
+
+    event_names = frozenset({STEERING_EVENT})
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -163,6 +172,7 @@ class SteeringExtension(AgentExtension):
             if isinstance(inbox, Refusal):
                 return inbox
             inbox.put(message)
+            inbox.unannounced.append(message)
         return True
 
     def _route(self, config: AgentRunConfig) -> _Inbox | Refusal:
@@ -200,6 +210,16 @@ class SteeringExtension(AgentExtension):
             if inbox is None or not inbox.accepting:
                 raise SteeringClosed(f"request {context.request_id} no longer accepts steering")
             inbox.put(event.message)
+        await context.emit(SteeringAcceptedEvent(message=event.message, source="extension"))
+
+    def drain_accepted(self, context: AgentRunContext) -> list[UserMessage]:
+        """Messages taken from outside since the last call; the runtime announces each (steering_accepted)."""
+        with self._lock:
+            inbox = self._own(context)
+            if inbox is None:
+                return []
+            taken, inbox.unannounced = inbox.unannounced, []
+            return taken
 
     def take(self, context: AgentRunContext) -> UserMessage | None:
         """Poll after a model/tool call without closing an empty inbox."""
