@@ -205,7 +205,7 @@ class Workspace:
                     if entry.kind == "link":
                         searched = self._grep_link(regex, entry, rows)
                     else:
-                        place = Located(entry.dir_fd, entry.name, entry.raw_path)
+                        place = Located(entry.dir_fd, entry.name, entry.shown)
                         searched = self._grep_file(regex, place, entry.shown, rows)
                     too_large += not searched
                     if len(rows) > self.max_results:

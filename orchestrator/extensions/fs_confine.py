@@ -35,6 +35,8 @@ from typing import Any
 
 import attrs
 
+from orchestrator.text import clean_text
+
 MAX_PATH_BYTES = 4096
 """Longest path a tool accepts, in UTF-8 bytes (Linux's PATH_MAX)."""
 MAX_SYMLINKS = 40
@@ -132,8 +134,8 @@ def split_path(path: str, root: PurePosixPath) -> list[str]:
 class Located:
     """A name in a directory reached beneath the root; the name is not a symlink.
 
-    ``dir_fd`` belongs to the ``resolve`` context that produced it. ``relative``
-    is the real path from the root (symlinks followed), for messages.
+    ``dir_fd`` belongs to the context that produced it. ``relative`` is the real
+    path from the root (symlinks followed), cleaned to encode as UTF-8, for messages.
     """
 
     dir_fd: int
@@ -160,7 +162,7 @@ class Beneath:
     def directory(self, path: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
         """A descriptor of the directory ``path`` names, and its real relative path."""
         with self._walk(split_path(path, self.root), final=False, create=create) as (fd, names, _):
-            yield fd, "/".join(names) or "."
+            yield fd, clean_text("/".join(names)) or "."
 
     @contextlib.contextmanager
     def locate(self, path: str, *, create_parents: bool = False) -> Iterator[Located]:
@@ -170,9 +172,9 @@ class Beneath:
         (the directory itself)."""
         with self._walk(split_path(path, self.root), final=True, create=create_parents) as (fd, names, last):
             if last is None:
-                yield Located(fd, ".", "/".join(names) or ".")
+                yield Located(fd, ".", clean_text("/".join(names)) or ".")
             else:
-                yield Located(fd, last, "/".join([*names, last]))
+                yield Located(fd, last, clean_text("/".join([*names, last])))
 
     # resolution ---------------------------------------------------------------
 

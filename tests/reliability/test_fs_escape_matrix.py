@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from fs_world import SECRET, attempt, resolver, state
 
-from orchestrator.extensions.filesystem import PathOutsideRoot, Workspace
+from orchestrator.extensions.filesystem import PathOutsideRoot, Workspace, filesystem_tools
 from orchestrator.extensions.fs_write import HardLinkRefused
+from orchestrator.extensions.plan_mode import PlanModeExtension
 
 
 @pytest.fixture(params=["openat2", "walk"])
@@ -174,3 +175,10 @@ def test_walking_tools_skip_every_link_that_leaves_and_keep_those_that_stay(worl
         "notes.txt:1:a secret is kept here",
         "notes_link:1:a secret is kept here",
     ]
+
+
+def test_plan_modes_own_filesystem_tools_are_these_confined_tools(world: tuple[Path, Path]) -> None:
+    root, _ = world
+    own = {definition.name: definition for definition in PlanModeExtension(root=root).plan_tools}
+    for definition in filesystem_tools(root):
+        assert own[definition.name] is definition
