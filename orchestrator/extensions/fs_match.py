@@ -44,12 +44,16 @@ def compile_regex(pattern: str, what: str = "regular expression") -> Matcher:
     try:
         compiled: Matcher = re2.compile(pattern, _options())
     except re2.error as problem:
+        re2.purge()
         reason = problem.args[0] if problem.args else problem
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
         raise ValueError(
             f"invalid {what}: {reason} (RE2 syntax: no backreferences or lookaround)"
         ) from None
+    # re2.compile keeps the last 128 patterns, each with a DFA cache of up to RE2_MAX_MEM:
+    # model-chosen patterns are used once, so none is kept beyond the call that uses it.
+    re2.purge()
     return compiled
 
 
