@@ -1,0 +1,88 @@
+"""``create_app``: the Starlette application serving one agent."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import attrs
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from orchestrator.agent import Agent, AgentClient
+from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
+from orchestrator.server.errors import HTTPRefusal
+from orchestrator.server.guard import TokenGuard
+from orchestrator.server.idempotency import DEFAULT_CAPACITY
+from orchestrator.server.routes import Service
+
+
+@attrs.frozen
+class ServerSettings:
+    """How the service guards itself: a bearer token, body and memory limits."""
+
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    idempotency_keys: int = DEFAULT_CAPACITY
+    console: bool = True
+
+
+def _client(agent: Agent | AgentClient) -> AgentClient:
+    if isinstance(agent, AgentClient):
+        return agent
+    if isinstance(agent, Agent):
+        return AgentClient(agent)
+    raise TypeError(f"create_app needs an Agent or an AgentClient, got {type(agent).__name__}")
+
+
+async def _refused(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPRefusal)
+    return error.response()
+
+
+async def _not_found(request: Request, error: Exception) -> Response:
+    return JSONResponse({"error": {"type": "NotFound", "message": f"no route {request.url.path}"}}, status_code=404)
+
+
+async def _method_not_allowed(request: Request, error: Exception) -> Response:
+    message = f"{request.method} is not allowed on {request.url.path}"
+    return JSONResponse({"error": {"type": "MethodNotAllowed", "message": message}}, status_code=405)
+
+
+def create_app(agent: Agent | AgentClient, settings: ServerSettings | None = None, **options: object) -> TokenGuard:
+    """The ASGI application for ``agent``; options are ServerSettings fields.
+
+    Serve it with hypercorn's trio worker (``hypercorn.trio.serve``) or mount
+    it in a trio ASGI application: its requests run in the serving trio loop.
+    """
+    if settings is None:
+        settings = ServerSettings(**options)  # type: ignore[arg-type]
+    elif options:
+        settings = attrs.evolve(settings, **options)  # type: ignore[misc]
+    service = Service(_client(agent), settings.max_body_bytes, settings.idempotency_keys)
+    routes = [
+        Route("/health", service.health, methods=["GET"]),
+        Route("/openapi.json", service.openapi, methods=["GET"]),
+        Route("/sessions", service.list_sessions, methods=["GET"]),
+        Route("/sessions/{session_id}", service.show_session, methods=["GET"]),
+        Route("/sessions/{session_id}/runs", service.start_run, methods=["POST"]),
+        Route("/sessions/{session_id}/events", service.post_event, methods=["POST"]),
+        Route("/runs/{request_id}", service.show_run, methods=["GET"]),
+        Route("/runs/{request_id}/events", service.run_events, methods=["GET"]),
+        Route("/runs/{request_id}/cancel", service.cancel_run, methods=["POST"]),
+        Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
+        Route("/machines/{name}", service.machine, methods=["GET"]),
+    ]
+    if settings.console:
+        static = resources.files("orchestrator.server") / "static"
+        routes.append(Route("/", service.console, methods=["GET"]))
+        routes.append(Mount("/static", StaticFiles(directory=str(static)), name="static"))
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPRefusal: _refused, 404: _not_found, 405: _method_not_allowed},
+    )
+    app.state.service = service
+    guarded = TokenGuard(app, settings.token)
+    return guarded

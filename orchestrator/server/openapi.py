@@ -1,0 +1,252 @@
+"""The OpenAPI 3.1 document of the service, served at ``/openapi.json``.
+
+Written from the same facts the routes enforce (body fields, limits, status
+codes); a test walks it with schemathesis against the running service.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
+
+_ID = {"type": "string", "minLength": 1, "maxLength": 200}
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
+}
+_PENDING = {
+    "type": "object",
+    "required": ["session_id", "request_id", "tool_call_id", "event", "payload", "response_event"],
+    "properties": {
+        "session_id": {"type": "string"},
+        "request_id": {"type": "string"},
+        "tool_call_id": {"type": "string"},
+        "event": {"type": "string"},
+        "payload": {"type": "object"},
+        "response_event": {"type": "string"},
+    },
+}
+_STATES = {"type": ["object", "null"], "additionalProperties": {"type": "string"}}
+_CONTENT_PART = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": {"type": "string", "enum": ["text", "image"]}},
+}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _refusal(description: str) -> dict[str, Any]:
+    return _json(_ERROR, description)
+
+
+def _path(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": _ID}
+
+
+_COMMON = {
+    "401": _refusal("missing or wrong bearer token (only when the server has one)"),
+}
+_POSTED = {
+    "400": _refusal("malformed body or parameter"),
+    "413": _refusal(f"body over the limit ({DEFAULT_MAX_BODY_BYTES} bytes by default)"),
+    "422": _refusal("Idempotency-Key reused with a different body"),
+}
+_IDEMPOTENCY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "a retried POST with the same key and body gets the first answer again",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+}
+
+
+def _operation(summary: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"summary": summary, "responses": {**responses, **_COMMON}, **more}
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    run_body = {
+        "type": "object",
+        "required": ["input"],
+        "additionalProperties": False,
+        "properties": {
+            "input": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "minItems": 1, "items": _CONTENT_PART},
+                ]
+            },
+            "request_id": _ID,
+        },
+    }
+    event_body = {
+        "type": "object",
+        "required": ["name"],
+        "additionalProperties": False,
+        "properties": {"name": {"type": "string", "minLength": 1}, "payload": {"type": "object"}, "request_id": _ID},
+    }
+    session = {
+        "type": "object",
+        "properties": {
+            "session_id": {"type": "string"},
+            "request_id": {"type": ["string", "null"]},
+            "state": {"type": ["string", "null"]},
+            "states": _STATES,
+            "pending": {"type": "array", "items": _PENDING},
+        },
+    }
+    run = {
+        "type": "object",
+        "properties": {
+            "request_id": {"type": "string"},
+            "session_id": {"type": "string"},
+            "state": {"type": ["string", "null"]},
+            "states": _STATES,
+            "done": {"type": "boolean"},
+        },
+    }
+    text = {"description": "text", "content": {"text/plain": {"schema": {"type": "string"}}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "orchestrator",
+            "version": "1",
+            "description": "Agent requests as state machines: runs, their events over SSE, answers and steering.",
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{}, {"bearer": []}],
+        "paths": {
+            "/health": {
+                "get": {
+                    "summary": "liveness (never needs the token)",
+                    "security": [],
+                    "responses": {"200": _json({"type": "object"}, "the server runs")},
+                }
+            },
+            "/sessions": {
+                "get": _operation(
+                    "stored and running sessions, with state and pending approvals",
+                    {"200": _json({"type": "object", "properties": {"sessions": {"type": "array", "items": session}}}, "sessions")},
+                )
+            },
+            "/sessions/{session_id}": {
+                "get": _operation(
+                    "a session: history in the wire format, states of every region, Plan Mode, pending approvals",
+                    {
+                        "200": _json({"type": "object"}, "the session"),
+                        "400": _refusal("bad session id"),
+                        "404": _refusal("no such session"),
+                    },
+                    parameters=[_path("session_id")],
+                )
+            },
+            "/sessions/{session_id}/runs": {
+                "post": _operation(
+                    "start a run (one request) of the session",
+                    {
+                        "202": _json(
+                            {
+                                "type": "object",
+                                "required": ["request_id", "session_id"],
+                                "properties": {
+                                    "request_id": {"type": "string"},
+                                    "session_id": {"type": "string"},
+                                    "events": {"type": "string"},
+                                },
+                            },
+                            "the run started",
+                        ),
+                        "409": _refusal("the session is busy, or the request id is taken"),
+                        **_POSTED,
+                    },
+                    parameters=[_path("session_id"), _IDEMPOTENCY],
+                    requestBody={"required": True, "content": {"application/json": {"schema": run_body}}},
+                )
+            },
+            "/sessions/{session_id}/events": {
+                "post": _operation(
+                    "deliver an external event: an approval, an ask_user answer, steering",
+                    {
+                        "202": _json(
+                            {"type": "object", "properties": {"accepted": {"type": "array", "items": {"type": "string"}}}},
+                            "accepted by the named extensions",
+                        ),
+                        "409": _json(
+                            {**_ERROR, "properties": {**_ERROR["properties"], "refused": {"type": "object"}}},
+                            "refused; `refused` gives each extension's reason",
+                        ),
+                        **_POSTED,
+                    },
+                    parameters=[_path("session_id"), _IDEMPOTENCY],
+                    requestBody={"required": True, "content": {"application/json": {"schema": event_body}}},
+                )
+            },
+            "/runs/{request_id}": {
+                "get": _operation(
+                    "a run's state",
+                    {"200": _json(run, "the run"), "400": _refusal("bad id"), "404": _refusal("no such run")},
+                    parameters=[_path("request_id")],
+                )
+            },
+            "/runs/{request_id}/events": {
+                "get": _operation(
+                    "the run's events as Server-Sent Events (id: seq, event: type, data: wire JSON), "
+                    "replayed after Last-Event-ID, then live; ends with the terminal event",
+                    {
+                        "200": {
+                            "description": "event stream",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        "400": _refusal("bad Last-Event-ID"),
+                        "404": _refusal("no such run"),
+                        "410": _refusal("the events after Last-Event-ID are no longer retained"),
+                    },
+                    parameters=[
+                        _path("request_id"),
+                        {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}},
+                        {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
+                    ],
+                )
+            },
+            "/runs/{request_id}/cancel": {
+                "post": _operation(
+                    "cancel a run",
+                    {"202": _json(run, "cancellation requested"), "400": _refusal("bad id"), "404": _refusal("no such run")},
+                    parameters=[_path("request_id")],
+                )
+            },
+            "/runs/{request_id}/trace": {
+                "get": _operation(
+                    "the run's path through the request machine as a Mermaid flowchart, taken edges highlighted",
+                    {"200": text, "400": _refusal("bad id"), "404": _refusal("no such run")},
+                    parameters=[_path("request_id")],
+                )
+            },
+            "/machines/{name}": {
+                "get": _operation(
+                    "a machine's generated diagram: NAME.mmd (Mermaid), NAME.svg (needs Graphviz), NAME.json",
+                    {"200": text, "404": _refusal("no such machine or form")},
+                    parameters=[{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                )
+            },
+        },
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    return _document()

@@ -1,0 +1,87 @@
+"""``python -m orchestrator serve``: the service on hypercorn's trio worker.
+
+Sessions are kept in SQLite (``--db``) unless ``--app`` brings the
+application's own agent. The server binds 127.0.0.1 unless ``--host`` says
+otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import attrs
+import trio
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+
+
+@attrs.frozen
+class ServeOptions:
+    model: str | None
+    db: str | None
+    root: str
+    host: str
+    port: int
+    token: str | None
+    app: str | None
+
+
+def parse(argv: Sequence[str]) -> ServeOptions:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator serve", description="Serve an agent over HTTP.")
+    parser.add_argument("--model", help="scripted (default), openai:NAME or anthropic:NAME")
+    parser.add_argument("--db", help="session database (default: the user data directory)")
+    parser.add_argument("--root", default=".", help="workspace of the filesystem tools")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
+    parser.add_argument("--token", default=os.environ.get("ORCHESTRATOR_TOKEN"), help="bearer token every route but /health needs (default $ORCHESTRATOR_TOKEN)")
+    parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
+    args = parser.parse_args(list(argv))
+    if args.app and (args.model or args.db):
+        parser.error("--app brings its own agent: --model and --db do not apply")
+    return ServeOptions(args.model, args.db, args.root, args.host, args.port, args.token, args.app)
+
+
+async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hypercorn_serve
+
+    from orchestrator.server.app import create_app
+    from orchestrator.server.default_agent import default_client
+
+    if options.app:
+        from orchestrator.apploader import load_agent
+
+        client = await load_agent(options.app)
+    else:
+        client = await default_client(options.model, options.db, options.root)
+    config = Config()
+    config.bind = [f"{options.host}:{options.port}"]
+    config.accesslog = None
+    config.errorlog = None
+    app = create_app(client, token=options.token)
+
+    async def announce(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        await hypercorn_serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(announce)
+        print(f"serving on {', '.join(binds)} (console at {binds[0]}/)", file=sys.stderr, flush=True)
+        task_status.started(binds)
+
+
+def main(argv: Sequence[str]) -> int:
+    from orchestrator.apploader import AppSpecError
+
+    options = parse(argv)
+    try:
+        trio.run(serve, options)
+    except AppSpecError as error:
+        print(f"serve: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
