@@ -45,9 +45,7 @@ class IdempotencyCache:
             return None
         seen, answer = found
         if seen != fingerprint:
-            raise HTTPRefusal(
-                422, "IdempotencyKeyReused", "this Idempotency-Key was used with a different body"
-            )
+            raise HTTPRefusal(422, "IdempotencyKeyReused", "this Idempotency-Key was used with a different body")
         self._answers.move_to_end((scope, key))
         return answer
 

@@ -141,7 +141,12 @@ def _document() -> dict[str, Any]:
             "/sessions": {
                 "get": _operation(
                     "stored and running sessions, with state and pending approvals",
-                    {"200": _json({"type": "object", "properties": {"sessions": {"type": "array", "items": session}}}, "sessions")},
+                    {
+                        "200": _json(
+                            {"type": "object", "properties": {"sessions": {"type": "array", "items": session}}},
+                            "sessions",
+                        )
+                    },
                 )
             },
             "/sessions/{session_id}": {
@@ -183,7 +188,10 @@ def _document() -> dict[str, Any]:
                     "deliver an external event: an approval, an ask_user answer, steering",
                     {
                         "202": _json(
-                            {"type": "object", "properties": {"accepted": {"type": "array", "items": {"type": "string"}}}},
+                            {
+                                "type": "object",
+                                "properties": {"accepted": {"type": "array", "items": {"type": "string"}}},
+                            },
                             "accepted by the named extensions",
                         ),
                         "409": _json(
@@ -226,7 +234,11 @@ def _document() -> dict[str, Any]:
             "/runs/{request_id}/cancel": {
                 "post": _operation(
                     "cancel a run",
-                    {"202": _json(run, "cancellation requested"), "400": _refusal("bad id"), "404": _refusal("no such run")},
+                    {
+                        "202": _json(run, "cancellation requested"),
+                        "400": _refusal("bad id"),
+                        "404": _refusal("no such run"),
+                    },
                     parameters=[_path("request_id")],
                 )
             },

@@ -37,7 +37,11 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     parser.add_argument("--root", default=".", help="workspace of the filesystem tools")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
-    parser.add_argument("--token", default=os.environ.get("ORCHESTRATOR_TOKEN"), help="bearer token every route but /health needs (default $ORCHESTRATOR_TOKEN)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("ORCHESTRATOR_TOKEN"),
+        help="bearer token every route but /health needs (default $ORCHESTRATOR_TOKEN)",
+    )
     parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
     args = parser.parse_args(list(argv))
     if args.app and (args.model or args.db):

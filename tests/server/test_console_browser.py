@@ -37,7 +37,9 @@ def _chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.skip("browser test skipped: Chromium is not installed (apt-get install chromium; scripts/test does it as root)")
+    pytest.skip(
+        "browser test skipped: Chromium is not installed (apt-get install chromium; scripts/test does it as root)"
+    )
 
 
 @pytest.fixture
@@ -54,12 +56,15 @@ def browser_page():  # type: ignore[no-untyped-def]
 
 
 def test_the_console_runs_a_plan_mode_request_highlights_the_machine_and_survives_a_reload(
-    browser_page, tmp_path: Path  # type: ignore[no-untyped-def]
+    browser_page,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     async def make_client():  # type: ignore[no-untyped-def]
         model = ScriptedModel(
             [
-                asks(call("c1", "enter_plan_mode", reason="the change touches three modules"), text="Let me plan first."),
+                asks(
+                    call("c1", "enter_plan_mode", reason="the change touches three modules"), text="Let me plan first."
+                ),
                 asks(call("c2", "exit_plan_mode", plan="1. Read the parser.\n2. Split it.\n3. Test it.")),
                 AssistantMessage("The plan is approved and Plan Mode has ended."),
             ]
@@ -100,9 +105,10 @@ def test_the_console_runs_a_plan_mode_request_highlights_the_machine_and_survive
         assert "The plan is approved and Plan Mode has ended." in page.inner_text("#transcript")
         final = page.eval_on_selector_all("#event-log li", "items => items.map(i => Number(i.dataset.seq))")
         assert final == list(range(1, len(final) + 1))
-        assert page.eval_on_selector_all('#diagram g.node.current', "ns => ns.map(n => n.dataset.state)") == [
+        assert page.eval_on_selector_all("#diagram g.node.current", "ns => ns.map(n => n.dataset.state)") == [
             "completed",
             "normal",
-        ] or set(
-            page.eval_on_selector_all('#diagram g.node.current', "ns => ns.map(n => n.dataset.state)")
-        ) == {"completed", "normal"}
+        ] or set(page.eval_on_selector_all("#diagram g.node.current", "ns => ns.map(n => n.dataset.state)")) == {
+            "completed",
+            "normal",
+        }

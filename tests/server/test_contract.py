@@ -23,35 +23,38 @@ async def _answering_client():  # type: ignore[no-untyped-def]
     return await create_agent(ScriptedModel([AssistantMessage("ok")], repeat_last=True))
 
 
-def test_no_generated_request_gets_a_server_error_or_an_undocumented_status() -> None:
+def _exercise(operation, url: str, problems: list[str]) -> None:  # type: ignore[no-untyped-def]
     from hypothesis import HealthCheck, Phase, settings
 
+    documented = {int(code) for code in operation.definition.raw["responses"]}
+    deadline = time.monotonic() + SECONDS_PER_OPERATION
+
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis.given(case=operation.as_strategy())
+    def check(case) -> None:  # type: ignore[no-untyped-def]
+        if time.monotonic() > deadline:
+            return
+        response = case.call(base_url=url, timeout=5)
+        where = f"{case.method} {case.formatted_path} -> {response.status_code}"
+        if response.status_code >= 500:
+            problems.append(f"{where}: {response.text[:200]}")
+        elif response.status_code not in documented:
+            problems.append(f"{where}: status not in the document {sorted(documented)}")
+
+    check()
+
+
+def test_no_generated_request_gets_a_server_error_or_an_undocumented_status() -> None:
     schema = schemathesis.openapi.from_dict(openapi_document())
     problems: list[str] = []
     with ServerThread(_answering_client) as server:
         for result in schema.get_all_operations():
-            operation = result.ok()
-            documented = {int(code) for code in operation.definition.raw["responses"]}
-            deadline = time.monotonic() + SECONDS_PER_OPERATION
-
-            @settings(
-                max_examples=EXAMPLES_PER_OPERATION,
-                deadline=None,
-                derandomize=True,
-                database=None,
-                phases=[Phase.explicit, Phase.generate],
-                suppress_health_check=list(HealthCheck),
-            )
-            @hypothesis.given(case=operation.as_strategy())
-            def check(case) -> None:  # type: ignore[no-untyped-def]
-                if time.monotonic() > deadline:
-                    return
-                response = case.call(base_url=server.url, timeout=5)
-                where = f"{case.method} {case.formatted_path} -> {response.status_code}"
-                if response.status_code >= 500:
-                    problems.append(f"{where}: {response.text[:200]}")
-                elif response.status_code not in documented:
-                    problems.append(f"{where}: status not in the document {sorted(documented)}")
-
-            check()
+            _exercise(result.ok(), server.url, problems)
     assert not problems, "\n".join(problems[:20])

@@ -70,7 +70,9 @@ async def start(http: httpx.AsyncClient, base: str, session: str, text: str, **e
 async def answer(
     http: httpx.AsyncClient, base: str, session: str, name: str, payload: dict[str, Any], **headers: str
 ) -> httpx.Response:
-    return await http.post(f"{base}/sessions/{session}/events", json={"name": name, "payload": payload}, headers=headers)
+    return await http.post(
+        f"{base}/sessions/{session}/events", json={"name": name, "payload": payload}, headers=headers
+    )
 
 
 def phases(got: SSE) -> list[str]:
@@ -88,7 +90,11 @@ async def test_a_plan_mode_run_is_approved_over_post_and_its_stream_ends_with_co
             async def approve(event: dict[str, Any]) -> None:
                 if event["type"] in ("enter_plan_mode", "exit_plan_mode"):
                     response = await answer(
-                        http, base, "s1", event["response_event"], {"tool_call_id": event["tool_call_id"], "approved": True}
+                        http,
+                        base,
+                        "s1",
+                        event["response_event"],
+                        {"tool_call_id": event["tool_call_id"], "approved": True},
                     )
                     assert response.status_code == 202, response.text
                     assert response.json() == {"accepted": ["plan_mode"]}
@@ -114,7 +120,9 @@ async def test_an_ask_user_question_is_answered_by_option(http: httpx.AsyncClien
             async def reply(event: dict[str, Any]) -> None:
                 if event["type"] == "ask_user":
                     assert event["options"] == ["red", "blue"]
-                    response = await answer(http, base, "s2", "ask_user_response", {"tool_call_id": "q1", "answer": "blue"})
+                    response = await answer(
+                        http, base, "s2", "ask_user_response", {"tool_call_id": "q1", "answer": "blue"}
+                    )
                     assert response.status_code == 202, response.text
 
             got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=reply)
@@ -140,14 +148,18 @@ async def test_stale_duplicate_and_malformed_answers_are_refused_with_their_reas
             malformed = await answer(http, base, "s3", "ask_user_response", {"tool_call_id": "q1", "answer": "green"})
             assert malformed.status_code == 409
             assert "one of" in malformed.json()["refused"]["ask_user"]
-            wrong_session = await answer(http, base, "other", "ask_user_response", {"tool_call_id": "q1", "answer": "red"})
+            wrong_session = await answer(
+                http, base, "other", "ask_user_response", {"tool_call_id": "q1", "answer": "red"}
+            )
             assert wrong_session.status_code == 409
             accepted = await answer(http, base, "s3", "ask_user_response", {"tool_call_id": "q1", "answer": "red"})
             assert accepted.status_code == 202
             duplicate = await answer(http, base, "s3", "ask_user_response", {"tool_call_id": "q1", "answer": "red"})
             assert duplicate.status_code == 409
             assert duplicate.json()["error"]["message"]
-            not_json = await http.post(f"{base}/sessions/s3/events", content=b"{nope", headers={"content-type": "application/json"})
+            not_json = await http.post(
+                f"{base}/sessions/s3/events", content=b"{nope", headers={"content-type": "application/json"}
+            )
             assert not_json.status_code == 400
             assert "JSON" in not_json.json()["error"]["message"]
             no_name = await http.post(f"{base}/sessions/s3/events", json={"payload": {}})
@@ -171,7 +183,9 @@ async def test_a_retried_post_with_the_same_idempotency_key_is_answered_once(htt
             again = await answer(http, base, "s4", "ask_user_response", payload, **{"Idempotency-Key": "k1"})
             assert (first.status_code, first.json()) == (202, {"accepted": ["ask_user"]})
             assert (again.status_code, again.json()) == (202, {"accepted": ["ask_user"]})
-            other = await answer(http, base, "s4", "ask_user_response", {**payload, "answer": "blue"}, **{"Idempotency-Key": "k1"})
+            other = await answer(
+                http, base, "s4", "ask_user_response", {**payload, "answer": "blue"}, **{"Idempotency-Key": "k1"}
+            )
             assert other.status_code == 422
             got = await read_sse(http, f"{base}/runs/{request_id}/events")
     assert got.types[-1] == "run_completed"
@@ -187,10 +201,14 @@ async def test_last_event_id_replays_after_a_dropped_connection_with_every_event
             url = f"{base}/runs/{request_id}/events"
             first = await read_sse(http, url, stop=lambda e: e["type"] == "enter_plan_mode")
             seen = int(first.frames[-1][0])
-            response = await answer(http, base, "s5", "enter_plan_mode_response", {"tool_call_id": "c1", "approved": True})
+            response = await answer(
+                http, base, "s5", "enter_plan_mode_response", {"tool_call_id": "c1", "approved": True}
+            )
             assert response.status_code == 202
             second = await read_sse(http, url, last_event_id=seen, stop=lambda e: e["type"] == "exit_plan_mode")
-            response = await answer(http, base, "s5", "exit_plan_mode_response", {"tool_call_id": "c2", "approved": True})
+            response = await answer(
+                http, base, "s5", "exit_plan_mode_response", {"tool_call_id": "c2", "approved": True}
+            )
             assert response.status_code == 202
             third = await read_sse(http, url, last_event_id=int(second.frames[-1][0]))
             everything = await read_sse(http, url)
@@ -271,7 +289,12 @@ async def test_without_the_token_every_route_but_health_is_refused(http: httpx.A
     with trio.fail_after(20):
         async with serving(client, token="s3cret") as base:
             assert (await http.get(f"{base}/health")).status_code == 200
-            for method, path in [("GET", "/sessions"), ("GET", "/"), ("POST", "/sessions/x/runs"), ("GET", "/openapi.json")]:
+            for method, path in [
+                ("GET", "/sessions"),
+                ("GET", "/"),
+                ("POST", "/sessions/x/runs"),
+                ("GET", "/openapi.json"),
+            ]:
                 refused = await http.request(method, f"{base}{path}")
                 assert refused.status_code == 401, path
                 assert refused.json()["error"]["type"] == "Unauthorized"
@@ -343,3 +366,11 @@ async def test_the_openapi_document_lists_every_route(http: httpx.AsyncClient) -
         "/runs/{request_id}/trace",
         "/machines/{name}",
     }
+
+
+def test_the_console_draws_the_committed_request_diagram() -> None:
+    root = Path(__file__).resolve().parents[2]
+    console = root / "orchestrator" / "server" / "static" / "request.svg"
+    assert console.read_bytes() == (root / "diagrams" / "request.svg").read_bytes(), (
+        "regenerate with `python -m orchestrator diagrams`"
+    )
