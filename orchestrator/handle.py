@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from machines.build import Step
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, UserMessage
@@ -195,6 +196,7 @@ class RunHandle:
         self._outcome = outcome
         self._log = log
         self._states: dict[str, str] = outcome.run.machine.states
+        self._steps: list[Step] = outcome.run.machine.history
 
     @property
     def states(self) -> dict[str, str]:
@@ -206,6 +208,11 @@ class RunHandle:
     def state(self) -> str:
         """The request's phase (``completed``, ``failed`` or ``cancelled`` once it ended)."""
         return self.states["phase"]
+
+    @property
+    def transitions(self) -> list[Step]:
+        """Every edge the request took so far, in order (all of them once it ended)."""
+        return list(self._steps)
 
     @property
     def done(self) -> bool:

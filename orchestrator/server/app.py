@@ -8,7 +8,7 @@ import attrs
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from orchestrator.agent import Agent, AgentClient
@@ -51,18 +51,24 @@ async def _method_not_allowed(request: Request, error: Exception) -> Response:
     return JSONResponse({"error": {"type": "MethodNotAllowed", "message": message}}, status_code=405)
 
 
-def create_app(agent: Agent | AgentClient, settings: ServerSettings | None = None, **options: object) -> TokenGuard:
-    """The ASGI application for ``agent``; options are ServerSettings fields.
+def create_app(
+    agent: Agent | AgentClient,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    idempotency_keys: int = DEFAULT_CAPACITY,
+    console: bool = True,
+) -> TokenGuard:
+    """The ASGI application for ``agent`` (an Agent or its client).
 
     Serve it with hypercorn's trio worker (``hypercorn.trio.serve``) or mount
     it in a trio ASGI application: its requests run in the serving trio loop.
+    ``token`` guards every route but ``/health``; ``max_body_bytes`` caps
+    request bodies; ``idempotency_keys`` bounds the remembered answers.
     """
-    if settings is None:
-        settings = ServerSettings(**options)  # type: ignore[arg-type]
-    elif options:
-        settings = attrs.evolve(settings, **options)  # type: ignore[misc]
+    settings = ServerSettings(token, max_body_bytes, idempotency_keys, console)
     service = Service(_client(agent), settings.max_body_bytes, settings.idempotency_keys)
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/health", service.health, methods=["GET"]),
         Route("/openapi.json", service.openapi, methods=["GET"]),
         Route("/sessions", service.list_sessions, methods=["GET"]),

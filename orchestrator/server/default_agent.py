@@ -24,7 +24,10 @@ def default_db() -> Path:
 async def default_client(model_spec: str | None, db: str | None, root: str) -> AgentClient:
     from orchestrator.cli import build_model
 
-    model, _ = build_model(model_spec or "scripted", True, sys.stderr.write)
+    def warn(text: str) -> None:
+        sys.stderr.write(text)
+
+    model, _ = build_model(model_spec or "scripted", True, warn)
     path = Path(db) if db else default_db()
     path.parent.mkdir(parents=True, exist_ok=True)
     return await create_agent(

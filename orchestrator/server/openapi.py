@@ -12,7 +12,7 @@ from typing import Any
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 200}
-_ERROR = {
+_ERROR: dict[str, Any] = {
     "type": "object",
     "required": ["error"],
     "properties": {

@@ -24,7 +24,7 @@ from orchestrator.agent import AgentClient
 from orchestrator.config import AgentRunConfig
 from orchestrator.errors import SessionBusy
 from orchestrator.events import AgentEvent
-from orchestrator.handle import EventsExpired, RunHandle, UnknownRun
+from orchestrator.handle import EventFollower, EventsExpired, RunHandle, UnknownRun
 from orchestrator.server import sessions
 from orchestrator.server.bodies import external_event, read_object, run_input
 from orchestrator.server.errors import HTTPRefusal, bad_request, not_found
@@ -109,7 +109,8 @@ class Service:
         return run.context.request_id if run is not None else None
 
     def _pending(self, session_id: str | None) -> list[dict[str, Any]]:
-        return [_pending_json(call) for call in self.client.pending(session_id)]
+        pending = getattr(self.client, "pending", None)
+        return [_pending_json(call) for call in pending(session_id)] if pending is not None else []
 
     # routes -----------------------------------------------------------------
 
@@ -261,14 +262,10 @@ class Service:
         return self._diagrams[stem]
 
 
-async def _frames(events: AsyncIterator[AgentEvent]) -> AsyncIterator[str]:
-    try:
-        async for event in events:
-            yield sse_frame(event)
-    finally:
-        closer = getattr(events, "aclose", None)
-        if closer is not None:
-            await closer()
+async def _frames(events: EventFollower) -> AsyncIterator[str]:
+    """SSE frames of a run's events, as many per chunk as are ready; ends after the terminal event."""
+    while batch := await events.batch():
+        yield "".join(sse_frame(event) for event in batch)
 
 
 def _definition_json(definition: MachineDefinition) -> dict[str, Any]:

@@ -28,11 +28,6 @@ class _StoresMessages(Protocol):
     def messages(self, session_id: str) -> list[Message]: ...
 
 
-@runtime_checkable
-class _HasPlanMode(Protocol):
-    def mode(self, session_id: str) -> str: ...
-
-
 async def _off_thread(function: Callable[[], T]) -> T:
     return await anyio.to_thread.run_sync(function)
 
@@ -72,7 +67,9 @@ async def history(agent: Agent, session_id: str) -> list[Message] | None:
 
 def plan_mode(agent: Agent, session_id: str) -> str | None:
     """The session's Plan Mode state when the agent has Plan Mode."""
+    from orchestrator.extensions.plan_mode import PlanModeExtension
+
     for extension in agent.extensions:
-        if extension.name == "plan_mode" and isinstance(extension, _HasPlanMode):
+        if isinstance(extension, PlanModeExtension):
             return extension.mode(session_id)
     return None

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import AssistantMessage, PlanModeExtension, ScriptedModel, create_agent
+from orchestrator import AssistantMessage, ScriptedModel, create_agent
+from orchestrator.extensions.plan_mode import PlanModeExtension
 from tests.server.support import ServerThread
 from tests.support import asks, call
 

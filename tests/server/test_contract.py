@@ -23,7 +23,7 @@ async def _answering_client():  # type: ignore[no-untyped-def]
     return await create_agent(ScriptedModel([AssistantMessage("ok")], repeat_last=True))
 
 
-def _exercise(operation, url: str, problems: list[str]) -> None:  # type: ignore[no-untyped-def]
+def _exercise(operation, url: str, problems: list[str], calls: list[int]) -> None:  # type: ignore[no-untyped-def]
     from hypothesis import HealthCheck, Phase, settings
 
     documented = {int(code) for code in operation.definition.raw["responses"]}
@@ -42,6 +42,7 @@ def _exercise(operation, url: str, problems: list[str]) -> None:  # type: ignore
         if time.monotonic() > deadline:
             return
         response = case.call(base_url=url, timeout=5)
+        calls.append(response.status_code)
         where = f"{case.method} {case.formatted_path} -> {response.status_code}"
         if response.status_code >= 500:
             problems.append(f"{where}: {response.text[:200]}")
@@ -54,7 +55,11 @@ def _exercise(operation, url: str, problems: list[str]) -> None:  # type: ignore
 def test_no_generated_request_gets_a_server_error_or_an_undocumented_status() -> None:
     schema = schemathesis.openapi.from_dict(openapi_document())
     problems: list[str] = []
+    calls: list[int] = []
+    operations = [result.ok() for result in schema.get_all_operations()]
     with ServerThread(_answering_client) as server:
-        for result in schema.get_all_operations():
-            _exercise(result.ok(), server.url, problems)
+        for operation in operations:
+            _exercise(operation, server.url, problems, calls)
     assert not problems, "\n".join(problems[:20])
+    assert len(calls) >= 5 * len(operations), f"only {len(calls)} requests were generated"
+    assert any(400 <= status < 500 for status in calls) and any(status < 300 for status in calls)

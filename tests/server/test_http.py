@@ -13,15 +13,15 @@ import trio
 
 from orchestrator import (
     AgentClient,
-    AskUserExtension,
     AssistantMessage,
     ModelRequest,
-    PlanModeExtension,
     ScriptedModel,
     ToolMessage,
     create_agent,
     tool,
 )
+from orchestrator.extensions.ask_user import AskUserExtension
+from orchestrator.extensions.plan_mode import PlanModeExtension
 from tests.server.support import SSE, read_sse, serving
 from tests.support import asks, call
 
@@ -97,16 +97,14 @@ async def test_a_plan_mode_run_is_approved_over_post_and_its_stream_ends_with_co
                         {"tool_call_id": event["tool_call_id"], "approved": True},
                     )
                     assert response.status_code == 202, response.text
-                    assert response.json() == {"accepted": ["plan_mode"]}
+                    assert response.json() == {"accepted": ["PlanModeExtension"]}
 
             got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=approve)
     assert got.types[-1] == "run_completed"
-    assert got.events[-1]["result"]["content"] == "Planned and approved." or "Planned and approved." in json.dumps(
-        got.events[-1]["result"]
-    )
+    assert got.events[-1]["result"]["content"] == "Planned and approved."
     assert "awaiting_approval" in phases(got)
     modes = [e["dest"] for e in got.events if e["type"] == "transition" and e["region"] == "mode"]
-    assert modes[:1] == ["plan_active"]
+    assert "plan_active" in modes
     assert [int(i) for i, _, _ in got.frames] == list(range(1, len(got.frames) + 1))
     assert all(data["seq"] == int(i) and data["type"] == kind for i, kind, data in got.frames)
 
@@ -136,7 +134,7 @@ async def test_stale_duplicate_and_malformed_answers_are_refused_with_their_reas
         async with serving(client) as base:
             nothing = await answer(http, base, "s3", "ask_user_response", {"tool_call_id": "q1", "answer": "red"})
             assert nothing.status_code == 409
-            assert "ask_user" in nothing.json()["refused"]
+            assert "AskUserExtension" in nothing.json()["refused"]
             request_id = await start(http, base, "s3", "paint it")
             async with http.stream("GET", f"{base}/runs/{request_id}/events") as stream:
                 async for line in stream.aiter_lines():
@@ -144,10 +142,10 @@ async def test_stale_duplicate_and_malformed_answers_are_refused_with_their_reas
                         break
             wrong_id = await answer(http, base, "s3", "ask_user_response", {"tool_call_id": "zz", "answer": "red"})
             assert wrong_id.status_code == 409
-            assert "zz" in wrong_id.json()["refused"]["ask_user"]
+            assert "zz" in wrong_id.json()["refused"]["AskUserExtension"]
             malformed = await answer(http, base, "s3", "ask_user_response", {"tool_call_id": "q1", "answer": "green"})
             assert malformed.status_code == 409
-            assert "one of" in malformed.json()["refused"]["ask_user"]
+            assert "one of" in malformed.json()["refused"]["AskUserExtension"]
             wrong_session = await answer(
                 http, base, "other", "ask_user_response", {"tool_call_id": "q1", "answer": "red"}
             )
@@ -181,8 +179,8 @@ async def test_a_retried_post_with_the_same_idempotency_key_is_answered_once(htt
             payload = {"tool_call_id": "q1", "answer": "red"}
             first = await answer(http, base, "s4", "ask_user_response", payload, **{"Idempotency-Key": "k1"})
             again = await answer(http, base, "s4", "ask_user_response", payload, **{"Idempotency-Key": "k1"})
-            assert (first.status_code, first.json()) == (202, {"accepted": ["ask_user"]})
-            assert (again.status_code, again.json()) == (202, {"accepted": ["ask_user"]})
+            assert (first.status_code, first.json()) == (202, {"accepted": ["AskUserExtension"]})
+            assert (again.status_code, again.json()) == (202, {"accepted": ["AskUserExtension"]})
             other = await answer(
                 http, base, "s4", "ask_user_response", {**payload, "answer": "blue"}, **{"Idempotency-Key": "k1"}
             )

@@ -77,7 +77,15 @@ function markCurrent(regionName, state) {
     }
   }
   const node = diagram.nodes[state];
-  if (node) node.classList.add("current");
+  if (node) {
+    node.classList.add("current");
+    if (regionName === "phase") {
+      const panel = $("diagram-panel");
+      const box = node.getBoundingClientRect();
+      const frame = panel.getBoundingClientRect();
+      panel.scrollLeft += box.left + box.width / 2 - (frame.left + frame.width / 2);
+    }
+  }
 }
 
 // ---- the run being watched --------------------------------------------------
@@ -105,6 +113,7 @@ function resetView() {
   $("event-count").textContent = "0";
   run.assistant = null;
   run.tools = {};
+  $("run-mode").textContent = "";
   resetDiagram();
 }
 
@@ -117,6 +126,7 @@ async function watch(requestId, sessionId) {
   const stored = sessionStorage.getItem(storageKey(requestId));
   if (stored) for (const event of JSON.parse(stored)) apply(event);
   $("run-title").textContent = `${sessionId} · ${requestId}`;
+  $("session-input").value = sessionId;
   remember();
   connect();
 }
@@ -189,6 +199,7 @@ function render(event) {
       if (event.machine === "request") {
         markCurrent(event.region, event.dest);
         if (event.region === "phase") setState(event.dest);
+        if (event.region === "mode") $("run-mode").textContent = event.dest;
       }
       break;
     case "text_delta":
