@@ -1,4 +1,4 @@
-"""``python -m orchestrator {demo,diagrams,schema,run}``."""
+"""``python -m orchestrator {demo,diagrams,schema,run,serve}``."""
 
 from __future__ import annotations
 
@@ -21,11 +21,15 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.schema import main as schema
 
         return schema(args[1:])
+    if command == "serve":
+        from orchestrator.server.serve import main as serve
+
+        return serve(args[1:])
     if command == "run":
         from orchestrator.cli import main as run
 
         return run(args[1:])
-    print("usage: python -m orchestrator {demo,diagrams,schema,run} [options]", file=sys.stderr)
+    print("usage: python -m orchestrator {demo,diagrams,schema,run,serve} [options]", file=sys.stderr)
     return 0 if command in ("help", "-h", "--help") else 2
 
 

@@ -33,6 +33,7 @@ _PENDING = {
         "event": {"type": "string"},
         "payload": {"type": "object"},
         "response_event": {"type": "string"},
+        "live": {"type": "boolean"},
     },
 }
 _STATES = {"type": ["object", "null"], "additionalProperties": {"type": "string"}}

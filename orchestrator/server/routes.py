@@ -25,6 +25,7 @@ from orchestrator.config import AgentRunConfig
 from orchestrator.errors import SessionBusy
 from orchestrator.events import AgentEvent
 from orchestrator.handle import EventFollower, EventsExpired, RunHandle, UnknownRun
+from orchestrator.pending import PendingCall
 from orchestrator.server import sessions
 from orchestrator.server.bodies import external_event, read_object, run_input
 from orchestrator.server.errors import HTTPRefusal, bad_request, not_found
@@ -59,8 +60,8 @@ def _after(request: Request) -> int:
     return int(raw)
 
 
-def _pending_json(call: Any) -> dict[str, Any]:
-    return {key: value for key, value in attrs.asdict(call, recurse=False).items()}
+def _pending_json(call: PendingCall) -> dict[str, Any]:
+    return {**attrs.asdict(call, recurse=False), "payload": dict(call.payload)}
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -109,8 +110,7 @@ class Service:
         return run.context.request_id if run is not None else None
 
     def _pending(self, session_id: str | None) -> list[dict[str, Any]]:
-        pending = getattr(self.client, "pending", None)
-        return [_pending_json(call) for call in pending(session_id)] if pending is not None else []
+        return [_pending_json(call) for call in self.client.pending(session_id)]
 
     # routes -----------------------------------------------------------------
 

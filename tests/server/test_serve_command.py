@@ -1,0 +1,102 @@
+"""``python -m orchestrator serve`` as a user runs it: a process on a loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def served(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "serve", "--port", "0", *args],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        assert process.stderr is not None
+        url = None
+        lines = []
+        for _ in range(50):
+            line = process.stderr.readline()
+            lines.append(line)
+            found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
+            if found:
+                url = found[1]
+                break
+            if not line:
+                break
+        assert url is not None, "".join(lines)
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _run_to_end(http: httpx.Client, url: str, text: str) -> list[dict[str, object]]:
+    started = http.post(f"{url}/sessions/cli-s/runs", json={"input": text})
+    assert started.status_code == 202, started.text
+    events = []
+    with http.stream("GET", f"{url}/runs/{started.json()['request_id']}/events") as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    return events
+
+
+def test_serve_runs_the_default_agent_with_sqlite_sessions_on_loopback(tmp_path: Path) -> None:
+    db = tmp_path / "sessions.db"
+    with served("--db", str(db), "--root", str(tmp_path), "--token", "t0k") as url, httpx.Client(timeout=10) as http:
+        assert http.get(f"{url}/health").status_code == 200
+        assert http.get(f"{url}/sessions").status_code == 401
+        http.headers["Authorization"] = "Bearer t0k"
+        started = http.post(f"{url}/sessions/cli-s/runs", json={"input": "plan this"})
+        assert started.status_code == 202
+        request_id = started.json()["request_id"]
+        with http.stream("GET", f"{url}/runs/{request_id}/events") as stream:
+            for line in stream.iter_lines():
+                if line == "event: enter_plan_mode":
+                    break
+        sessions = http.get(f"{url}/sessions").json()["sessions"]
+        assert [s["session_id"] for s in sessions] == ["cli-s"]
+        assert sessions[0]["pending"][0]["event"] == "enter_plan_mode"
+        cancelled = http.post(f"{url}/runs/{request_id}/cancel")
+        assert cancelled.status_code == 202
+    assert db.is_file()
+
+
+def test_serve_app_serves_the_application_agent_or_its_factory() -> None:
+    for attribute, answer in (("agent", "from the application's agent"), ("make_client", "from a factory")):
+        with served("--app", f"tests.server.sample_app:{attribute}") as url, httpx.Client(timeout=10) as http:
+            events = _run_to_end(http, url, "hello")
+        assert events[-1]["type"] == "run_completed"
+        assert events[-1]["result"]["content"] == answer
+
+
+def test_serve_app_that_names_no_agent_exits_2_with_the_reason() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "serve", "--port", "0", "--app", "tests.server.sample_app:not_an_agent"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "not an Agent" in done.stderr
