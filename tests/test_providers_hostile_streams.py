@@ -18,6 +18,7 @@ from test_providers_openai import chunk, usage_chunk
 from test_providers_openai import model as openai_model
 
 from orchestrator import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from orchestrator.errors import ModelError
 from orchestrator.model import ModelRequest, ResponseCompletedEvent, TextDeltaEvent, ToolCallStreamEvent, Usage
 from orchestrator.providers import (
     MalformedStreamError,
@@ -246,8 +247,6 @@ ANTHROPIC_BROKEN = {
 
 @pytest.mark.parametrize("middle", ANTHROPIC_BROKEN.values(), ids=ANTHROPIC_BROKEN.keys())
 async def test_anthropic_broken_streams_are_typed_model_errors(middle: str) -> None:
-    from orchestrator.errors import ModelError
-
     with pytest.raises(ModelError) as raised:
         await collect(anthropic_model(Server(sse(anthropic_body(middle))), Sleeps(), max_retries=0), HELLO)
     assert isinstance(raised.value, MalformedStreamError) or "boom" in str(raised.value)
@@ -392,3 +391,16 @@ async def test_server_errors_carry_their_retry_after() -> None:
 async def test_usage_still_reads_from_well_formed_streams() -> None:
     events = await collect(openai_model(Server(sse(OPENAI_TEXT))), HELLO)
     assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4))
+
+
+async def test_error_messages_from_the_provider_are_cleaned() -> None:
+    body = '{"error":{"type":"server_error","message":"bad \\ud83d input"}}'
+    failed = httpx.Response(400, headers={"content-type": "application/json"}, content=body.encode())
+    with pytest.raises(ModelError) as raised:
+        await collect(openai_model(Server(failed), Sleeps(), max_retries=0), HELLO)
+    assert "bad \ufffd input" in str(raised.value)
+    str(raised.value).encode("utf-8")
+    in_stream = 'data: {"error":{"type":"invalid_request_error","message":"x\\udcff"}}\n\n'
+    with pytest.raises(ModelError) as raised:
+        await collect(openai_model(Server(sse(in_stream)), Sleeps(), max_retries=0), HELLO)
+    assert str(raised.value).endswith("x\ufffd")

@@ -32,8 +32,8 @@ from orchestrator.model import (
 from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
 from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
+from orchestrator.providers.fields import Fields, decode_object, stream_error
 from orchestrator.providers.retry import RetryPolicy, Sleep
-from orchestrator.providers.wire import Fields, decode_object, stream_error
 from orchestrator.text import SurrogateJoiner, clean_json, clean_text
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.errors import ModelError
+from orchestrator.text import clean_text
 
 __all__ = [
     "AuthenticationError",
@@ -146,16 +147,18 @@ def error_from_type(kind: str | None, message: str, *, body: str | None = None) 
     """The error for an ``error`` object that arrived inside an event stream."""
     cls = _TYPE_CLASSES.get(kind or "", ServerError)
     text = f"{kind}: {message}" if kind else message
-    return cls(text, body=body)
+    return cls(clean_text(text), body=None if body is None else clean_text(body))
 
 
 def error_from_response(status: int, body: str, headers: Mapping[str, str]) -> ProviderError:
-    """Map an HTTP error response to the matching ProviderError."""
+    """Map an HTTP error response to the matching ProviderError (its text cleaned, so it
+    always encodes as UTF-8)."""
+    body = clean_text(body)
     kind, detail = _error_details(body)
     text = f"HTTP {status}"
     if kind:
         text += f" {kind}"
-    text += f": {detail or body.strip()[:500] or 'no body'}"
+    text = clean_text(text + f": {detail or body.strip()[:500] or 'no body'}")
     cls: type[ProviderError]
     if status in (401, 403):
         cls = AuthenticationError
