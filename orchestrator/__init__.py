@@ -99,3 +99,12 @@ __all__ = [
     "encode_message",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``AgentHost`` and ``HostedRun`` load on first use: they bring asyncio, which trio code does not need."""
+    if name in ("AgentHost", "HostedRun"):
+        from orchestrator import host
+
+        return getattr(host, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,374 @@
+"""AgentHost: an agent for asyncio (and plain synchronous) code, its trio loop in a thread of its own.
+
+The host runs ``trio.run`` in a dedicated daemon thread and builds (or takes)
+the ``AgentClient`` there. Every call crosses into that thread as a trio task
+and its outcome comes back to the caller: as an awaitable on the caller's
+asyncio loop (``await host.start(...)``), or, through ``host.sync``, as a plain
+blocking call. No call blocks a thread of the caller's loop while it waits.
+
+Events cross the boundary on demand: ``host.events(request_id, after=seq)``
+asks the run's log for the next batch only when the consumer wants more, so a
+slow consumer holds back nothing but its own reading (the run never waits for
+it; its memory is bounded by the run's retained log), and a consumer that
+stops and comes back with the last ``seq`` it saw misses nothing.
+
+Cancelling an awaiting asyncio task cancels what it started in the trio thread
+(``await host.run(...)`` then cancels the request). ``close()`` ends the loop:
+requests still running are cancelled and settle their open calls first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import attrs
+import trio
+
+from orchestrator.agent import AgentClient
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Delivery
+from orchestrator.errors import AgentError
+from orchestrator.events import AgentEvent
+from orchestrator.handle import READ_BATCH, RETAINED_EVENTS, EventFollower
+from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
+from orchestrator.pending import PendingCall
+
+T = TypeVar("T")
+
+ClientFactory = Callable[[], "AgentClient | Awaitable[AgentClient]"]
+UserInput = str | UserMessage | Sequence[ContentPart]
+
+CLOSE_SECONDS = 30.0
+"""How long ``close()`` waits for the host's thread (running requests settle under their own bound)."""
+
+
+class HostClosed(AgentError):
+    """The host's loop is not running (closed, or never started)."""
+
+
+@attrs.define
+class _Outcome(Generic[T]):
+    """What a call into the host's thread produced: a value or an error."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+    def unwrap(self) -> T:
+        if self.error is not None:
+            raise self.error
+        result: T = self.value
+        return result
+
+
+class _Call:
+    """One call running (or about to run) in the host's thread; ``cancel`` is safe from any thread."""
+
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self._token = token
+        self.scope: trio.CancelScope | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._cancel_scope)
+
+    def _cancel_scope(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class AgentHost:
+    """An agent served from its own trio thread; awaitable methods for asyncio, ``host.sync`` for blocking calls.
+
+    ``client_or_factory`` is an ``AgentClient``, or a callable returning one (or an
+    awaitable of one, such as ``lambda: create_agent(model, ...)``), called in the
+    host's thread. The constructor returns once the client exists (raising the
+    factory's error, if any).
+    """
+
+    def __init__(self, client_or_factory: AgentClient | ClientFactory, *, name: str = "orchestrator-host") -> None:
+        self._source = client_or_factory
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stop: trio.Event | None = None
+        self._closing = False
+        self._client: AgentClient | None = None
+        self._thread = threading.Thread(target=trio.run, args=(self._main,), name=name, daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            self._thread.join()
+            raise self._failure
+        self.sync = BlockingHost(self)
+
+    @property
+    def client(self) -> AgentClient:
+        """The client, to be used only from code running in the host's thread (see ``call``)."""
+        assert self._client is not None
+        return self._client
+
+    # the host's thread --------------------------------------------------------
+
+    async def _main(self) -> None:
+        try:
+            source = self._source
+            produced: Any = source() if callable(source) and not isinstance(source, AgentClient) else source
+            client = await produced if inspect.isawaitable(produced) else produced
+            if not isinstance(client, AgentClient):
+                raise TypeError(f"the host needs an AgentClient, got {type(client).__name__}")
+            self._client = client
+            self._token = trio.lowlevel.current_trio_token()
+            self._stop = trio.Event()
+        except BaseException as error:
+            self._failure = error
+            self._ready.set()
+            return
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._ready.set()
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    def _spawn(
+        self, call: _Call, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], report: Callable[[_Outcome[T]], None]
+    ) -> None:
+        if self._closing or self._nursery is None:
+            report(_Outcome(error=HostClosed("the host is closed")))
+            return
+        self._nursery.start_soon(self._perform, call, fn, args, report)
+
+    async def _perform(
+        self, call: _Call, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], report: Callable[[_Outcome[T]], None]
+    ) -> None:
+        result: _Outcome[T] = _Outcome()
+        with trio.CancelScope() as scope:
+            call.scope = scope
+            if call.cancelled:
+                scope.cancel()
+            try:
+                result.value = await fn(*args)
+            except trio.Cancelled:
+                result.error = HostClosed("the host closed during the call") if self._closing else _CallCancelled()
+                raise
+            except BaseException as error:
+                result.error = error
+            finally:
+                report(result)
+
+    def _submit(
+        self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], report: Callable[[_Outcome[T]], None]
+    ) -> _Call:
+        token = self._token
+        if token is None or self._closing:
+            raise HostClosed("the host is closed")
+        call = _Call(token)
+        try:
+            token.run_sync_soon(self._spawn, call, fn, args, report)
+        except trio.RunFinishedError:
+            raise HostClosed("the host is closed") from None
+        return call
+
+    # calling across ---------------------------------------------------------------
+
+    async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Await ``fn(*args)`` in the host's thread, from asyncio; cancelling the caller cancels it there."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def report(result: _Outcome[T]) -> None:
+            with contextlib.suppress(RuntimeError):  # the caller's loop is gone: nobody waits
+                loop.call_soon_threadsafe(_settle, future, result)
+
+        call = self._submit(fn, args, report)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+
+    def call_blocking(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` in the host's thread and wait for it (not from the host's own thread)."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a blocking host call from the host's own thread would wait for itself")
+        done = threading.Event()
+        box: list[_Outcome[T]] = []
+
+        def report(result: _Outcome[T]) -> None:
+            box.append(result)
+            done.set()
+
+        self._submit(fn, args, report)
+        done.wait()
+        return box[0].unwrap()
+
+    # the agent, for asyncio ---------------------------------------------------------
+
+    async def start(
+        self, user_input: UserInput, *, config: AgentRunConfig | None = None, retain_events: int = RETAINED_EVENTS
+    ) -> HostedRun:
+        """Start a request that runs on its own (SessionBusy raised here); its HostedRun."""
+        return await self.call(self._start, user_input, config, retain_events)
+
+    def events(self, request_id: str, *, after: int = 0) -> AsyncIterator[AgentEvent]:
+        """The run's events after ``after``, replayed then live, fetched as the consumer reads."""
+        return self._events(request_id, after)
+
+    async def _events(self, request_id: str, after: int) -> AsyncIterator[AgentEvent]:
+        follower = await self.call(self._follow, request_id, after)
+        while True:
+            batch = await self.call(follower.batch, READ_BATCH)
+            if not batch:
+                return
+            for event in batch:
+                yield event
+
+    async def run(self, user_input: UserInput, *, config: AgentRunConfig | None = None) -> AssistantMessage:
+        """Run one request to its end; cancelling the awaiting task cancels the request."""
+        return await self.call(self._run, user_input, config)
+
+    async def result(self, request_id: str) -> AssistantMessage:
+        """The final answer of a started run (its error, or RunCancelled, when it has none)."""
+        return await self.call(self._result, request_id)
+
+    async def deliver(self, event: ExternalEvent, *, config: AgentRunConfig) -> Delivery:
+        """Offer an external event (an approval, an answer, steering): who took it, and why others refused."""
+        return await self.call(self._deliver, event, config)
+
+    async def pending(self, session_id: str | None = None) -> list[PendingCall]:
+        """Every call waiting for an external answer."""
+        return await self.call(self._pending, session_id)
+
+    async def cancel(self, request_id: str) -> None:
+        """Cancel a started run (UnknownRun when there is none)."""
+        await self.call(self._cancel, request_id)
+
+    # what runs in the host's thread ---------------------------------------------------
+
+    async def _start(self, user_input: UserInput, config: AgentRunConfig | None, retain: int) -> HostedRun:
+        handle = await self.client.start(user_input, config=config, retain_events=retain)
+        return HostedRun(self, handle.request_id, handle.session_id)
+
+    async def _follow(self, request_id: str, after: int) -> EventFollower:
+        return self.client.attach(request_id).events(after)
+
+    async def _run(self, user_input: UserInput, config: AgentRunConfig | None) -> AssistantMessage:
+        return await self.client.run(user_input, config=config)
+
+    async def _result(self, request_id: str) -> AssistantMessage:
+        return await self.client.attach(request_id).result()
+
+    async def _deliver(self, event: ExternalEvent, config: AgentRunConfig) -> Delivery:
+        return self.client.deliver(event, config=config)
+
+    async def _pending(self, session_id: str | None) -> list[PendingCall]:
+        return self.client.pending(session_id)
+
+    async def _cancel(self, request_id: str) -> None:
+        self.client.attach(request_id).cancel()
+
+    # closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the host's loop (running requests are cancelled) and wait for its thread."""
+        if not self._closing:
+            self._closing = True
+            token, stop = self._token, self._stop
+            if token is not None and stop is not None:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(stop.set)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(CLOSE_SECONDS)
+
+    async def aclose(self) -> None:
+        """``close`` without blocking the caller's asyncio loop."""
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> AgentHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> AgentHost:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _CallCancelled(AgentError):
+    """The caller stopped waiting, and the call was cancelled in the host's thread."""
+
+
+def _settle(future: asyncio.Future[T], result: _Outcome[T]) -> None:
+    if future.done():
+        return
+    if result.error is not None:
+        future.set_exception(result.error)
+    else:
+        future.set_result(result.value)
+
+
+@attrs.frozen
+class HostedRun:
+    """A run started through the host, seen from the caller's side."""
+
+    host: AgentHost = attrs.field(repr=False)
+    request_id: str
+    session_id: str
+
+    def events(self, after: int = 0) -> AsyncIterator[AgentEvent]:
+        return self.host.events(self.request_id, after=after)
+
+    async def result(self) -> AssistantMessage:
+        return await self.host.result(self.request_id)
+
+    async def cancel(self) -> None:
+        await self.host.cancel(self.request_id)
+
+
+class BlockingHost:
+    """The host's methods as plain blocking calls, for synchronous code (never from the host's thread)."""
+
+    def __init__(self, host: AgentHost) -> None:
+        self._host = host
+
+    def start(
+        self, user_input: UserInput, *, config: AgentRunConfig | None = None, retain_events: int = RETAINED_EVENTS
+    ) -> HostedRun:
+        return self._host.call_blocking(self._host._start, user_input, config, retain_events)
+
+    def events(self, request_id: str, *, after: int = 0) -> Iterator[AgentEvent]:
+        host = self._host
+        follower = host.call_blocking(host._follow, request_id, after)
+        while True:
+            batch = host.call_blocking(follower.batch, READ_BATCH)
+            if not batch:
+                return
+            yield from batch
+
+    def run(self, user_input: UserInput, *, config: AgentRunConfig | None = None) -> AssistantMessage:
+        return self._host.call_blocking(self._host._run, user_input, config)
+
+    def result(self, request_id: str) -> AssistantMessage:
+        return self._host.call_blocking(self._host._result, request_id)
+
+    def deliver(self, event: ExternalEvent, *, config: AgentRunConfig) -> Delivery:
+        return self._host.call_blocking(self._host._deliver, event, config)
+
+    def pending(self, session_id: str | None = None) -> list[PendingCall]:
+        return self._host.call_blocking(self._host._pending, session_id)
+
+    def cancel(self, request_id: str) -> None:
+        self._host.call_blocking(self._host._cancel, request_id)
