@@ -11,6 +11,7 @@ from orchestrator.compactor import TurnCompactor
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
 from orchestrator.errors import SessionBusy
+from orchestrator.events import AgentEvent, CompactionCompletedEvent
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
@@ -20,7 +21,7 @@ from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
 from orchestrator.model import Model
 from orchestrator.pending import PendingCall, WaitingCalls, pending_calls
 from orchestrator.runtime import RequestRun
-from orchestrator.sinks import DropSink, EventSink
+from orchestrator.sinks import EventSink
 from orchestrator.stream import RunStream
 from orchestrator.tools import ToolDefinition
 
@@ -60,6 +61,20 @@ def _one_of_each_kind(inboxes: Iterable[InputInbox]) -> list[InputInbox]:
         if kinds.count(kind) > 1:
             raise ValueError(f"an Agent takes one {kind.__name__}: two would each queue (and answer) every message")
     return found
+
+
+class _Collect:
+    """The event sink of a compaction pass: keeps what it streamed."""
+
+    def __init__(self) -> None:
+        self.events: list[AgentEvent] = []
+
+    def offer(self, event: AgentEvent) -> bool:
+        self.events.append(event)
+        return True
+
+    async def put(self, event: AgentEvent) -> None:
+        self.events.append(event)
 
 
 def _with_steering(extensions: Iterable[AgentExtension], steering: bool) -> list[AgentExtension]:
@@ -148,13 +163,21 @@ class Agent:
             del self._live[run.context.session_id]
         run.ended.set()
 
-    async def compact(self, config: AgentRunConfig) -> None:
-        """Restore the session through on_tool and on_state, then run on_compact."""
-        run = await self._open_run(config, None, DropSink())
+    async def compact(self, config: AgentRunConfig) -> CompactionCompletedEvent | None:
+        """Restore the session through on_tool and on_state, then run on_compact.
+
+        Returns what the pass did: the last ``compaction_completed`` event an
+        extension emitted (tokens before and after, messages replaced), or None
+        when nothing was compacted. Every event of the pass reaches on_event.
+        """
+        sink = _Collect()
+        run = await self._open_run(config, None, sink)
         try:
             await run.compact()
         finally:
             self._close_run(run)
+        done = [event for event in sink.events if isinstance(event, CompactionCompletedEvent)]
+        return done[-1] if done else None
 
     # external events --------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from support import asks, call
@@ -20,6 +21,7 @@ from orchestrator import (
     create_agent,
     tool,
 )
+from orchestrator.events import CompactionCompletedEvent, CompactionStartedEvent
 from orchestrator.extensions.compaction import SUMMARY_PREFIX, CompactionExtension, estimate_tokens, split_point
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.history import InMemoryHistory
@@ -49,16 +51,45 @@ def test_estimate_and_split_point_never_start_with_a_result() -> None:
     assert split_point(messages, 100) == 0
 
 
-async def test_below_the_threshold_nothing_changes_and_the_model_is_not_called() -> None:
+async def test_by_hand_below_the_threshold_it_still_compacts_and_says_what_it_did() -> None:
     history = InMemoryHistory()
     history.replace("s", conversation())
+    summarizer = ScriptedModel([AssistantMessage("short summary")])
+    seen: list[AgentEvent] = []
+
+    class Watch(AgentExtension):
+        async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
+            seen.append(event)
+
+    compaction = CompactionExtension(summarizer, threshold_tokens=10_000, keep_last=2)
+    client = await create_agent(ScriptedModel([]), history=history, extensions=[compaction, Watch()])
+    done = await client.agent.compact(AgentRunConfig("s"))
+    assert len(summarizer.requests) == 1
+    assert history.load("s") == [UserMessage(SUMMARY_PREFIX + "short summary"), *conversation()[5:]]
+    assert isinstance(done, CompactionCompletedEvent)
+    assert (done.tokens_before, done.messages_replaced) == (estimate_tokens(conversation()), 5)
+    assert done.tokens_after == estimate_tokens(history.load("s")) < done.tokens_before
+    names = [e.name for e in seen if e.name.startswith("compaction")]
+    assert names == ["compaction_started", "compaction_completed"]
+    [started] = [e for e in seen if isinstance(e, CompactionStartedEvent)]
+    assert started.tokens_before == done.tokens_before and 0 < started.seq < done.seq
+
+
+async def test_by_hand_with_nothing_to_compact_the_model_is_not_called() -> None:
+    history = InMemoryHistory()
+    kept = [UserMessage(SUMMARY_PREFIX + "earlier"), *conversation()[5:]]
+    history.replace("s", kept)
     summarizer = ScriptedModel([])
     client = await create_agent(
-        ScriptedModel([]), history=history, extensions=[CompactionExtension(summarizer, threshold_tokens=10_000)]
+        ScriptedModel([]),
+        history=history,
+        extensions=[CompactionExtension(summarizer, threshold_tokens=0, keep_last=4)],
     )
-    await client.agent.compact(AgentRunConfig("s"))
+    assert await client.agent.compact(AgentRunConfig("s")) is None  # only an earlier summary is older than the tail
+    history.replace("s", conversation()[:2])
+    assert await client.agent.compact(AgentRunConfig("s")) is None  # shorter than keep_last
     assert summarizer.requests == []
-    assert history.load("s") == conversation()
+    assert history.load("s") == conversation()[:2]
 
 
 async def test_above_the_threshold_older_messages_become_a_summary() -> None:
@@ -127,9 +158,9 @@ async def test_tool_calls_and_their_results_stay_together_in_sqlite(tmp_path: Pa
     assert isinstance(kept[0], AssistantMessage) and kept[0].tool_calls
     answered = {m.tool_call_id for m in kept if isinstance(m, ToolMessage)}
     assert answered == {c.id for c in kept[0].tool_calls}
-    [compacted] = [e for e in events if e.name == "history_compacted"]
-    assert compacted.payload["summarized"] == 5 and compacted.payload["kept"] == 4
-    assert compacted.payload["tokens_after"] < compacted.payload["tokens_before"]
+    [compacted] = [e for e in events if isinstance(e, CompactionCompletedEvent)]
+    assert compacted.messages_replaced == 5
+    assert compacted.tokens_after < compacted.tokens_before
 
 
 async def test_compaction_of_an_agent_session_after_real_requests() -> None:
@@ -199,8 +230,11 @@ async def test_auto_compaction_runs_in_the_turn_between_assembly_and_before_mode
     kept = [AssistantMessage("second done"), UserMessage("third task")]
     assert main.requests[0].messages == (SystemMessage("sys"), summary, *kept)
     assert seen == [("before_turn", 11), ("before_model", 4)]
-    [compacted] = [e for e in events if e.name == "history_compacted"]
-    assert compacted.payload["summarized"] == 8 and compacted.payload["kept"] == 2
+    names = [e.name for e in events if e.name != "transition"]
+    assert names[:5] == ["run_started", "compaction_started", "compaction_completed", "model_started", "text_delta"]
+    [compacted] = [e for e in events if isinstance(e, CompactionCompletedEvent)]
+    assert compacted.messages_replaced == 8
+    assert compacted.tokens_after == estimate_tokens([SystemMessage("sys"), summary, *kept]) < compacted.tokens_before
     assert history.load("s") == [summary, *kept, AssistantMessage("third done")]
 
 
@@ -223,3 +257,40 @@ async def test_auto_compaction_is_stored_by_the_sqlite_store_and_off_by_default(
         AssistantMessage("ok again"),
     ]
     store.close()
+
+
+async def test_auto_compaction_does_not_summarize_a_summary_it_cannot_shrink_in_every_turn() -> None:
+    history = InMemoryHistory()
+    history.replace("s", conversation())
+    verbose = "y" * 600  # a 150-token summary: over the threshold by itself
+    summarizer = ScriptedModel([AssistantMessage(verbose)], repeat_last=True)
+    main = ScriptedModel([AssistantMessage("a short reply")], repeat_last=True)
+    compaction = CompactionExtension(summarizer, threshold_tokens=100, keep_last=2, auto=True)
+    client = await create_agent(main, history=history, extensions=[compaction])
+    passes: list[int] = []
+    for turn in range(6):
+        events = [e async for e in client.stream(f"turn {turn}", config=AgentRunConfig("s"))]
+        passes.append(sum(isinstance(e, CompactionCompletedEvent) for e in events))
+    assert passes == [1, 0, 0, 0, 0, 0]
+    assert len(summarizer.requests) == 1
+    done: list[tuple[int, CompactionCompletedEvent | None]] = []
+    for turn in range(6, 30):
+        events = [e async for e in client.stream(f"turn {turn} " + "z" * 120, config=AgentRunConfig("s"))]
+        completed = [e for e in events if isinstance(e, CompactionCompletedEvent)]
+        done.append((turn, completed[0] if completed else None))
+    passes_at = [(turn, event) for turn, event in done if event is not None]
+    assert 2 <= len(passes_at) <= 8  # about every fourth turn, with 30 tokens more per turn
+    for (turn, event), (next_turn, next_event) in itertools.pairwise(passes_at):
+        assert next_turn > turn + 1  # never in two turns in a row
+        assert next_event.tokens_before > event.tokens_after + 100  # only once grown by another threshold
+    assert history.load("s")[0] == UserMessage(SUMMARY_PREFIX + verbose)
+
+
+async def test_auto_compaction_only_runs_above_the_threshold() -> None:
+    history = InMemoryHistory()
+    history.replace("s", conversation())
+    summarizer = ScriptedModel([])
+    compaction = CompactionExtension(summarizer, threshold_tokens=estimate_tokens(conversation()) + 50, auto=True)
+    client = await create_agent(ScriptedModel([AssistantMessage("ok")]), history=history, extensions=[compaction])
+    events = [e.name async for e in client.stream("hi", config=AgentRunConfig("s"))]
+    assert summarizer.requests == [] and not [n for n in events if n.startswith("compaction")]

@@ -1,12 +1,13 @@
 """CompactionExtension: summarize older history through the model.
 
-``await agent.compact(config)`` restores the session and runs ``on_compact``;
-with ``auto=True`` the same pass also runs in every turn of a request, after the
-model request is assembled and before ``before_model``. When the estimated size
-of the messages passes ``threshold_tokens``,
-everything but the leading system messages and the last ``keep_last``
-messages is rendered as a transcript and summarized by the model (the
-agent's own unless another is given). The session
+``await agent.compact(config)`` restores the session and runs ``on_compact``,
+which compacts whenever there is anything to compact. With ``auto=True`` a pass
+also runs in every turn of a request, after the model request is assembled and
+before ``before_model``, when the estimated size of the messages passes
+``threshold_tokens`` (see ``compact_turn`` for a pass that cannot get under it).
+A pass renders everything but the leading system messages and the last
+``keep_last`` messages as a transcript and has the model (the agent's own
+unless another is given) summarize it. The session
 then holds the summary (a UserMessage) followed by the kept messages, and the
 runtime stores that as the session's history. An assistant message and its
 tool results are never separated: the kept part never starts with a result.
@@ -18,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.events import ExtensionEvent
+from orchestrator.events import CompactionCompletedEvent, CompactionStartedEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage, text_of
 from orchestrator.model import Model, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
@@ -62,6 +63,15 @@ def transcript(messages: Sequence[Message]) -> str:
     return "\n\n".join(lines)
 
 
+def is_summary(message: Message) -> bool:
+    """Whether ``message`` is a summary an earlier compaction wrote."""
+    return (
+        isinstance(message, UserMessage)
+        and isinstance(message.content, str)
+        and message.content.startswith(SUMMARY_PREFIX)
+    )
+
+
 def split_point(messages: Sequence[Message], keep_last: int) -> int:
     """Index where the kept tail starts: at most ``keep_last`` messages, never a tool result first."""
     cut = max(len(messages) - keep_last, 0)
@@ -89,6 +99,8 @@ class CompactionExtension(AgentExtension):
         self.threshold_tokens = threshold_tokens
         self.keep_last = keep_last
         self.prompt = prompt
+        # Per session: the size a pass left when it could not get under the threshold.
+        self._floors: dict[str, int] = {}
 
     async def summarize(self, messages: Sequence[Message], model: Model) -> str:
         """``model``'s summary of ``messages``."""
@@ -114,39 +126,54 @@ class CompactionExtension(AgentExtension):
         return (final if final is not None else "".join(pieces)).strip()
 
     async def on_compact(self, context: AgentRunContext) -> None:
-        """Compact the restored session when it passes the threshold (``Agent.compact``)."""
-        await self.compact(context)
+        """Compact the restored session whenever there is anything to compact (``Agent.compact``)."""
+        await self.compact(context, force=True)
 
     async def compact_turn(self, context: AgentRunContext) -> bool:
-        """With ``auto``, compact the request's context before a model call; whether it did."""
-        return self.auto and await self.compact(context)
+        """With ``auto``, compact the request's context before a model call when it is due; whether it did.
 
-    async def compact(self, context: AgentRunContext) -> bool:
-        """Summarize all but the leading system messages and the kept tail; whether it did."""
+        It is due above ``threshold_tokens``; after a pass that could not bring the
+        session under the threshold, only once the context has grown by another
+        ``threshold_tokens`` beyond what that pass left (so a summary that is itself
+        over the threshold is not summarized again in every turn).
+        """
+        if not self.auto:
+            return False
+        floor = self._floors.get(context.session_id, 0)
+        if estimate_tokens(context.messages) <= floor + self.threshold_tokens:
+            return False
+        return await self.compact(context, force=True)
+
+    async def compact(self, context: AgentRunContext, *, force: bool = False) -> bool:
+        """Summarize all but the leading system messages and the kept tail; whether it did.
+
+        Without ``force`` only above ``threshold_tokens``. Nothing happens when the
+        part to summarize is empty or is only an earlier summary. Streams
+        ``compaction_started`` before the summarizer is called and
+        ``compaction_completed`` once the messages were replaced.
+        """
         messages = list(context.messages)
         before = estimate_tokens(messages)
-        if before <= self.threshold_tokens:
+        if not force and before <= self.threshold_tokens:
             return False
         head = 0
         while head < len(messages) and isinstance(messages[head], SystemMessage):
             head += 1
         system, conversation = messages[:head], messages[head:]
         cut = split_point(conversation, self.keep_last)
-        if cut == 0:
-            return False
         older, recent = conversation[:cut], conversation[cut:]
+        if all(is_summary(message) for message in older):
+            return False
+        await context.emit(CompactionStartedEvent(tokens_before=before))
         summary = await self.summarize(older, self.model or context.agent.model)
         compacted: list[Message] = [*system, UserMessage(SUMMARY_PREFIX + summary), *recent]
         context.replace_messages(compacted)
+        after = estimate_tokens(compacted)
+        if after > self.threshold_tokens:
+            self._floors[context.session_id] = after
+        else:
+            self._floors.pop(context.session_id, None)
         await context.emit(
-            ExtensionEvent(
-                name="history_compacted",
-                payload={
-                    "summarized": len(older),
-                    "kept": len(recent),
-                    "tokens_before": before,
-                    "tokens_after": estimate_tokens(compacted),
-                },
-            )
+            CompactionCompletedEvent(tokens_before=before, tokens_after=after, messages_replaced=len(older))
         )
         return True
