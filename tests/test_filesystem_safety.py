@@ -118,6 +118,26 @@ def test_grep_says_which_files_were_too_large_to_search(tmp_path: Path, monkeypa
         workspace.grep("needle", "large.txt")
 
 
+def test_walks_say_how_many_directories_were_too_deep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.extensions import fs_walk
+
+    monkeypatch.setattr(fs_walk, "MAX_DEPTH", 2)
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "c" / "deep.txt").write_text("needle\n")
+    (tmp_path / "a" / "top.txt").write_text("needle\n")
+    workspace = Workspace(tmp_path)
+    assert workspace.glob("**").splitlines() == [
+        "a/",
+        "a/b/",
+        "a/top.txt",
+        "[1 directories more than 2 levels deep were not searched]",
+    ]
+    assert workspace.grep("needle").splitlines() == [
+        "a/top.txt:1:needle",
+        "[1 directories more than 2 levels deep were not searched]",
+    ]
+
+
 # names that are not UTF-8 ----------------------------------------------------------
 
 

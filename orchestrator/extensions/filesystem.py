@@ -30,7 +30,7 @@ import trio
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.fs_confine import Beneath, Located, PathOutsideRoot, open_directory, open_regular
 from orchestrator.extensions.fs_match import Matcher, compile_glob, compile_regex
-from orchestrator.extensions.fs_walk import MAX_DEPTH, Entry, Walk, display_name
+from orchestrator.extensions.fs_walk import Entry, Walk, display_name
 from orchestrator.extensions.fs_write import HardLinkRefused, read_for_edit, replace_file
 from orchestrator.tools import ToolDefinition, build_tool
 
@@ -256,7 +256,7 @@ class Workspace:
     def _limit(self, rows: list[str], empty: str, walk: Walk | None = None) -> str:
         note = ""
         if walk is not None and walk.too_deep:
-            note = f"\n[{walk.too_deep} directories more than {MAX_DEPTH} levels deep were not searched]"
+            note = f"\n[{walk.too_deep} directories more than {walk.max_depth} levels deep were not searched]"
         if not rows:
             return empty + note
         if len(rows) > self.max_results:

@@ -56,11 +56,12 @@ class Walk:
 
     Within a directory, subdirectories come first, then everything else, each
     in name order. ``skip`` names directories not entered; ``too_deep`` counts
-    directories below MAX_DEPTH that were not entered.
+    directories deeper than ``max_depth`` levels that were not entered.
     """
 
     skip: frozenset[str] = frozenset({".git"})
     too_deep: int = 0
+    max_depth: int = attrs.field(factory=lambda: MAX_DEPTH)
 
     def entries(self, dir_fd: int, raw_prefix: str = "", shown_prefix: str = "") -> Iterator[Entry]:
         yield from self._level(dir_fd, raw_prefix, shown_prefix, 0)
@@ -77,7 +78,7 @@ class Walk:
                 continue
             yield Entry(dir_fd, name, raw_prefix + name, shown_prefix + display_name(name), kind)
         for name in folders:
-            if depth + 1 >= MAX_DEPTH:
+            if depth + 1 >= self.max_depth:
                 self.too_deep += 1
                 continue
             try:
