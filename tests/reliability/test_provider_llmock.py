@@ -143,3 +143,16 @@ async def test_tool_calls_and_broken_arguments_come_back_well_formed(mock: LLMoc
         return
     for broken in whole(events).message.tool_calls:
         assert isinstance(broken.id, str) and broken.id
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_a_shared_client_still_works_after_an_idle_timeout(mock: LLMock, adapter: str) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1)) as client:
+        chosen = model(mock, adapter, idle_timeout=1.0, retry=NO_RETRY, client=client)
+        mock.stall(after_chunks=3, seconds=60, provider=adapter)
+        with pytest.raises(ProviderTimeoutError):
+            await run(chosen)
+        mock.reply("Back again.", provider=adapter)
+        assert whole(await run(chosen)).message.content == "Back again."

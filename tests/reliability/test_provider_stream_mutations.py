@@ -103,6 +103,35 @@ def retype(draw: st.DrawFn, blocks: list[str]) -> list[str]:
     return [*blocks[:position], head + "data: " + json.dumps(new), *blocks[position + 1 :]]
 
 
+def split_string(draw: st.DrawFn, blocks: list[str]) -> list[str]:
+    """An event sent twice, one of its strings split between the copies at any UTF-16 code
+    unit, as a provider splits text between deltas (a surrogate pair may be cut in half)."""
+    candidates = [i for i, block in enumerate(blocks) if "data: {" in block]
+    if not candidates:
+        return blocks
+    position = draw(st.sampled_from(candidates))
+    head, _, data = blocks[position].partition("data: ")
+    value = json.loads(data)
+    strings = [path for path in paths(value) if isinstance(lookup(value, path), str)]
+    if not strings:
+        return blocks
+    path = draw(st.sampled_from(strings))
+    units = lookup(value, path).encode("utf-16-le", "surrogatepass")
+    cut = 2 * draw(st.integers(0, len(units) // 2))
+    first, second = (units[:cut], units[cut:])
+    halves = [
+        head + "data: " + json.dumps(replaced(value, path, half.decode("utf-16-le", "surrogatepass")))
+        for half in (first, second)
+    ]
+    return [*blocks[:position], *halves, *blocks[position + 1 :]]
+
+
+def lookup(value: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        value = value[step]
+    return value
+
+
 def drop(draw: st.DrawFn, blocks: list[str]) -> list[str]:
     if not blocks:
         return blocks
@@ -126,7 +155,9 @@ def move(draw: st.DrawFn, blocks: list[str]) -> list[str]:
     return [*moved[:target], blocks[source], *moved[target:]]
 
 
-EVENT_MUTATIONS: list[Callable[[st.DrawFn, list[str]], list[str]]] = [retype, retype, drop, duplicate, move]
+EVENT_MUTATIONS: list[Callable[[st.DrawFn, list[str]], list[str]]] = [
+    retype, retype, split_string, drop, duplicate, move,
+]  # fmt: skip
 
 
 @st.composite
