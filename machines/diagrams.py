@@ -45,6 +45,8 @@ LINKS: tuple[Link, ...] = (
     Link("plan_mode", "entry_awaiting_approval", "phase", "awaiting_approval", "holds the request in"),
     Link("plan_mode", "exit_awaiting_approval", "phase", "awaiting_approval", "holds the request in"),
     Link("plan_mode", "plan_active", "mode", "plan_active", "holds the request in"),
+    Link("tool_approval", "deciding", "phase", "awaiting_tool", "decides each call in"),
+    Link("tool_approval", "asking", "phase", "awaiting_approval", "holds the request in"),
     Link("steering_inbox", "open", "phase", "setup", "starts as the request enters"),
     Link("steering_inbox", "holding", "phase", "awaiting_tool", "is taken after each call in"),
     Link("steering_inbox", "holding", "phase", "answered", "is taken in"),

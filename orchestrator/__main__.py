@@ -1,4 +1,4 @@
-"""``python -m orchestrator {demo,diagrams,schema,run,serve}``."""
+"""``python -m orchestrator {demo,diagrams,schema,run,chat,sessions,serve}``."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.server.serve import main as serve
 
         return serve(args[1:])
-    if command == "run":
-        from orchestrator.cli import main as run
+    if command in ("run", "chat", "sessions"):
+        from orchestrator.cli import command as cli
 
-        return run(args[1:])
-    print("usage: python -m orchestrator {demo,diagrams,schema,run,serve} [options]", file=sys.stderr)
+        return cli(command, args[1:])
+    print("usage: python -m orchestrator {demo,diagrams,schema,run,chat,sessions,serve} [options]", file=sys.stderr)
     return 0 if command in ("help", "-h", "--help") else 2
 
 

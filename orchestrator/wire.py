@@ -72,6 +72,7 @@ BUNDLED_EVENT_MODULES = (
     "orchestrator.extensions.plan_mode",
     "orchestrator.extensions.steering",
     "orchestrator.extensions.sqlite_store",
+    "orchestrator.extensions.tool_approval",
 )
 """Modules of the bundled extensions that declare events; imported before classes are listed."""
 

@@ -1,4 +1,4 @@
-"""The ``run`` command: output, terminal approvals, steering, Ctrl-C and stored sessions."""
+"""The ``run`` command: output, terminal approvals, steering, Ctrl-C, stored sessions and model choice."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from support import asks, call
 
 from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, ToolMessage, ToolStatus, UserMessage
 from orchestrator.cli import Options, main, run, word_count
+from orchestrator.cli.signals import CANCELLING
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +27,7 @@ class Cli:
     def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.db = tmp_path / "sessions.db"
         environment = {**(env if env is not None else os.environ), "PYTHONPATH": str(REPO)}
+        environment["XDG_DATA_HOME"] = str(tmp_path / "data")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "run", *args, "--db", str(self.db), "--root", str(tmp_path)],
             stdin=subprocess.PIPE,
@@ -69,10 +71,10 @@ class Cli:
 
 
 def test_scripted_run_is_stored_and_resumed_with_session(tmp_path: Path) -> None:
-    first = Cli(tmp_path, "count these four words")
+    first = Cli(tmp_path, "count these four words", "--trace")
     code, out, err = first.finish()
     assert code == 0, err
-    assert '-> word_count {"text": "count these four words"}' in out
+    assert '-> word_count(text="count these four words")' in out
     assert "<- word_count succeeded: 4" in out
     assert "Your message has 4 words." in out
     assert "request/phase: awaiting_model -> awaiting_tool (respond)" in out
@@ -95,19 +97,18 @@ def test_scripted_run_is_stored_and_resumed_with_session(tmp_path: Path) -> None
 
 
 def test_plan_mode_approvals_are_asked_on_the_terminal(tmp_path: Path) -> None:
-    cli = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "p")
+    cli = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "p", "--trace")
     assert "no stored session p" in cli.expect("no stored session")
     cli.expect("? Enter Plan Mode? reason: plan before acting on: add a feature [y/n]")
     cli.send("maybe")
     cli.expect("please answer y or n")
     cli.send("y")
     cli.expect("* plan mode entered")
-    cli.expect("? Approve this plan?")
-    cli.expect("[y/n]")
+    cli.expect("? Approve this plan? [y/n]")
     cli.send("yes")
     code, out, err = cli.finish()
     assert code == 0, err
-    assert '-> list_files {"path": "."}' in out
+    assert '-> list_files(path=".")' in out
     assert "plan_mode/lifecycle: plan_active -> exit_awaiting_approval (propose_exit)" in out
     assert "* plan mode exited" in out
     assert "Plan approved; Plan Mode has ended." in out
@@ -130,13 +131,13 @@ def test_declining_plan_mode_continues_normally(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_cancels_the_request_cleanly(tmp_path: Path) -> None:
-    cli = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "c")
+    cli = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "c", "--trace")
     cli.expect("? Enter Plan Mode?")
     cli.proc.send_signal(signal.SIGINT)
     code, out, err = cli.finish()
     assert code == 130, err
     assert out.splitlines()[-1] == "* cancelled"
-    assert "(interrupted: cancelling the request)" in out
+    assert CANCELLING in out
     assert "plan_mode/lifecycle: entry_awaiting_approval -> normal (withdraw)" in out
     assert "<- enter_plan_mode cancelled: not completed: request cancelled" in out
     assert "request/phase: awaiting_tool -> cancelled (cancel)" in out
@@ -178,14 +179,13 @@ def test_a_plan_awaiting_approval_when_killed_is_approved_after_the_restart(tmp_
     killed = Cli(tmp_path, "add a feature", "--plan-mode", "--session", "x")
     killed.expect("? Enter Plan Mode?")
     killed.send("y")
-    killed.expect("? Approve this plan?")
-    killed.expect("[y/n]")
+    killed.expect("? Approve this plan? [y/n]")
     killed.proc.kill()
     assert killed.proc.wait(timeout=20) == -signal.SIGKILL
     [pending] = SQLiteSessionStore(killed.db).pending_approvals("x")
     assert pending.event == "exit_plan_mode"
 
-    cli = Cli(tmp_path, "go on", "--plan-mode", "--session", "x")
+    cli = Cli(tmp_path, "go on", "--plan-mode", "--session", "x", "--trace")
     cli.expect(f"(the previous run stopped while waiting for exit_plan_mode {pending.tool_call_id})")
     cli.expect("[y/n]")
     cli.send("y")
@@ -202,13 +202,21 @@ def test_a_plan_awaiting_approval_when_killed_is_approved_after_the_restart(tmp_
     assert stored.plan_mode("x") == "normal"
 
 
-def test_a_missing_key_falls_back_to_the_scripted_model(tmp_path: Path) -> None:
+def test_an_explicit_model_without_a_key_exits_with_2_and_says_why(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
-    for spec in ("openai:gpt-4o-mini", "anthropic:claude-x"):
+    for spec, variable in (("openai:gpt-4o-mini", "OPENAI_API_KEY"), ("anthropic:claude-x", "ANTHROPIC_API_KEY")):
         code, out, err = Cli(tmp_path, "hello there", "--model", spec, env=env).finish()
-        assert code == 0
-        assert "running on the scripted model instead" in err
-        assert "Your message has 2 words." in out
+        assert code == 2
+        assert f"error: --model {spec}: set {variable}" in err
+        assert "scripted" not in err and out == ""
+
+
+def test_without_a_model_the_scripted_one_runs_and_says_so(tmp_path: Path) -> None:
+    code, out, err = Cli(tmp_path, "hello there").finish()
+    assert code == 0
+    assert "no --model given: running on the scripted model" in err
+    assert "Your message has 2 words." in out
+    assert "request/phase" not in out  # transitions only with --trace
 
 
 def test_bad_arguments_exit_with_usage_error(capsys: object) -> None:
@@ -249,11 +257,11 @@ async def test_a_line_typed_while_the_agent_works_steers_it(tmp_path: Path) -> N
     terminal.script = [("setup -> awaiting_model (request_model)", "focus on tests")]  # typed while the model works
 
     async def first(request: ModelRequest) -> AssistantMessage:
-        await terminal.printed("(steering sent)")
+        await terminal.printed("> steering: focus on tests")
         return asks(call("w1", "word_count", text="x y"), text="counting")
 
     model = ScriptedModel([first, AssistantMessage("Focusing on tests.")])
-    options = Options("do everything", db=str(tmp_path / "s.db"), session="st")
+    options = Options("do everything", db=str(tmp_path / "s.db"), session="st", trace=True)
     with trio.fail_after(10):
         code = await run(
             options,
@@ -262,6 +270,7 @@ async def test_a_line_typed_while_the_agent_works_steers_it(tmp_path: Path) -> N
             read_line=terminal.read_line,
             write=terminal.write,
             handle_sigint=False,
+            interactive=True,
         )
     assert code == 0
     assert "<- word_count skipped" in terminal.text
@@ -273,8 +282,8 @@ async def test_a_line_typed_while_the_agent_works_steers_it(tmp_path: Path) -> N
 async def test_ask_user_is_answered_on_the_terminal(tmp_path: Path) -> None:
     terminal = FakeTerminal()
     terminal.script = [
-        ("? Which database? (options: sqlite, postgres)", "mysql"),
-        ("please answer one of: sqlite, postgres", "sqlite"),
+        ("? Which database?  1) sqlite  2) postgres", "mysql"),
+        ("please answer with a number or one of: sqlite, postgres", "sqlite"),
     ]
     model = ScriptedModel(
         [
@@ -298,7 +307,7 @@ async def test_input_ending_while_a_question_waits_cancels_the_request(tmp_path:
     with trio.fail_after(10):
         code = await run(options, model=model, read_line=terminal.read_line, write=terminal.write, handle_sigint=False)
     assert code == 130
-    assert "(input closed before the question was answered)" in terminal.text
+    assert "(input ended before the question was answered)" in terminal.text
     assert terminal.text.endswith("* cancelled\n")
     stored = SQLiteSessionStore(tmp_path / "s.db").messages("e")
     assert stored[-1] == ToolMessage("q", "ask_user", "not completed: request cancelled", ToolStatus.CANCELLED)

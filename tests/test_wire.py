@@ -38,6 +38,7 @@ from orchestrator.extensions.sqlite_store import (
     StoredMessageUnreadableEvent,
 )
 from orchestrator.extensions.steering import SteeringMessageEvent
+from orchestrator.extensions.tool_approval import ToolApprovalEvent
 from orchestrator.model import Usage
 
 IDS: dict[str, Any] = {"session_id": "s1", "request_id": "r1", "seq": 7, "ts": 1764763200.25}
@@ -73,6 +74,7 @@ SAMPLES: list[ev.AgentEvent] = [
     ev.CompactionCompletedEvent(**IDS, tokens_before=4000, tokens_after=900, messages_replaced=12),
     ev.ExtensionEvent(**IDS, name="my_progress", payload={"done": 3, "of": [1, 2.5, "x"], "ok": True, "none": None}),
     AskUserEvent(**IDS, tool_call_id="c1", question="Which?", options=("a", "b")),
+    ToolApprovalEvent(**IDS, tool_call_id="c1", tool_name="bash", arguments={"command": "ls"}),
     EnterPlanModeEvent(**IDS, tool_call_id="c1", reason="big change"),
     ExitPlanModeEvent(**IDS, tool_call_id="c1", plan="1. do it"),
     PlanModeEnteredEvent(**IDS, tool_call_id="c1"),

@@ -10,14 +10,17 @@ step. While Plan Mode is active the request offers, and admits, only
 tools are withheld, and the Plan Mode prompt is the only system instruction.
 The filesystem tools and ``bash`` are offered after every extension's
 ``on_tool``, so a same-named tool another extension registers is used instead
-of clashing with it.
+of clashing with it. ``writable=("PLAN.md", "plans/**")`` confines write_file
+and edit_file in Plan Mode to those paths (patterns relative to ``root``); the
+default (None) admits them everywhere, as the other filesystem tools.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -71,6 +74,7 @@ ENTER_TOOL = "enter_plan_mode"
 EXIT_TOOL = "exit_plan_mode"
 ENTER_RESPONSE = "enter_plan_mode_response"
 EXIT_RESPONSE = "exit_plan_mode_response"
+WRITING_TOOLS = frozenset({"write_file", "edit_file"})
 
 _ACTIVE = frozenset({"plan_active", "exit_awaiting_approval"})
 _AWAITING = frozenset({"entry_awaiting_approval", "exit_awaiting_approval"})
@@ -179,11 +183,25 @@ EXIT_WAIT = WaitRule(EXIT_RESPONSE, lambda asked: require_bool("approved"), _set
 class PlanModeExtension(AgentExtension):
     """Require user approval for model-proposed entry and exit transitions."""
 
-    def __init__(self, *, system_prompt: str = DEFAULT_SYSTEM_PROMPT, root: str | os.PathLike[str] = ".") -> None:
+    def __init__(
+        self,
+        *,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        root: str | os.PathLike[str] = ".",
+        writable: Sequence[str] | None = None,
+    ) -> None:
         if not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a str, got {type(system_prompt).__name__}")
         if not system_prompt.strip():
             raise ValueError("system_prompt must not be empty")
+        if isinstance(writable, str):
+            raise TypeError("writable must be a sequence of path patterns, not one string")
+        if writable is not None and any(not isinstance(p, str) or not p.strip() for p in writable):
+            raise ValueError("writable patterns must be non-empty strings")
+        self.writable: tuple[str, ...] | None = None if writable is None else tuple(writable)
+        if self.writable is not None:
+            allowed = ", ".join(self.writable) or "nothing"
+            system_prompt += f"\nWhile Plan Mode is active, write_file and edit_file may change only: {allowed}.\n"
         self.system_prompt = system_prompt
         self.root = Path(root).resolve()
         self.router = ResponseRouter()
@@ -347,6 +365,23 @@ class PlanModeExtension(AgentExtension):
         elif active and call.name not in self.capabilities:
             allowed = ", ".join(sorted(self.capabilities))
             raise ToolRejected(f"{call.name!r} is not available in Plan Mode; available: {allowed}")
+        elif active and call.name in WRITING_TOOLS and self.writable is not None:
+            self._check_writable(call)
+
+    def _check_writable(self, call: ToolCall) -> None:
+        """Refuse a write in Plan Mode outside the ``writable`` patterns (paths relative to ``root``)."""
+        path = call.arguments.get("path")
+        if not isinstance(path, str):
+            return  # the tool itself reports the invalid arguments
+        target = Path(os.path.normpath(self.root / path))
+        try:
+            relative: str | None = target.relative_to(self.root).as_posix()
+        except ValueError:
+            relative = None
+        writable = self.writable or ()
+        if relative is None or not any(fnmatch.fnmatchcase(relative, pattern) for pattern in writable):
+            allowed = ", ".join(writable) or "nothing"
+            raise ToolRejected(f"Plan Mode may write only {allowed}; {path!r} is outside")
 
     async def _propose(self, context: AgentRunContext, call: ToolCall, trigger: str, field: str) -> None:
         definition = self.enter_tool if trigger == "propose_entry" else self.exit_tool

@@ -60,6 +60,7 @@ from orchestrator.events import (
 from orchestrator.extensions.ask_user import ASK_USER_WAIT
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import ENTER_WAIT, EXIT_WAIT, PlanModeExtension
+from orchestrator.extensions.tool_approval import TOOL_APPROVAL_WAIT
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from orchestrator.pending import SettledAnswer, WaitRule
 from orchestrator.runtime import CLEANUP_SECONDS
@@ -90,7 +91,7 @@ __all__ = [
 
 log = logging.getLogger("orchestrator.store")
 
-DEFAULT_WAIT_RULES: tuple[WaitRule, ...] = (ASK_USER_WAIT, ENTER_WAIT, EXIT_WAIT)
+DEFAULT_WAIT_RULES: tuple[WaitRule, ...] = (ASK_USER_WAIT, ENTER_WAIT, EXIT_WAIT, TOOL_APPROVAL_WAIT)
 
 _FINAL_PHASES = REQUEST.main.final_states
 # Plan Mode states a restart returns to Plan Mode; a waiting proposal without an answer is withdrawn.

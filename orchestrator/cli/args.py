@@ -1,0 +1,122 @@
+"""Command lines of ``run``, ``chat`` and ``sessions``, parsed into Options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import attrs
+
+MODEL_HELP = "openai:NAME or anthropic:NAME (default: the scripted model, which needs no key)"
+DEFAULT_TOOLS_TO_ASK = ("write_file", "edit_file", "bash")
+
+
+def default_db() -> str:
+    """``$XDG_DATA_HOME/orchestrator/sessions.db`` (``~/.local/share`` when unset): outside any --root."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return os.path.join(base, "orchestrator", "sessions.db")
+
+
+@attrs.frozen
+class Options:
+    """A parsed ``run`` or ``chat`` command line."""
+
+    prompt: str | None = None
+    model: str | None = None  # None: the scripted model
+    session: str | None = None
+    continue_last: bool = False
+    plan_mode: bool = False
+    root: str = "."
+    db: str = attrs.field(factory=default_db)
+    trace: bool = False
+    json: bool = False
+    yes: bool = False
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    scripted_delay: float = 3.0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help=MODEL_HELP)
+    parser.add_argument("--session", help="continue this stored session (a new one is created otherwise)")
+    parser.add_argument("-c", "--continue", dest="continue_last", action="store_true", help="continue the last session")
+    parser.add_argument("--plan-mode", action="store_true", help="plan first: the model proposes Plan Mode")
+    parser.add_argument("--root", default=".", help="workspace of the filesystem tools and bash (default: .)")
+    parser.add_argument("--db", help="session database (default: $XDG_DATA_HOME/orchestrator/sessions.db)")
+    parser.add_argument("--trace", action="store_true", help="show every state machine transition")
+    parser.add_argument("--json", action="store_true", help="print the events as JSON, one object per line")
+    parser.add_argument("--yes", action="store_true", help="allow every tool without asking")
+    parser.add_argument("--allow", action="append", default=[], metavar="TOOL", help="allow TOOL (a name or pattern)")
+    parser.add_argument("--deny", action="append", default=[], metavar="TOOL", help="deny TOOL (a name or pattern)")
+    parser.add_argument(
+        "--scripted-delay",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long the scripted model's slow_step tool takes (default 3)",
+    )
+
+
+def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: str | None) -> Options:
+    if args.model is not None and not args.model.startswith(("openai:", "anthropic:")):
+        parser.error(f"unknown --model {args.model!r}: use openai:NAME or anthropic:NAME (or leave it out)")
+    if args.session and args.continue_last:
+        parser.error("--session and -c/--continue exclude each other")
+    if args.scripted_delay < 0:
+        parser.error("--scripted-delay must not be negative")
+    return Options(
+        prompt=prompt,
+        model=args.model,
+        session=args.session,
+        continue_last=args.continue_last,
+        plan_mode=args.plan_mode,
+        root=args.root,
+        db=args.db or default_db(),
+        trace=args.trace,
+        json=args.json,
+        yes=args.yes,
+        allow=tuple(args.allow),
+        deny=tuple(args.deny),
+        scripted_delay=args.scripted_delay,
+    )
+
+
+def parse(argv: list[str]) -> Options:
+    """``run "PROMPT" [options]``."""
+    parser = argparse.ArgumentParser(prog="python -m orchestrator run", description="Run one request.")
+    parser.add_argument("prompt", help="the user input")
+    _common(parser)
+    args = parser.parse_args(argv)
+    return _options(parser, args, args.prompt)
+
+
+def parse_chat(argv: list[str]) -> Options:
+    """``chat [options]``."""
+    parser = argparse.ArgumentParser(prog="python -m orchestrator chat", description="An interactive session.")
+    _common(parser)
+    args = parser.parse_args(argv)
+    return _options(parser, args, None)
+
+
+@attrs.frozen
+class SessionsCommand:
+    """A parsed ``sessions list|show ID|delete ID``."""
+
+    action: str
+    session: str | None
+    db: str
+
+
+def parse_sessions(argv: list[str]) -> SessionsCommand:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator sessions", description="Stored sessions.")
+    parser.add_argument("--db", help="session database (default: $XDG_DATA_HOME/orchestrator/sessions.db)")
+    actions = parser.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="the stored sessions, latest first")
+    listing.add_argument("--db", dest="sub_db", help=argparse.SUPPRESS)
+    for name, text in (("show", "one session's messages"), ("delete", "delete one session")):
+        sub = actions.add_parser(name, help=text)
+        sub.add_argument("session", help="the session id")
+        sub.add_argument("--db", dest="sub_db", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    return SessionsCommand(args.action, getattr(args, "session", None), args.sub_db or args.db or default_db())

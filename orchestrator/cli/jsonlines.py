@@ -1,0 +1,7 @@
+"""``--json``: each event as one line of JSON in the library's wire format (``orchestrator.wire``)."""
+
+from __future__ import annotations
+
+from orchestrator.wire import dumps
+
+__all__ = ["dumps"]

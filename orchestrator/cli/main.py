@@ -1,0 +1,92 @@
+"""Entry points of ``python -m orchestrator run|chat|sessions``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import trio
+
+
+def _broken_pipe(error: BaseException) -> bool:
+    if isinstance(error, BrokenPipeError):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        return all(_broken_pipe(inner) for inner in error.exceptions)
+    return False
+
+
+def _quietly(body: Callable[[], int]) -> int:
+    """Run ``body``; a reader that went away (``| head``) ends it quietly."""
+    try:
+        code = body()
+        sys.stdout.flush()
+        return code
+    except BaseException as error:
+        if not _broken_pipe(error):
+            raise
+        # Nothing more can be written; point stdout at /dev/null so the interpreter's final flush is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a program the pipe's signal ended
+
+
+def _needs_rich() -> str | None:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return "the terminal interface needs rich: pip install 'orchestrator[cli]'"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    """``run "PROMPT"`` (the default of this function, for compatibility)."""
+    return command("run", argv)
+
+
+def command(name: str, argv: list[str]) -> int:
+    problem = _needs_rich()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
+    from orchestrator.cli import args
+
+    try:
+        if name == "sessions":
+            parsed_sessions = args.parse_sessions(argv)
+            return _quietly(lambda: _sessions(parsed_sessions))
+        options = args.parse_chat(argv) if name == "chat" else args.parse(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    if name == "chat":
+        from orchestrator.cli.chat import chat
+
+        return _quietly(lambda: trio.run(chat, options))
+    from orchestrator.cli.oneshot import run
+
+    return _quietly(lambda: trio.run(run, options))
+
+
+def _sessions(parsed: object) -> int:
+    from orchestrator.cli.args import SessionsCommand
+    from orchestrator.cli.render import Screen
+    from orchestrator.cli.sessions import delete_session, list_sessions, show_session
+    from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+
+    assert isinstance(parsed, SessionsCommand)
+    if not os.path.exists(parsed.db):
+        print(f"no session database at {parsed.db}", file=sys.stderr)
+        return 1
+    tty = sys.stdout.isatty()
+    screen = Screen(sys.stdout, tty=tty, color=tty and not os.environ.get("NO_COLOR"))
+    store = SQLiteSessionStore(parsed.db)
+    try:
+        if parsed.action == "list":
+            return list_sessions(store, screen, parsed.db)
+        assert parsed.session is not None
+        if parsed.action == "show":
+            return show_session(store, screen, parsed.session, parsed.db)
+        return delete_session(store, screen, parsed.session, parsed.db)
+    finally:
+        store.close()
