@@ -126,6 +126,9 @@ class RequestRun:
         self.approvals: int = 0
         # seq of the last event streamed; the next one gets seq + 1.
         self.seq = 0
+        # Events waiting for room in the sink, in seq order behind the fair lock.
+        self._waiting = 0
+        self._send_lock: trio.Lock | None = None
         self.steering: UserMessage | None = None
         # Calls of the current turn that steering skipped, reported by steering_applied.
         self.skipped_ids: tuple[str, ...] = ()
@@ -206,17 +209,33 @@ class RequestRun:
             seq=self._number(),
             ts=time.time(),
         )
-        if not self._sink.offer(event):
-            await self._sink.put(event)
+        if self._waiting or not self._sink.offer(event):
+            await self._send_in_turn(event)
         await self._deliver(event)
+
+    async def _send_in_turn(self, event: ev.AgentEvent) -> None:
+        """Hand ``event`` to a sink that has no room, after every event numbered before it.
+
+        Events are numbered as they are built; tasks of one request (parallel tool
+        calls) that wait for room queue on a fair lock in that order, and no event
+        overtakes them while any waits, so the sink receives them in ``seq`` order.
+        """
+        if self._send_lock is None:
+            self._send_lock = trio.Lock()
+        self._waiting += 1
+        try:
+            async with self._send_lock:
+                await self._sink.put(event)
+        finally:
+            self._waiting -= 1
 
     async def _emit_new(self, kind: type[ev.AgentEvent], **fields: Any) -> None:
         """Build, number and stream an event of the runtime's own (no copy, unlike ``emit``)."""
         if not self._heard(kind.kind):
             return
         event = kind(**self._ids, seq=self._number(), ts=time.time(), **fields)
-        if not self._sink.offer(event):
-            await self._sink.put(event)
+        if self._waiting or not self._sink.offer(event):
+            await self._send_in_turn(event)
         await self._deliver(event)
 
     async def publish(self, event: ev.AgentEvent, *, to_publisher: bool = False) -> None:

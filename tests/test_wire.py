@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -11,6 +12,7 @@ from support import asks, call
 
 from orchestrator import (
     AgentRunConfig,
+    AgentRunContext,
     AssistantMessage,
     ImagePart,
     ScriptedModel,
@@ -21,10 +23,12 @@ from orchestrator import (
     ToolStatus,
     UserMessage,
     create_agent,
+    sinks,
     tool,
     wire,
 )
 from orchestrator import events as ev
+from orchestrator import stream as stream_module
 from orchestrator.extensions.ask_user import AskUserEvent
 from orchestrator.extensions.plan_mode import (
     EnterPlanModeEvent,
@@ -253,3 +257,26 @@ async def test_each_request_counts_from_one() -> None:
         with trio.fail_after(10):
             firsts.append([e.seq async for e in client.stream("go")][:2])
     assert firsts == [[1, 2], [1, 2]]
+
+
+@tool
+async def chatty(context: AgentRunContext, n: int) -> str:
+    """Emit many events."""
+    for i in range(40):
+        await context.emit(ev.ExtensionEvent(name="tick", payload={"n": n, "i": i}))
+    return "ok"
+
+
+async def test_parallel_calls_waiting_for_a_slow_consumer_keep_seq_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream_module, "StreamQueue", functools.partial(sinks.StreamQueue, capacity=2))
+    calls = [ToolCall(f"c{n}", "chatty", {"n": n}) for n in range(4)]
+    client = await create_agent(ScriptedModel([AssistantMessage("", calls), AssistantMessage("done")]), tools=[chatty])
+    seqs: list[int] = []
+    with trio.fail_after(20):
+        async with client.stream("go") as events:
+            async for event in events:
+                seqs.append(event.seq)
+                if len(seqs) % 3 == 0:
+                    await trio.sleep(0)
+    assert len(seqs) > 160
+    assert seqs == list(range(1, len(seqs) + 1))
