@@ -404,3 +404,16 @@ async def test_error_messages_from_the_provider_are_cleaned() -> None:
     with pytest.raises(ModelError) as raised:
         await collect(openai_model(Server(sse(in_stream)), Sleeps(), max_retries=0), HELLO)
     assert str(raised.value).endswith("x\ufffd")
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("hint", ["1e400", "inf", "nan", "-5"])
+async def test_a_retry_after_that_is_not_a_finite_wait_is_not_obeyed(status: int, hint: str) -> None:
+    from orchestrator.providers import RetryPolicy
+
+    failed = error(status, {"error": {"message": "busy", "type": "server_error"}}, {"retry-after": hint})
+    sleeps = Sleeps()
+    server = Server(failed, sse(OPENAI_TEXT))
+    events = await collect(openai_model(server, sleeps, retry=RetryPolicy(total_timeout=None)), HELLO)
+    assert completed(events).content == "Hello, world!"
+    assert len(sleeps.delays) == 1 and 0 <= sleeps.delays[0] <= 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -87,22 +88,27 @@ class MalformedStreamError(ProviderError):
     retryable = True
 
 
+def _seconds(text: str, scale: float = 1.0) -> float | None:
+    """A finite, non-negative number of seconds, or None when ``text`` is not one."""
+    try:
+        value = float(text) * scale
+    except ValueError:
+        return None
+    return max(0.0, value) if math.isfinite(value) else None
+
+
 def _parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date)."""
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date);
+    a value that is not a finite number of seconds or a date is ignored."""
     lowered = {key.lower(): value for key, value in headers.items()}
     millis = lowered.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000.0)
-        except ValueError:
-            pass
+    if millis is not None and (seconds := _seconds(millis, 1 / 1000)) is not None:
+        return seconds
     value = lowered.get("retry-after")
     if value is None:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    if (seconds := _seconds(value)) is not None:
+        return seconds
     try:
         moment = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
