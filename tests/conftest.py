@@ -19,3 +19,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("default")
+
+# A throwaway PostgreSQL server, for the tests that need one (see tests/pg.py).
+from pg import postgres_dsn, postgres_server  # noqa: E402, F401

@@ -163,7 +163,7 @@ async def test_an_unreadable_row_is_reported_once_and_replaced_by_a_marked_place
     c2 = [m for m in seen if isinstance(m, ToolMessage) and m.tool_call_id == "c2"]
     assert c2 == [ToolMessage("c2", "echo", STOPPED, ToolStatus.CANCELLED)]
     assert problems(list(model.requests[1].messages)) == []
-    kept = [(row[0], row[3]) for row in store.store.quarantined("s")]  # type: ignore[attr-defined]
+    kept = [(row.row_id, row.body) for row in store.store.quarantined("s")]
     assert kept[0] == (2, "{not json")
 
 

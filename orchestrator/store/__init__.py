@@ -1,7 +1,8 @@
 """Session stores: where sessions live between requests and across restarts.
 
 ``SessionStore`` (``orchestrator.store.interface``) is the interface; ``SQLiteStore``
-keeps sessions in one file, ``MemoryStore`` in this process. The extension that
+keeps sessions in one file, ``MemoryStore`` in this process, and
+``orchestrator.store.postgres.PostgresStore`` (the ``postgres`` extra) in PostgreSQL. The extension that
 connects a store to an Agent is
 ``orchestrator.extensions.session_store.SessionStoreExtension``
 (``SQLiteSessionStore`` is that extension on an SQLite file).
@@ -13,6 +14,7 @@ from orchestrator.store.codec import UndecodableMessage, decode_message, encode_
 from orchestrator.store.errors import SchemaTooNew, SessionLocked, StoreError
 from orchestrator.store.interface import (
     PendingApproval,
+    Quarantined,
     SessionChange,
     SessionLock,
     SessionStore,
@@ -29,6 +31,7 @@ __all__ = [
     "InMemoryHistory",
     "MemoryStore",
     "PendingApproval",
+    "Quarantined",
     "SQLiteStore",
     "SchemaTooNew",
     "SessionChange",

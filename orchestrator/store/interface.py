@@ -19,7 +19,7 @@ import attrs
 
 from orchestrator.messages import Message
 
-__all__ = ["PendingApproval", "SessionChange", "SessionLock", "SessionStore", "StoredRow", "Unreadable"]
+__all__ = ["PendingApproval", "Quarantined", "SessionChange", "SessionLock", "SessionStore", "StoredRow", "Unreadable"]
 
 
 @attrs.frozen
@@ -39,6 +39,17 @@ class Unreadable:
     row_id: int
     reason: str
     placeholder: Message
+
+
+@attrs.frozen
+class Quarantined:
+    """A row set aside as unreadable: its raw body as it was found, and why it did not decode."""
+
+    row_id: int
+    session_id: str
+    position: int
+    body: str
+    reason: str
 
 
 @attrs.frozen
@@ -101,6 +112,10 @@ class SessionStore(abc.ABC):
     def apply(self, session_id: str, change: SessionChange) -> None:
         """Make ``change`` in one transaction; StoreError (nothing changed) when it cannot."""
 
+    @abc.abstractmethod
+    def quarantined(self, session_id: str | None = None) -> list[Quarantined]:
+        """Rows set aside as unreadable, oldest first (optionally of one session)."""
+
     # approvals --------------------------------------------------------------
 
     @abc.abstractmethod
@@ -139,4 +154,4 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Release what the store holds open."""
+        """Release what the store holds open, the sessions it holds included."""

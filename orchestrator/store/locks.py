@@ -36,10 +36,38 @@ class _Held(SessionLock):
         self._on_release()
 
 
-class ProcessLocks:
+class _Locks:
+    """Keeps the locks it gave out, so a closing store can release them all."""
+
+    def __init__(self) -> None:
+        self._given: set[SessionLock] = set()
+        self._given_lock = threading.Lock()
+
+    def _give(self, release: Callable[[], None]) -> SessionLock:
+        held: _Held
+
+        def forget_and_release() -> None:
+            with self._given_lock:
+                self._given.discard(held)
+            release()
+
+        held = _Held(forget_and_release)
+        with self._given_lock:
+            self._given.add(held)
+        return held
+
+    def release_all(self) -> None:
+        with self._given_lock:
+            given = list(self._given)
+        for held in given:
+            held.release()
+
+
+class ProcessLocks(_Locks):
     """Session locks in this process's memory."""
 
     def __init__(self, where: str) -> None:
+        super().__init__()
         self.where = where
         self._lock = threading.Lock()
         self._held: set[str] = set()
@@ -54,10 +82,10 @@ class ProcessLocks:
             with self._lock:
                 self._held.discard(session_id)
 
-        return _Held(release)
+        return self._give(release)
 
 
-class FileLocks:
+class FileLocks(_Locks):
     """Session locks as ``flock`` on one file per session in ``directory``.
 
     The files stay (a few bytes each, named by a hash of the session id): removing a
@@ -65,6 +93,7 @@ class FileLocks:
     """
 
     def __init__(self, directory: str, where: str) -> None:
+        super().__init__()
         self.directory = directory
         self.where = where
 
@@ -91,4 +120,4 @@ class FileLocks:
         def release() -> None:
             os.close(fd)  # closing the descriptor drops the lock
 
-        return _Held(release)
+        return self._give(release)

@@ -18,7 +18,14 @@ from orchestrator.history import InMemoryHistory, SessionHistory
 from orchestrator.messages import ToolMessage
 from orchestrator.store.codec import encode_message
 from orchestrator.store.errors import StoreError
-from orchestrator.store.interface import PendingApproval, SessionChange, SessionLock, SessionStore, StoredRow
+from orchestrator.store.interface import (
+    PendingApproval,
+    Quarantined,
+    SessionChange,
+    SessionLock,
+    SessionStore,
+    StoredRow,
+)
 from orchestrator.store.locks import ProcessLocks
 
 __all__ = ["InMemoryHistory", "MemoryStore", "SessionHistory"]
@@ -37,7 +44,7 @@ class MemoryStore(SessionStore):
         self._modes: dict[str, str] = {}
         self._next_row = 1
         self._locks = ProcessLocks(self.where)
-        self.quarantined: list[tuple[str, StoredRow, str]] = []
+        self._quarantined: list[Quarantined] = []
 
     def sessions(self) -> list[str]:
         with self._lock:
@@ -59,7 +66,9 @@ class MemoryStore(SessionStore):
             for unreadable, body in quarantine:
                 for i, row in enumerate(rows):
                     if row.row_id == unreadable.row_id:
-                        self.quarantined.append((session_id, row, unreadable.reason))
+                        self._quarantined.append(
+                            Quarantined(row.row_id, session_id, row.position, row.body, unreadable.reason)
+                        )
                         rows[i] = attrs.evolve(row, body=body)
             next_row = self._next_row
             if replacing is not None and change.replace is not None:
@@ -87,6 +96,10 @@ class MemoryStore(SessionStore):
                 self._modes.pop(session_id, None)
             elif change.plan_mode is not None:
                 self._modes[session_id] = change.plan_mode
+
+    def quarantined(self, session_id: str | None = None) -> list[Quarantined]:
+        with self._lock:
+            return [q for q in self._quarantined if session_id in (None, q.session_id)]
 
     def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
         with self._lock:
@@ -122,4 +135,4 @@ class MemoryStore(SessionStore):
         return self._locks.acquire(session_id)
 
     def close(self) -> None:
-        """Nothing to release."""
+        self._locks.release_all()

@@ -22,7 +22,14 @@ from typing import Any
 from orchestrator.messages import ToolMessage
 from orchestrator.store.codec import encode_message
 from orchestrator.store.errors import SchemaTooNew, StoreError
-from orchestrator.store.interface import PendingApproval, SessionChange, SessionLock, SessionStore, StoredRow
+from orchestrator.store.interface import (
+    PendingApproval,
+    Quarantined,
+    SessionChange,
+    SessionLock,
+    SessionStore,
+    StoredRow,
+)
 from orchestrator.store.locks import FileLocks, ProcessLocks
 from orchestrator.text import clean_text
 
@@ -134,6 +141,7 @@ class SQLiteStore(SessionStore):
         return int(row[0])
 
     def close(self) -> None:
+        self._locks.release_all()
         with self._lock:
             self._db.close()
 
@@ -154,14 +162,14 @@ class SQLiteStore(SessionStore):
             ).fetchall()
         return [StoredRow(int(r), int(p), str(role), str(body)) for r, p, role, body in rows]
 
-    def quarantined(self, session_id: str | None = None) -> list[tuple[int, str, int, str, str]]:
-        """Rows set aside as unreadable: (row id, session, position, raw body, reason)."""
+    def quarantined(self, session_id: str | None = None) -> list[Quarantined]:
         query = "SELECT row_id, session_id, position, body, reason FROM unreadable_rows"
         params: tuple[str, ...] = ()
         if session_id is not None:
             query, params = query + " WHERE session_id = ?", (session_id,)
         with self._lock:
-            return [tuple(row) for row in self._db.execute(query + " ORDER BY found, rowid", params)]
+            rows = self._db.execute(query + " ORDER BY found, rowid", params).fetchall()
+        return [Quarantined(int(r), str(s), int(p), str(b), str(why)) for r, s, p, b, why in rows]
 
     def apply(self, session_id: str, change: SessionChange) -> None:
         now = time.time()
