@@ -186,8 +186,14 @@ class Agent:
 
         Safe to call from any thread. An extension whose ``consider`` raises is
         listed as refusing with the error (and the error is logged); every
-        refusal is logged at INFO under ``orchestrator.agent``.
+        refusal is logged at INFO under ``orchestrator.agent``. ``event`` must
+        be an ExternalEvent and ``config`` an AgentRunConfig: anything else
+        raises TypeError at once, before any extension sees it.
         """
+        if not isinstance(event, ExternalEvent):
+            raise TypeError(f"an external event must be an ExternalEvent, got {type(event).__name__}")
+        if not isinstance(config, AgentRunConfig):
+            raise TypeError(f"config must be an AgentRunConfig, got {type(config).__name__}")
         accepted: list[str] = []
         refused: dict[str, str] = {}
         for extension in self.extensions:
@@ -210,7 +216,7 @@ class Agent:
         """Offer ``event`` to every extension; the names of those that accepted it.
 
         Safe to call from any thread. An empty list means nobody took it;
-        ``deliver`` says why.
+        ``deliver`` says why. Raises TypeError as ``deliver`` does.
         """
         return list(self.deliver(event, config=config).accepted)
 

@@ -7,6 +7,8 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from orchestrator.text import clean_text, clean_value
+
 
 class ToolStatus(enum.StrEnum):
     """Outcome of one tool call."""
@@ -87,11 +89,17 @@ def _arguments_mapping(instance: ToolCall, attribute: attrs.Attribute[Any], valu
 
 @attrs.frozen
 class ToolCall:
-    """A tool invocation requested by the model."""
+    """A tool invocation requested by the model.
+
+    ``invalid_arguments`` holds the model's argument text when it was not a
+    JSON object (``arguments`` is then empty): such a call gets a failed result
+    quoting it, and its tool does not run.
+    """
 
     id: str
     name: str
     arguments: dict[str, Any] = attrs.field(factory=dict, validator=_arguments_mapping)
+    invalid_arguments: str | None = None
 
 
 @attrs.frozen
@@ -115,3 +123,57 @@ class ToolMessage:
 
 
 Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+def clean_message(message: Message) -> Message:
+    """``message`` with every text in it (content, parts, tool calls) made encodable as UTF-8.
+
+    Lone surrogates become U+FFFD and split pairs are joined (``clean_text``); a
+    message with nothing to clean is returned unchanged (the same object).
+    """
+    if isinstance(message, (SystemMessage, ToolMessage)):
+        content = clean_text(message.content)
+        extra: dict[str, Any] = {}
+        if isinstance(message, ToolMessage):
+            extra = {"tool_call_id": clean_text(message.tool_call_id), "name": clean_text(message.name)}
+            if extra["tool_call_id"] is message.tool_call_id and extra["name"] is message.name:
+                extra = {}
+        return message if content is message.content and not extra else attrs.evolve(message, content=content, **extra)
+    if isinstance(message, UserMessage):
+        cleaned = _clean_content(message.content)
+        return message if cleaned is message.content else UserMessage(cleaned)
+    calls = tuple(_clean_call(call) for call in message.tool_calls)
+    content = clean_text(message.content)
+    if content is message.content and all(a is b for a, b in zip(calls, message.tool_calls, strict=True)):
+        return message
+    return AssistantMessage(content, calls)
+
+
+def _clean_content(content: str | tuple[ContentPart, ...]) -> str | tuple[ContentPart, ...]:
+    if isinstance(content, str):
+        return clean_text(content)
+    parts = tuple(_clean_part(part) for part in content)
+    return content if all(a is b for a, b in zip(parts, content, strict=True)) else parts
+
+
+def _clean_part(part: ContentPart) -> ContentPart:
+    if isinstance(part, TextPart):
+        text = clean_text(part.text)
+        return part if text is part.text else TextPart(text)
+    url = None if part.url is None else clean_text(part.url)
+    media_type = clean_text(part.media_type)
+    if url is part.url and media_type is part.media_type:
+        return part
+    return attrs.evolve(part, url=url, media_type=media_type)
+
+
+def _clean_call(call: ToolCall) -> ToolCall:
+    fields = {
+        "id": clean_text(call.id),
+        "name": clean_text(call.name),
+        "arguments": clean_value(call.arguments),
+        "invalid_arguments": None if call.invalid_arguments is None else clean_text(call.invalid_arguments),
+    }
+    if all(value is getattr(call, name) for name, value in fields.items()):
+        return call
+    return ToolCall(**fields)

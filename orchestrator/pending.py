@@ -3,7 +3,9 @@
 A ResponseRouter keys each wait by (session_id, response event name,
 tool_call_id); ``accept`` is safe from any thread and wakes the waiter on its
 own trio loop. Each wait is an approval machine, so a response is taken at
-most once and only while the call waits.
+most once and only while the call waits. A payload is copied and validated
+before the call is marked answered: one that cannot be copied, or that the
+validator refuses (or fails on), is refused and the call keeps waiting.
 
 Every wait is also entered on its agent's ``WaitingCalls`` board while it
 lasts, so ``client.pending()`` lists the calls of every ResponseRouter (ask_user,
@@ -14,6 +16,7 @@ waits a session store recorded in an earlier process (``StoredApprovals``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -187,7 +190,10 @@ class PendingResponse:
 
     def _valid(self, event: Any) -> bool:
         payload: Mapping[str, Any] = event.kwargs["payload"]
-        self.problem = self.validate(payload) if self.validate else None
+        try:
+            self.problem = self.validate(payload) if self.validate else None
+        except Exception as error:
+            self.problem = f"the validator failed: {type(error).__name__}: {error}"
         return self.problem is None
 
     @property
@@ -206,6 +212,18 @@ class PendingResponse:
         )
 
 
+def _copied(payload: Mapping[str, Any]) -> dict[str, Any] | Refusal:
+    """A deep copy of an external payload, taken before anything reads it, or why it cannot be made.
+
+    The waiting call then gets exactly what was validated, whatever the sender
+    does to its own object afterwards.
+    """
+    try:
+        return copy.deepcopy(dict(payload))
+    except Exception as error:
+        return Refusal(f"the payload cannot be copied: {type(error).__name__}: {error}")
+
+
 class ResponseRouter:
     """Waits keyed by session and tool_call_id, answered by external events."""
 
@@ -220,10 +238,13 @@ class ResponseRouter:
 
     def consider(self, config: AgentRunConfig, event: ExternalEvent) -> Verdict:
         """Take ``event`` if it answers a waiting call of ``config.session_id``; else a Refusal saying why."""
-        key = event.payload.get(self.key_field) if isinstance(event.payload, Mapping) else None
         if not isinstance(event.payload, Mapping):
             return Refusal(f"the payload must be an object, got {type(event.payload).__name__}")
-        if self.key_field not in event.payload:
+        payload = _copied(event.payload)
+        if isinstance(payload, Refusal):
+            return payload
+        key = payload.get(self.key_field)
+        if self.key_field not in payload:
             return Refusal(f"missing {self.key_field!r}")
         if not isinstance(key, str):
             return Refusal(f"{self.key_field!r} must be a string, got {type(key).__name__}")
@@ -236,12 +257,12 @@ class ResponseRouter:
                     f"call {self.key_field}={key!r} waits in request {wait.request_id!r}, not {config.request_id!r}"
                 )
             try:
-                wait.machine.fire("answer", payload=event.payload)
+                wait.machine.fire("answer", payload=payload)
             except GuardRefused:
                 return Refusal(wait.problem or "the response is not valid")
             except IllegalTransition:
                 return Refusal(f"call {self.key_field}={key!r} no longer waits")
-            wait.payload = dict(event.payload)
+            wait.payload = payload
             del self._waits[(wait.session_id, wait.response_event, wait.key)]
         try:
             wait.token.run_sync_soon(wait.woken.set)

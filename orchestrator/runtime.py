@@ -32,9 +32,11 @@ from orchestrator.messages import (
     ToolMessage,
     ToolStatus,
     UserMessage,
+    clean_message,
 )
 from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent, Usage
 from orchestrator.sinks import DropSink, EventSink
+from orchestrator.text import SurrogateJoiner, clean_text
 from orchestrator.tools import ToolResult
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.runtime")
 
 CLEANUP_SECONDS = 10.0
+
+#: How many characters of a call's invalid argument text its failed result quotes.
+INVALID_ARGUMENTS_QUOTE = 2000
 
 _FINAL_PHASES = REQUEST.main.final_states
 
@@ -74,6 +79,18 @@ def _as_text(value: Any) -> str:
         return json.dumps(value, default=_jsonable, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(value)
+
+
+def _quote(text: str, limit: int) -> str:
+    """``text`` as a Python literal, cut to ``limit`` characters (saying so)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r} (cut: {len(text)} characters in all)"
+
+
+def _result_text(content: Any) -> str:
+    """A tool result's content as text that encodes as UTF-8, whatever a tool or hook put there."""
+    return clean_text(_as_text(content))
 
 
 def _jsonable(value: Any) -> Any:
@@ -112,6 +129,8 @@ class RequestRun:
     ) -> None:
         self.agent = agent
         self.hooks = agent.hooks
+        if isinstance(input_message, UserMessage):
+            input_message = clean_message(input_message)  # type: ignore[assignment]
         self.context = AgentRunContext(self, config, request_id, input_message)
         self._sink: EventSink = sink if sink is not None else _DROP
         # Without a consumer, only the events some on_event wants are built (None: every event).
@@ -282,8 +301,11 @@ class RequestRun:
 
     # messages ---------------------------------------------------------------
 
-    async def append(self, message: Message) -> None:
-        """Append to the request and the session history, then publish it.
+    async def append(self, message: Message) -> Message:
+        """Append to the request and the session history, then publish it; the message appended.
+
+        Every text in it is first made encodable as UTF-8 (``clean_message``), so
+        no message that enters history can break a store or a later model call.
 
         Recording is synchronous and keeps ``open_calls`` in step with what was
         recorded: the calls of an assistant message are open from the moment it
@@ -291,6 +313,7 @@ class RequestRun:
         cancellation while the message is being published therefore still finds
         every recorded call, and settles those without a result.
         """
+        message = clean_message(message)
         self.context.add_message(message)
         if self.agent.history is not None:
             self.agent.history.append(self.context.session_id, message)
@@ -308,13 +331,14 @@ class RequestRun:
                 index=len(self.context._messages) - 1,
             )
         )
+        return message
 
     async def settle(self, call: ToolCall, status: ToolStatus, content: str) -> ToolMessage:
         """Append the one result of ``call`` and stream its outcome."""
-        message = ToolMessage(call.id, call.name, content, status)
-        await self.append(message)
-        await self._emit_new(_TOOL_EVENTS[status], call=call, result=message)
-        return message
+        appended = await self.append(ToolMessage(call.id, call.name, _result_text(content), status))
+        assert isinstance(appended, ToolMessage)
+        await self._emit_new(_TOOL_EVENTS[status], call=call, result=appended)
+        return appended
 
     # the loop ---------------------------------------------------------------
 
@@ -416,24 +440,31 @@ class RequestRun:
         self.iterations += 1
         await self._emit_new(ev.ModelStartedEvent, iteration=self.iterations)
         completed: ResponseCompletedEvent | None = None
+        text = SurrogateJoiner()
         stream = self._model_stream(self.request)
         try:
             async for event in stream:
                 if isinstance(event, TextDeltaEvent):
-                    await self._emit_new(ev.TextDeltaEvent, text=event.text)
+                    if not isinstance(event.text, str):
+                        raise ModelError(f"the model streamed text of type {type(event.text).__name__}")
+                    delta = text.feed(event.text)
+                    if delta:
+                        await self._emit_new(ev.TextDeltaEvent, text=delta)
                 elif isinstance(event, ResponseCompletedEvent):
                     completed = event
         finally:
             closer = getattr(stream, "aclose", None)
             if closer is not None:
                 await closer()
+        if text.pending:
+            await self._emit_new(ev.TextDeltaEvent, text=text.flush())
         if completed is None:
             raise ModelError("model stream ended without a completed response")
-        _check_call_ids(completed.message)
+        message = _checked_response(completed.message)
         await trio.lowlevel.checkpoint()
-        self.response = completed.message
+        self.response = message
         self.usage = completed.usage
-        return completed.message
+        return message
 
     def assemble(self) -> ModelRequest:
         tools = tuple(self.context.tools.values())
@@ -456,16 +487,19 @@ class RequestRun:
             if len(batch) == 1:
                 await self._run_call(batch[0])
                 continue
-            async with trio.open_nursery() as nursery:
-                for call in batch:
-                    nursery.start_soon(self._run_call, call)
+            try:
+                async with trio.open_nursery() as nursery:
+                    for call in batch:
+                        nursery.start_soon(self._run_call, call)
+            except BaseExceptionGroup as group:
+                raise _first_failure(group) from None
         skipped = [c for c in calls if c.id in self.open_calls]
         self.skipped_ids = tuple(c.id for c in skipped)
         for call in skipped:
             await self.settle(call, ToolStatus.SKIPPED, "skipped: new user input arrived before this call ran")
 
     async def _run_call(self, requested: ToolCall) -> None:
-        call = ToolCall(requested.id, requested.name, dict(requested.arguments))
+        call = attrs.evolve(requested, arguments=dict(requested.arguments))
         await self._emit_new(ev.ToolStartedEvent, call=call)
         error: BaseException | None = None
         try:
@@ -484,6 +518,7 @@ class RequestRun:
                 except Exception as failure:
                     error = failure
                     result = ToolResult(f"{type(failure).__name__}: {failure}", "failed")
+        result.content = _result_text(result.content)
         await self._run_hook("after_tool", call, result, error)
         await self.settle(call, ToolStatus(result.status), result.content)
         await self._announce_steering()
@@ -495,6 +530,9 @@ class RequestRun:
         value: Any
         if index < len(wrappers):
             value = await wrappers[index].on_tool_call(self.context, call, lambda c: self._tool_chain(index + 1, c))
+        elif call.invalid_arguments is not None:
+            quoted = _quote(call.invalid_arguments, INVALID_ARGUMENTS_QUOTE)
+            return ToolResult(f"invalid arguments for {call.name}: not a valid JSON object: {quoted}", "failed")
         else:
             definition = self.context.tools[call.name]
             try:
@@ -733,15 +771,39 @@ def _heard_names(listeners: list[AgentExtension]) -> frozenset[str] | None:
     return frozenset(names)
 
 
-def _check_call_ids(message: AssistantMessage) -> None:
-    """Every tool call needs its own non-empty id: its one result is keyed by it."""
+def _checked_response(message: Any) -> AssistantMessage:
+    """The model's final message, checked and cleaned; a ModelError when it breaks the contract.
+
+    Every tool call needs its own non-empty string id, since its one result (and
+    any answer to an approval it asks for) is keyed by it, and a string name.
+    Every text is then made encodable as UTF-8.
+    """
+    if not isinstance(message, AssistantMessage):
+        raise ModelError(f"the model completed with a {type(message).__name__}, not an AssistantMessage")
+    if not isinstance(message.content, str):
+        raise ModelError(f"the model's answer text is a {type(message.content).__name__}, not a str")
     seen: set[str] = set()
     for call in message.tool_calls:
+        if not isinstance(call, ToolCall):
+            raise ModelError(f"the model returned a tool call of type {type(call).__name__}")
+        if not isinstance(call.name, str):
+            raise ModelError(f"the model returned a tool call whose name is a {type(call.name).__name__}")
+        if not isinstance(call.id, str):
+            raise ModelError(f"the model returned a call of {call.name!r} whose id is a {type(call.id).__name__}")
         if not call.id:
             raise ModelError(f"the model returned a call of {call.name!r} without an id")
-        if call.id in seen:
-            raise ModelError(f"the model returned two tool calls with the id {call.id!r}")
-        seen.add(call.id)
+        if call.invalid_arguments is not None and not isinstance(call.invalid_arguments, str):
+            raise ModelError(f"the model returned a call of {call.name!r} whose invalid_arguments is not a str")
+        cleaned = clean_text(call.id)
+        if cleaned in seen:
+            raise ModelError(f"the model returned two tool calls with the id {cleaned!r}")
+        seen.add(cleaned)
+    try:
+        cleaned_message = clean_message(message)
+    except RecursionError:
+        raise ModelError("the model returned tool-call arguments nested too deeply to handle") from None
+    assert isinstance(cleaned_message, AssistantMessage)
+    return cleaned_message
 
 
 _DROP = DropSink()
@@ -777,6 +839,31 @@ _GUARDS: dict[str, Callable[[Any], bool]] = {
 _CALLBACKS: dict[str, Callable[[RequestRun], Awaitable[None]]] = {
     name: getattr(RequestRun, f"_cb_{name}") for name in REQUEST.callback_names
 }
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What concurrently running tool calls raise: the same shape as one call's failure.
+
+    The first error (in the order trio reports them) is raised as it is; every
+    other error is described in one of its notes (``__notes__``), so callers and
+    ``on_error`` see one plain exception whether one call failed or several. A
+    group holding only cancellations stays the group, for cancellation to
+    propagate.
+    """
+    leaves = _leaves(group)
+    failures = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+    if not failures:
+        return group
+    first, *others = failures
+    for other in others:
+        first.add_note(f"a concurrent tool call also failed: {type(other).__name__}: {other}")
+    return first
 
 
 def _unwrap(error: BaseException) -> BaseException:

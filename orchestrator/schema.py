@@ -106,7 +106,15 @@ def _value_definitions() -> dict[str, Any]:
             "the one result of one tool call",
         ),
         "ToolCall": _text(
-            {"id": string, "name": string, "arguments": {"type": "object"}},
+            {
+                "id": string,
+                "name": string,
+                "arguments": {"type": "object"},
+                "invalid_arguments": {
+                    "type": "string",
+                    "description": "the model's argument text when it was not a JSON object (arguments is then empty)",
+                },
+            },
             ["id", "name", "arguments"],
             "a tool invocation requested by the model",
         ),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["REPLACEMENT_CHARACTER", "SurrogateJoiner", "clean_json", "clean_text"]
+__all__ = ["REPLACEMENT_CHARACTER", "SurrogateJoiner", "clean_json", "clean_text", "clean_value"]
 
 REPLACEMENT_CHARACTER = "\ufffd"
 
@@ -42,6 +42,42 @@ def clean_json(value: Any) -> Any:
     encoded = json.dumps(value, ensure_ascii=False)
     cleaned = clean_text(encoded)
     return value if cleaned is encoded else json.loads(cleaned)
+
+
+def clean_value(value: Any) -> Any:
+    """Any Python value with ``clean_text`` applied to every string inside it.
+
+    Unlike ``clean_json`` it takes what a Model object hands over directly, not
+    only JSON: it walks dicts (keys and values), lists and tuples, and returns
+    anything else as it is. A value with nothing to clean is returned unchanged
+    (the same object); a container met again inside itself (a cycle) is left as
+    it is there. Nesting deeper than the interpreter's recursion limit raises
+    RecursionError.
+    """
+    return _clean_value(value, set())
+
+
+def _clean_value(value: Any, active: set[int]) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if not isinstance(value, (dict, list, tuple)) or id(value) in active:
+        return value
+    active.add(id(value))
+    try:
+        if isinstance(value, dict):
+            cleaned: dict[Any, Any] = {}
+            changed = False
+            for key, item in value.items():
+                new_key, new_item = _clean_value(key, active), _clean_value(item, active)
+                changed = changed or new_key is not key or new_item is not item
+                cleaned[new_key] = new_item
+            return cleaned if changed else value
+        items = [_clean_value(item, active) for item in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    finally:
+        active.discard(id(value))
 
 
 class SurrogateJoiner:

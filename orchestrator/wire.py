@@ -163,13 +163,21 @@ def _decode_part(data: JSON, path: str) -> ContentPart:
 
 
 def _encode_call(call: ToolCall) -> dict[str, Any]:
-    return {"id": call.id, "name": call.name, "arguments": json_value(call.arguments)}
+    encoded = {"id": call.id, "name": call.name, "arguments": json_value(call.arguments)}
+    if call.invalid_arguments is not None:
+        encoded["invalid_arguments"] = call.invalid_arguments
+    return encoded
 
 
 def _decode_call(data: JSON, path: str) -> ToolCall:
     body = _object(data, path)
     arguments = _object(body.get("arguments", {}), f"{path}.arguments")
-    return ToolCall(_string(body.get("id"), f"{path}.id"), _string(body.get("name"), f"{path}.name"), dict(arguments))
+    return ToolCall(
+        _string(body.get("id"), f"{path}.id"),
+        _string(body.get("name"), f"{path}.name"),
+        dict(arguments),
+        _optional_string(body.get("invalid_arguments"), f"{path}.invalid_arguments"),
+    )
 
 
 def encode_message(message: Message) -> dict[str, Any]:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 import trio
 from support import asks, call
 
-from orchestrator import AssistantMessage, ScriptedModel, ToolMessage, ToolStatus, create_agent
+from orchestrator import AssistantMessage, ScriptedModel, ToolCall, ToolMessage, ToolStatus, create_agent
+from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.bash import (
     LINGERED,
     MAX_COMMAND_BYTES,
@@ -18,6 +21,7 @@ from orchestrator.extensions.bash import (
     BashRunner,
     bash_tool,
 )
+from orchestrator.tools import ToolResult
 
 
 async def test_runs_in_the_root_and_reports_the_exit_code(tmp_path: Path) -> None:
@@ -97,8 +101,15 @@ async def test_no_background_job_in_the_shells_group_survives_the_call(tmp_path:
     ],
 )
 async def test_a_command_that_cannot_run_is_a_clear_failed_result(tmp_path: Path, command: str, reason: str) -> None:
-    model = ScriptedModel([asks(call("b", "bash", command=command)), AssistantMessage("ok")])
-    client = await create_agent(model, extensions=[BashExtension(tmp_path, timeout=5)])
+    class Substitute(AgentExtension):
+        """Hands bash the command as it is: the runtime has already cleaned what the model sent."""
+
+        async def on_tool_call(self, context: Any, call: ToolCall, call_next: Any) -> ToolResult:
+            result: ToolResult = await call_next(attrs.evolve(call, arguments={"command": command}))
+            return result
+
+    model = ScriptedModel([asks(call("b", "bash", command="true")), AssistantMessage("ok")])
+    client = await create_agent(model, extensions=[BashExtension(tmp_path, timeout=5), Substitute()])
     await client.run("run it")
     message = next(m for m in client.agent.history.load("default") if isinstance(m, ToolMessage))
     assert message.status is ToolStatus.FAILED

@@ -25,6 +25,7 @@ from orchestrator import (
     ScriptedModel,
     SystemMessage,
     TextPart,
+    ToolCall,
     ToolMessage,
     ToolStatus,
     UserMessage,
@@ -72,7 +73,7 @@ def test_every_message_kind_survives_the_codec() -> None:
             (TextPart("look"), ImagePart(data=b"\x89PNG", media_type="image/png"), ImagePart(url="http://x/y"))
         ),
         AssistantMessage(
-            "calling", [call("c1", "upper", text="ünï"), call("c2", "upper", __malformed_arguments__="{")]
+            "calling", [call("c1", "upper", text="ünï"), ToolCall("c2", "upper", {}, "{")]
         ),
         ToolMessage("c1", "upper", "ÜNÏ", ToolStatus.SUCCEEDED),
         ToolMessage("c2", "up", "bad", ToolStatus.FAILED),

@@ -135,16 +135,17 @@ class IdleTimer:
         )
 
 
-MALFORMED = "__malformed_arguments__"
+def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """Tool-call arguments from their JSON text, for ``ToolCall(id, name, *parse_arguments(raw))``.
 
-
-def parse_arguments(raw: str) -> dict[str, Any]:
-    """Tool-call arguments from their JSON text; ``{MALFORMED: raw}`` when not a JSON object."""
+    Text that is not a JSON object gives no arguments and the (cleaned) text
+    itself, which becomes ``ToolCall.invalid_arguments``.
+    """
     raw = clean_text(raw)
     if not raw.strip():
-        return {}
+        return {}, None
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):
-        return {MALFORMED: raw}
-    return clean_json(value) if isinstance(value, dict) else {MALFORMED: raw}
+        return {}, raw
+    return (clean_json(value), None) if isinstance(value, dict) else ({}, raw)

@@ -148,7 +148,9 @@ class _Block:
 
     def call(self) -> ToolCall:
         raw = "".join(self.text)
-        return ToolCall(self.id, self.name, parse_arguments(raw) if raw else clean_json(self.initial))
+        if not raw:
+            return ToolCall(self.id, self.name, clean_json(self.initial))
+        return ToolCall(self.id, self.name, *parse_arguments(raw))
 
 
 class _Assembler:

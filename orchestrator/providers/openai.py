@@ -29,7 +29,7 @@ from orchestrator.model import (
     ToolCallStreamEvent,
     Usage,
 )
-from orchestrator.providers._http import MALFORMED, IdleTimer, parse_arguments, post_sse
+from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
 from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.fields import Fields, decode_object, stream_error
@@ -68,8 +68,8 @@ def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
 
 
 def _encoded_arguments(call: ToolCall) -> str:
-    if set(call.arguments) == {MALFORMED}:
-        return str(call.arguments[MALFORMED])
+    if call.invalid_arguments is not None:
+        return call.invalid_arguments
     return json.dumps(call.arguments, ensure_ascii=False)
 
 
@@ -220,7 +220,7 @@ class _Assembler:
 
     def completed(self) -> ResponseCompletedEvent:
         calls = tuple(
-            ToolCall(str(call.id), clean_text(call.name), parse_arguments("".join(call.arguments)))
+            ToolCall(str(call.id), clean_text(call.name), *parse_arguments("".join(call.arguments)))
             for call in (self.calls[index] for index in sorted(self.calls))
         )
         return ResponseCompletedEvent(AssistantMessage("".join(self.text), calls), self.usage)

@@ -42,6 +42,13 @@ def _part_to_json(part: ContentPart) -> dict[str, Any]:
     return {"type": "image", "url": part.url, "data": encoded, "media_type": part.media_type}
 
 
+def _call_to_json(call: ToolCall) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
+    if call.invalid_arguments is not None:
+        data["invalid_arguments"] = call.invalid_arguments
+    return data
+
+
 def encode_message(message: Message) -> str:
     """A message as JSON text that always encodes as UTF-8.
 
@@ -55,7 +62,7 @@ def encode_message(message: Message) -> str:
         content = message.content
         body = {"content": content if isinstance(content, str) else [_part_to_json(p) for p in content]}
     elif isinstance(message, AssistantMessage):
-        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
+        calls = [_call_to_json(c) for c in message.tool_calls]
         body = {"content": message.content, "tool_calls": calls}
     else:
         body = {
@@ -96,10 +103,20 @@ def _part_from_json(data: object) -> ContentPart:
         raise UndecodableMessage(f"bad image: {bad}") from None
 
 
+#: How rows written before ToolCall.invalid_arguments existed hold argument text that was not a JSON object.
+_LEGACY_INVALID = "__malformed_arguments__"
+
+
 def _call_from_json(data: object) -> ToolCall:
     if not isinstance(data, dict):
         raise UndecodableMessage("a tool call must be an object")
-    return ToolCall(_field(data, "id", str), _field(data, "name", str), dict(_field(data, "arguments", dict)))
+    arguments = dict(_field(data, "arguments", dict))
+    invalid = data.get("invalid_arguments")
+    if invalid is not None and not isinstance(invalid, str):
+        raise UndecodableMessage(f"'invalid_arguments' must be a str, got {type(invalid).__name__}")
+    if invalid is None and set(arguments) == {_LEGACY_INVALID}:
+        invalid, arguments = str(arguments[_LEGACY_INVALID]), {}
+    return ToolCall(_field(data, "id", str), _field(data, "name", str), arguments, invalid)
 
 
 def decode_message(text: str) -> Message:

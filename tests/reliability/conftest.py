@@ -1,0 +1,13 @@
+"""Adversarial tests: hostile models, providers, tools, files and callers.
+
+The helpers of the main test folder (``support``, ``provider_mock``) are importable here too.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_TESTS = str(Path(__file__).resolve().parent.parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
