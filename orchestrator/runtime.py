@@ -322,7 +322,7 @@ class RequestRun:
         elif isinstance(message, ToolMessage):
             self.open_calls.pop(message.tool_call_id, None)
         if not self._heard(ev.MessageAppendedEvent.kind):
-            return
+            return message
         await self.publish(
             ev.MessageAppendedEvent(
                 session_id=self.context.session_id,

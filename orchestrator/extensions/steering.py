@@ -26,7 +26,7 @@ from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent, SteeringAcceptedEvent
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.messages import ImagePart, UserMessage
+from orchestrator.messages import ImagePart, UserMessage, clean_message
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
@@ -48,6 +48,13 @@ def _is_empty(message: UserMessage) -> bool:
     if isinstance(message.content, str):
         return not message.content.strip()
     return not message.text.strip() and not any(isinstance(part, ImagePart) for part in message.content)
+
+
+def _cleaned(message: UserMessage) -> UserMessage:
+    """The message with its text made encodable as UTF-8, as it is queued and announced."""
+    cleaned = clean_message(message)
+    assert isinstance(cleaned, UserMessage)
+    return cleaned
 
 
 def _external_message(payload: object) -> UserMessage | Refusal:
@@ -167,6 +174,7 @@ class SteeringExtension(AgentExtension):
         message = _external_message(event.payload)
         if isinstance(message, Refusal):
             return message
+        message = _cleaned(message)
         with self._lock:
             inbox = self._route(config)
             if isinstance(inbox, Refusal):
@@ -209,8 +217,9 @@ class SteeringExtension(AgentExtension):
             inbox = self._own(context)
             if inbox is None or not inbox.accepting:
                 raise SteeringClosed(f"request {context.request_id} no longer accepts steering")
-            inbox.put(event.message)
-        await context.emit(SteeringAcceptedEvent(message=event.message, source="extension"))
+            message = _cleaned(event.message)
+            inbox.put(message)
+        await context.emit(SteeringAcceptedEvent(message=message, source="extension"))
 
     def drain_accepted(self, context: AgentRunContext) -> list[UserMessage]:
         """Messages taken from outside since the last call; the runtime announces each (steering_accepted)."""

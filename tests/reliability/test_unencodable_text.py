@@ -26,10 +26,11 @@ from orchestrator import (
     create_agent,
     tool,
 )
+from orchestrator.context import AgentRunContext
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
-from orchestrator.extensions.steering import SteeringExtension
+from orchestrator.extensions.steering import SteeringExtension, SteeringMessageEvent
 from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
 from orchestrator.text import clean_text, clean_value
 from orchestrator.tools import ToolResult
@@ -178,11 +179,26 @@ async def test_steering_messages_are_cleaned() -> None:
         assert delivered == [steering.name]
         return "done"
 
-    model = ScriptedModel([AssistantMessage("", [ToolCall("1", "slow", {})]), AssistantMessage("ok")])
-    client = await create_agent(model, tools=[slow], extensions=[steering])
+    @tool
+    async def typed(context: AgentRunContext) -> str:
+        """Publishes typed steering from inside the request."""
+        await context.publish(SteeringMessageEvent(UserMessage((TextPart(f"typed{LONE}"),))))
+        return "done"
+
+    model = ScriptedModel(
+        [
+            AssistantMessage("", [ToolCall("1", "slow", {})]),
+            AssistantMessage("", [ToolCall("2", "typed", {})]),
+            AssistantMessage("ok"),
+        ]
+    )
+    client = await create_agent(model, tools=[slow, typed], extensions=[steering])
     events = await stream_all(client, "go")
     assert all(encodes(e) for e in events)
     assert UserMessage(f"stop{FFFD}") in model.requests[1].messages
+    assert UserMessage((TextPart(f"typed{FFFD}"),)) in model.requests[2].messages
+    accepted = [e.payload["message"] for e in events if e.name == "steering_accepted"]
+    assert accepted == [UserMessage(f"stop{FFFD}"), UserMessage((TextPart(f"typed{FFFD}"),))]
 
 
 async def test_a_surrogate_bearing_tool_result_never_poisons_the_sqlite_store(tmp_path: Path) -> None:
