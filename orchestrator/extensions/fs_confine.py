@@ -238,7 +238,7 @@ class Beneath:
     ) -> tuple[list[str], str | None]:
         pending = collections.deque(parts)
         names: list[str] = []
-        links = 0
+        links = created = 0
         while pending:
             part = pending.popleft()
             if part == "..":
@@ -262,8 +262,9 @@ class Beneath:
                     names.append(part)
                     continue
                 except FileNotFoundError:
-                    if not create:
-                        raise
+                    created += 1
+                    if not create or created > len(parts) + MAX_SYMLINKS:
+                        raise  # not asked to create, or something keeps removing what was created
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(part, dir_fd=stack[-1])
                     pending.appendleft(part)
