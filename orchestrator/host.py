@@ -15,6 +15,10 @@ stops and comes back with the last ``seq`` it saw misses nothing.
 Cancelling an awaiting asyncio task cancels what it started in the trio thread
 (``await host.run(...)`` then cancels the request). ``close()`` ends the loop:
 requests still running are cancelled and settle their open calls first.
+
+The host's lifecycle is the ``agent_host`` machine (``machines/host.py``):
+``starting -> serving -> closing -> closed``, or ``starting -> failed``; calls
+are taken only in ``serving``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from typing import Any, Generic, TypeVar
 import attrs
 import trio
 
+from machines.build import BoundMachine
+from machines.host import AGENT_HOST
 from orchestrator.agent import AgentClient
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
@@ -100,7 +106,8 @@ class AgentHost:
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
         self._stop: trio.Event | None = None
-        self._closing = False
+        self._lock = threading.Lock()
+        self._machine = BoundMachine(AGENT_HOST, {})
         self._client: AgentClient | None = None
         self._thread = threading.Thread(target=trio.run, args=(self._main,), name=name, daemon=True)
         self._thread.start()
@@ -109,6 +116,25 @@ class AgentHost:
             self._thread.join()
             raise self._failure
         self.sync = BlockingHost(self)
+
+    @property
+    def state(self) -> str:
+        """``starting``, ``serving``, ``closing``, ``closed`` or ``failed``."""
+        return self._machine.state()
+
+    @property
+    def _serving(self) -> bool:
+        return self._machine.state() == "serving"
+
+    def _fire(self, trigger: str) -> bool:
+        """Take ``trigger`` if the host's state allows it (from any thread); whether it did."""
+        with self._lock:
+            if self._machine.is_final or not self._machine.may(trigger):
+                return False
+            self._machine.fire(trigger)
+            if self._machine.is_final:
+                self._machine.unbind()
+            return True
 
     @property
     def client(self) -> AgentClient:
@@ -130,19 +156,25 @@ class AgentHost:
             self._stop = trio.Event()
         except BaseException as error:
             self._failure = error
+            self._fire("fail")
             self._ready.set()
             return
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._ready.set()
-            await self._stop.wait()
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._fire("ready")
+                self._ready.set()
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._fire("close")
+            self._fire("finish")
 
     def _spawn(
         self, call: _Call, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], report: Callable[[_Outcome[T]], None]
     ) -> None:
-        if self._closing or self._nursery is None:
-            report(_Outcome(error=HostClosed("the host is closed")))
+        if not self._serving or self._nursery is None:
+            report(_Outcome(error=HostClosed(f"the host is {self.state}")))
             return
         self._nursery.start_soon(self._perform, call, fn, args, report)
 
@@ -157,7 +189,7 @@ class AgentHost:
             try:
                 result.value = await fn(*args)
             except trio.Cancelled:
-                result.error = HostClosed("the host closed during the call") if self._closing else _CallCancelled()
+                result.error = _CallCancelled() if self._serving else HostClosed("the host closed during the call")
                 raise
             except BaseException as error:
                 result.error = error
@@ -168,8 +200,8 @@ class AgentHost:
         self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], report: Callable[[_Outcome[T]], None]
     ) -> _Call:
         token = self._token
-        if token is None or self._closing:
-            raise HostClosed("the host is closed")
+        if token is None or not self._serving:
+            raise HostClosed(f"the host is {self.state}")
         call = _Call(token)
         try:
             token.run_sync_soon(self._spawn, call, fn, args, report)
@@ -279,8 +311,7 @@ class AgentHost:
 
     def close(self) -> None:
         """End the host's loop (running requests are cancelled) and wait for its thread."""
-        if not self._closing:
-            self._closing = True
+        if self._fire("close"):
             token, stop = self._token, self._stop
             if token is not None and stop is not None:
                 with contextlib.suppress(trio.RunFinishedError):

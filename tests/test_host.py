@@ -207,6 +207,14 @@ def test_closing_cancels_running_requests() -> None:
         with pytest.raises(HostClosed):
             await host.pending()
 
+    assert host.state == "serving"
     asyncio.run(asyncio.wait_for(main(), LIMIT))
+    assert host.state == "closed"
+    assert [(s.source, s.trigger, s.dest) for s in host._machine.history] == [
+        ("starting", "ready", "serving"),
+        ("serving", "close", "closing"),
+        ("closing", "finish", "closed"),
+    ]
+    host.close()  # closing twice changes nothing
     assert not host._thread.is_alive()
     assert host.client.agent.transitions("c")[-1].dest == "cancelled"
