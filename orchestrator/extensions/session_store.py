@@ -9,7 +9,7 @@ It works the same on every ``orchestrator.store.SessionStore``;
   process, or another store object) fails at once with ``SessionLocked``; a
   runner that died holds nothing.
 - **Restore.** ``on_tool`` loads the session and mends what a stopped process
-  left (``orchestrator.store.repair``): a call without a result gets a
+  left (``orchestrator.store.restore``): a call without a result gets a
   cancelled one ("not completed: the process stopped"), or, when the call
   waited for an approval that was answered after the restart, its result from
   that answer (``approval_resumed``). Results stay where they were recorded,
@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
@@ -61,8 +61,8 @@ from orchestrator.extensions.ask_user import ASK_USER_WAIT
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import ENTER_WAIT, EXIT_WAIT, PlanModeExtension
 from orchestrator.extensions.tool_approval import TOOL_APPROVAL_WAIT
-from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
-from orchestrator.pending import SettledAnswer, WaitRule
+from orchestrator.messages import Message
+from orchestrator.pending import WaitRule
 from orchestrator.runtime import CLEANUP_SECONDS
 from orchestrator.store import (
     PendingApproval,
@@ -71,12 +71,8 @@ from orchestrator.store import (
     SessionLocked,
     SessionStore,
     StoreError,
-    UndecodableMessage,
-    Unreadable,
-    decode_message,
-    placeholder,
-    repair,
 )
+from orchestrator.store.restore import read_row, restore_session
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
@@ -94,9 +90,8 @@ log = logging.getLogger("orchestrator.store")
 DEFAULT_WAIT_RULES: tuple[WaitRule, ...] = (ASK_USER_WAIT, ENTER_WAIT, EXIT_WAIT, TOOL_APPROVAL_WAIT)
 
 _FINAL_PHASES = REQUEST.main.final_states
-# Plan Mode states a restart returns to Plan Mode; a waiting proposal without an answer is withdrawn.
+# Plan Mode states a restart returns to Plan Mode.
 _PLAN_ACTIVE = frozenset({"plan_active", "exit_awaiting_approval"})
-_WITHDRAWN = {"entry_awaiting_approval": "normal", "exit_awaiting_approval": "plan_active"}
 # How long a new request waits for a session held only for a moment (an answer being recorded).
 _LOCK_PATIENCE = 0.5
 
@@ -126,32 +121,6 @@ class StoredMessageUnreadableEvent(AgentEvent):
     reason: str
 
 
-@attrs.frozen
-class _Restored:
-    messages: list[Message]
-    next_position: int
-    unreadable: tuple[Unreadable, ...]
-    settled: tuple[tuple[PendingApproval, SettledAnswer], ...]
-    plan_mode: str
-
-
-def _decode(row_id: int, body: str) -> tuple[Message, Unreadable | None]:
-    try:
-        return decode_message(body), None
-    except UndecodableMessage as bad:
-        reason = str(bad)
-        stand_in = placeholder(row_id, reason)
-        return stand_in, Unreadable(row_id, reason, stand_in)
-
-
-def _latest_calls(messages: Sequence[Message]) -> dict[str, ToolCall]:
-    calls: dict[str, ToolCall] = {}
-    for message in messages:
-        if isinstance(message, AssistantMessage):
-            calls.update((c.id, c) for c in message.tool_calls)
-    return calls
-
-
 class SessionStoreExtension(AgentExtension):
     """Durable sessions in ``store`` (create the agent with ``history=None``)."""
 
@@ -169,7 +138,7 @@ class SessionStoreExtension(AgentExtension):
 
     def messages(self, session_id: str) -> list[Message]:
         """The stored messages as they are, without repair (unreadable rows as placeholders)."""
-        return [_decode(row.row_id, row.body)[0] for row in self.store.rows(session_id)]
+        return [read_row(row)[0] for row in self.store.rows(session_id)]
 
     def sessions(self) -> list[str]:
         """Stored session ids, oldest first."""
@@ -205,62 +174,6 @@ class SessionStoreExtension(AgentExtension):
             del self._held[context.session_id]
             held[1].release()
 
-    # restoring ----------------------------------------------------------------
-
-    def _settle_answers(
-        self, messages: list[Message], waits: list[PendingApproval]
-    ) -> dict[str, tuple[PendingApproval, SettledAnswer, ToolMessage]]:
-        """Results from the answers recorded for waits of a stopped process."""
-        calls = _latest_calls(messages)
-        found: dict[str, tuple[PendingApproval, SettledAnswer, ToolMessage]] = {}
-        for wait in waits:
-            rule = self.wait_rules.get(wait.response_event)
-            call = calls.get(wait.tool_call_id)
-            if wait.response is None or rule is None or call is None:
-                continue
-            problem = rule.validator(wait.payload)(wait.response)
-            if problem is not None:
-                log.warning("recorded answer to %s of %s ignored: %s", call.id, wait.session_id, problem)
-                continue
-            settled = rule.settle(wait.payload, wait.response)
-            found[call.id] = (wait, settled, ToolMessage(call.id, call.name, settled.content, settled.status))
-        return found
-
-    def _restore(self, session_id: str) -> _Restored:
-        """Load, mend and store the session (runs in a worker thread)."""
-        rows = self.store.rows(session_id)
-        messages: list[Message] = []
-        unreadable: list[Unreadable] = []
-        for row in rows:
-            message, bad = _decode(row.row_id, row.body)
-            messages.append(message)
-            if bad is not None:
-                unreadable.append(bad)
-                log.warning("stored message %d of session %s is unreadable: %s", row.row_id, session_id, bad.reason)
-        waits = self.store.pending_approvals(session_id)
-        answers = self._settle_answers(messages, waits)
-        repaired = repair(messages, answers={call_id: entry[2] for call_id, entry in answers.items()})
-        used = [entry for entry in answers.values() if any(m is entry[2] for m in repaired)]
-        recorded = self.store.plan_mode(session_id)
-        mode: str | None = _WITHDRAWN.get(recorded)
-        for _, settled, _ in used:
-            mode = settled.plan_mode or mode
-        drop = frozenset(w.tool_call_id for w in waits)
-        if repaired[: len(messages)] == messages:
-            base = rows[-1].position + 1 if rows else 0
-            extra = repaired[len(messages) :]
-            change = SessionChange(
-                tuple(unreadable), None, tuple((base + i, m) for i, m in enumerate(extra)), drop, mode
-            )
-            next_position = base + len(extra)
-        else:
-            change = SessionChange(tuple(unreadable), tuple(repaired), (), drop, mode)
-            next_position = len(repaired)
-        if change != SessionChange():
-            self.store.apply(session_id, change)
-        settled_pairs = tuple((wait, settled) for wait, settled, _ in used)
-        return _Restored(repaired, next_position, tuple(unreadable), settled_pairs, mode or recorded)
-
     # hooks --------------------------------------------------------------------
 
     async def on_tool(self, context: AgentRunContext) -> None:
@@ -270,7 +183,7 @@ class SessionStoreExtension(AgentExtension):
         session_id = context.session_id
         lock = await trio.to_thread.run_sync(self._acquire, session_id)
         self._held[session_id] = (context, lock)
-        restored = await trio.to_thread.run_sync(self._restore, session_id)
+        restored = await trio.to_thread.run_sync(restore_session, self.store, session_id, self.wait_rules)
         self._positions[context] = restored.next_position
         self._restored[context] = restored.messages
         for bad in restored.unreadable:
