@@ -47,7 +47,7 @@ from orchestrator import (
     tool,
 )
 from orchestrator import runtime as runtime_module
-from orchestrator.events import TransitionEvent
+from orchestrator.events import SteeringAcceptedEvent, SteeringAppliedEvent, TransitionEvent
 from orchestrator.extensions import steering as steering_module
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.steering import STEERING_EVENT, SteeringExtension
@@ -176,6 +176,9 @@ class Observer(AgentExtension):
         self.transitions: list[Edge] = []
         self.requests: list[str] = []
         self.violations: list[str] = []
+        # Per request: the seq of every streamed event, and (seq, name, text) of each steering event.
+        self.numbered: dict[str, list[int]] = {}
+        self.steering_events: dict[str, list[tuple[int, str, str]]] = {}
 
     async def on_tool_call(self, context, call, call_next):  # type: ignore[no-untyped-def]
         self.executions.append(
@@ -188,6 +191,11 @@ class Observer(AgentExtension):
             self.in_flight -= 1
 
     async def on_event(self, context, event):  # type: ignore[no-untyped-def]
+        if event.seq:
+            self.numbered.setdefault(context.request_id, []).append(event.seq)
+        if isinstance(event, (SteeringAcceptedEvent, SteeringAppliedEvent)):
+            noted = (event.seq, event.name, event.message.text)
+            self.steering_events.setdefault(context.request_id, []).append(noted)
         if not isinstance(event, TransitionEvent):
             return
         self.transitions.append((event.machine, event.region, event.source, event.trigger, event.dest))
@@ -511,6 +519,20 @@ class Requests(RuleBasedStateMachine):
         self.steering_is_answered_once_and_never_lost()
         self.a_running_request_waits_for_someone()
         self.an_ended_request_leaves_nothing_behind()
+        self.streamed_events_are_numbered_without_gaps()
+
+    def streamed_events_are_numbered_without_gaps(self) -> None:
+        """Each request numbers what it streams 1, 2, 3 ...; steering is accepted before it is applied."""
+        observer = self.world.observer
+        for request_id, seqs in observer.numbered.items():
+            assert sorted(seqs) == list(range(1, len(seqs) + 1)), f"request {request_id} numbered its events {seqs}"
+        for request_id, noted in observer.steering_events.items():
+            accepted: set[str] = set()
+            for _, name, text in sorted(noted):
+                if name == "steering_accepted":
+                    accepted.add(text)
+                else:
+                    assert text in accepted, f"steering {text!r} of request {request_id} applied before accepted"
 
     def transitions_walk_the_tables(self) -> None:
         """Each observed transition is in a table and starts where the previous one of its machine ended."""
@@ -833,7 +855,29 @@ def _approval_machines_kept_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(BoundMachine, "unbind", keep_approvals)
 
 
+def _numbering_skips(monkeypatch: pytest.MonkeyPatch) -> None:
+    number = runtime_module.RequestRun._number
+
+    def skip_the_fifth(self: Any) -> int:
+        if self.seq == 4:
+            self.seq += 1
+        return number(self)
+
+    monkeypatch.setattr(runtime_module.RequestRun, "_number", skip_the_fifth)
+
+
+def _steering_applied_unannounced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SteeringExtension, "drain_accepted", lambda self, context: [])
+
+
 DEFECTS: list[Any] = [
+    pytest.param(_numbering_skips, (start(), FINAL), "numbered its events", id="seq-gap"),
+    pytest.param(
+        _steering_applied_unannounced,
+        (start(), STEER, FINAL),
+        "steering 'steer 1' of request .* applied before accepted",
+        id="steering-unannounced",
+    ),
     pytest.param(
         _plan_mode_admits_everything,
         (start(), tools("enter_plan_mode"), answer(), tools("deploy")),
