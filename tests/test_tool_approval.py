@@ -9,8 +9,16 @@ import pytest
 import trio
 from support import asks, call
 
-from orchestrator import AgentRunConfig, AssistantMessage, ExternalEvent, ScriptedModel, ToolMessage, ToolStatus
-from orchestrator import create_agent, tool
+from orchestrator import (
+    AgentRunConfig,
+    AssistantMessage,
+    ExternalEvent,
+    ScriptedModel,
+    ToolMessage,
+    ToolStatus,
+    create_agent,
+    tool,
+)
 from orchestrator.events import AgentEvent, TransitionEvent
 from orchestrator.extensions.filesystem import FilesystemExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
@@ -44,7 +52,9 @@ def decisions(events: list[AgentEvent]) -> list[tuple[str, str, str]]:
 
 
 def results(events: list[AgentEvent]) -> list[ToolMessage]:
-    return [e.payload["result"] for e in events if "result" in e.payload and isinstance(e.payload["result"], ToolMessage)]
+    return [
+        e.payload["result"] for e in events if "result" in e.payload and isinstance(e.payload["result"], ToolMessage)
+    ]
 
 
 async def drive(client: Any, text: str, answers: list[dict[str, Any]], session: str = "s") -> list[AgentEvent]:
@@ -140,7 +150,9 @@ async def test_malformed_stray_and_late_answers_are_refused() -> None:
     config = AgentRunConfig("s")
 
     def answer(payload: dict[str, Any]) -> list[str]:
-        taken: list[str] = client.agent.emit_external_event(ExternalEvent("tool_approval_response", payload), config=config)
+        taken: list[str] = client.agent.emit_external_event(
+            ExternalEvent("tool_approval_response", payload), config=config
+        )
         return taken
 
     with trio.fail_after(10):
@@ -188,7 +200,9 @@ async def _plan_then_write(tmp_path: Path, planner: PlanModeExtension, paths: li
         async for event in client.stream("plan it", config=AgentRunConfig("p")):
             if event.name == "enter_plan_mode":
                 reply = {"tool_call_id": "e", "approved": True}
-                client.agent.emit_external_event(ExternalEvent("enter_plan_mode_response", reply), config=AgentRunConfig("p"))
+                client.agent.emit_external_event(
+                    ExternalEvent("enter_plan_mode_response", reply), config=AgentRunConfig("p")
+                )
             result = event.payload.get("result")
             if isinstance(result, ToolMessage) and result.name == "write_file":
                 found[result.tool_call_id] = result

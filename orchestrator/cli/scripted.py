@@ -71,6 +71,11 @@ def _result(messages: list[Message], name: str) -> ToolMessage | None:
     return found[-1] if found else None
 
 
+def _task(prompt: str) -> str:
+    task = prompt.removeprefix(PLAN_REQUEST)
+    return task[5:] if task.lower().startswith("plan ") else task
+
+
 def _plan(prompt: str, turn: list[Message], call_id: str) -> AssistantMessage:
     exited = _result(turn, "exit_plan_mode")
     if exited is not None:  # also a plan approved after a restart, in a later request
@@ -79,7 +84,7 @@ def _plan(prompt: str, turn: list[Message], call_id: str) -> AssistantMessage:
         return AssistantMessage("Plan not approved; stopping here.")
     entered = _result(turn, "enter_plan_mode")
     if entered is None:
-        reason = f"plan before acting on: {prompt.removeprefix(PLAN_REQUEST)}"
+        reason = f"plan before acting on: {_task(prompt)}"
         return AssistantMessage("I'd like to plan first.", [ToolCall(call_id, "enter_plan_mode", {"reason": reason})])
     if entered.status != ToolStatus.SUCCEEDED:
         return AssistantMessage("Understood, staying in normal mode.")
@@ -87,7 +92,7 @@ def _plan(prompt: str, turn: list[Message], call_id: str) -> AssistantMessage:
     if listed is None:
         return AssistantMessage("Looking around.", [ToolCall(call_id, "list_files", {"path": "."})])
     entries = len(listed.content.splitlines())
-    task = prompt.removeprefix(PLAN_REQUEST)
+    task = _task(prompt)
     plan = f"1. Review the {entries} entries of the workspace.\n2. Make the change for: {task}\n3. Test it."
     return AssistantMessage("Here is my plan.", [ToolCall(call_id, "exit_plan_mode", {"plan": plan})])
 
