@@ -398,3 +398,29 @@ def test_an_agent_keeps_its_sessions_and_restart_answers_in_every_store(backend:
     assert seen[-3:] == [ToolMessage("c1", "echo", "hi"), ToolMessage("q1", "ask_user", "blue"), UserMessage("go on")]
     assert messages(backend.open(), "s") == [*model.requests[1].messages, AssistantMessage("again")]
     assert backend.open().pending_approvals() == []
+
+
+def test_an_agent_reports_an_unreadable_row_once_in_every_store(backend: Backend) -> None:
+    store = backend.open()
+    append(store, "s", UserMessage("a"), AssistantMessage("", [ToolCall("c1", "echo", {"text": "x"})]))
+    append(store, "s", ToolMessage("c1", "echo", "x"), AssistantMessage("b"), start=2)
+    bad = store.rows("s")[2]
+    backend.corrupt("s", bad.row_id, '{"role": "tool", "status": 7}')
+    model = ScriptedModel([AssistantMessage("one"), AssistantMessage("two")])
+    reported: list[Any] = []
+
+    async def scenario() -> None:
+        extension = SessionStoreExtension(store)
+        client = await create_agent(model, tools=[echo], history=None, extensions=[extension])
+        with trio.fail_after(10):
+            for text in ("first", "second"):
+                async for event in client.stream(text, config=AgentRunConfig("s")):
+                    if event.name == "stored_message_unreadable":
+                        reported.append(event.payload["row_id"])
+
+    trio.run(scenario)
+    assert reported == [bad.row_id]
+    for request in model.requests:
+        assert problems(list(request.messages)) == []
+    assert placeholder(bad.row_id, "'status' must be a str, got int") in model.requests[0].messages
+    assert [q.row_id for q in store.quarantined("s")] == [bad.row_id]
