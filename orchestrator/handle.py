@@ -41,6 +41,12 @@ RETAINED_RUNS = 64
 READ_BATCH = 256
 """Most events one read of the log hands over at once."""
 
+YIELD_EVERY = 128
+"""A request recording events without awaiting anything else yields to the loop after this many.
+
+(A model that streams without ever awaiting would otherwise hold the whole trio loop until it ends:
+no reader, no other request and no cancellation could run.)"""
+
 
 class EventsExpired(AgentError):
     """The events after ``after`` are no longer retained: the log starts at ``first``."""
@@ -77,7 +83,8 @@ class RunCancelled(AgentError):
 class EventLog:
     """The last ``limit`` events of one request; the event sink of a started run.
 
-    Recording never waits, so the request never waits for a reader.
+    Recording never waits for a reader; every ``YIELD_EVERY`` events it passes a
+    trio checkpoint, so a request that never awaits still lets others run.
     """
 
     def __init__(self, request_id: str, limit: int = RETAINED_EVENTS) -> None:
@@ -86,6 +93,7 @@ class EventLog:
         self.request_id = request_id
         self._events: collections.deque[AgentEvent] = collections.deque(maxlen=limit)
         self._count = 0
+        self._unyielded = 0
         self._closed = False
         self._readers = trio.lowlevel.ParkingLot()
 
@@ -107,6 +115,9 @@ class EventLog:
     # the request's side (EventSink) -----------------------------------------
 
     def offer(self, event: AgentEvent) -> bool:
+        if self._unyielded >= YIELD_EVERY:
+            return False  # the request yields in ``put``
+        self._unyielded += 1
         self._events.append(event)
         self._count += 1
         if self._readers:
@@ -114,7 +125,10 @@ class EventLog:
         return True
 
     async def put(self, event: AgentEvent) -> None:
+        """Record ``event``, then let other tasks run (readers, other requests, a cancellation)."""
+        self._unyielded = 0
         self.offer(event)
+        await trio.lowlevel.checkpoint()
 
     def close(self) -> None:
         self._closed = True

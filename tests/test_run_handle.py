@@ -19,6 +19,7 @@ from orchestrator import (
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.handle import EventsExpired, RunCancelled, UnknownRun
+from orchestrator.model import ResponseCompletedEvent, TextDeltaEvent
 
 TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
 
@@ -195,3 +196,28 @@ async def test_a_handle_does_not_keep_its_finished_request() -> None:
         await handle.result()
     assert handle._outcome.run is None
     assert handle.states == {"phase": "completed", "mode": "normal"}
+
+
+async def test_a_model_that_never_awaits_still_lets_readers_and_cancellation_in() -> None:
+    produced = 0
+
+    class Eager:
+        async def stream(self, request):  # type: ignore[no-untyped-def]
+            nonlocal produced
+            for _ in range(100_000):
+                produced += 1
+                yield TextDeltaEvent("x")
+            yield ResponseCompletedEvent(AssistantMessage("x"))
+
+    client = await create_agent(Eager())
+    handle = await client.start("go", config=AgentRunConfig("s"), retain_events=1_000)
+    read = 0
+    with trio.fail_after(10):
+        async for _event in handle.events():
+            read += 1
+            if read == 500:
+                handle.cancel()
+        with pytest.raises(RunCancelled):
+            await handle.result()
+    assert produced < 100_000  # the cancellation got in while the model was streaming
+    assert handle.state == "cancelled"
