@@ -20,14 +20,14 @@ from typing import Any
 
 import attrs
 
-from bench import imports, readme
+from bench import imports, readme, sse
 from bench.measure import Summary, default_cpu, pin
 from bench.report import LABELS, render, targets, usable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 RUNTIMES = ("raw", "ours", "zett")
-WORKLOADS = ("turns", "parking", "streaming", "concurrency", "steering", "imports", "profile")
+WORKLOADS = ("turns", "parking", "streaming", "concurrency", "steering", "imports", "profile", "sse")
 
 
 @attrs.frozen
@@ -295,6 +295,7 @@ BENCHES: dict[str, Callable[[Plan, Sequence[str], Progress], list[dict[str, Any]
     "steering": bench_steering,
     "imports": bench_imports,
     "profile": bench_profile,
+    "sse": sse.bench,
 }
 
 
@@ -343,7 +344,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="replace the results section of bench/README.md with this run's tables (full runs only)",
+        help="replace the results section of bench/README.md with this run's tables (full runs only; "
+        "with --only sse, the SSE section only)",
     )
     parser.add_argument("--note", default="", help="a sentence about the machine's state, printed with the results")
     return parser.parse_args(argv)
@@ -357,8 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu = pin(default_cpu() if args.cpu == "last" else None if args.cpu == "none" else int(args.cpu))
     runtimes = tuple(args.runtime or RUNTIMES)
     workloads = tuple(args.only or WORKLOADS)
-    if args.readme and (plan != FULL or set(workloads) != set(WORKLOADS) or set(runtimes) != set(RUNTIMES)):
-        print("--readme takes only a full run of every workload and runtime", file=sys.stderr)
+    sse_only = set(workloads) == {"sse"}
+    every = set(workloads) == set(WORKLOADS)
+    if args.readme and (plan != FULL or not (every or sse_only) or set(runtimes) != set(RUNTIMES)):
+        print("--readme takes only a full run of every workload and runtime (or of --only sse)", file=sys.stderr)
         return 2
     started = time.perf_counter()
     when = datetime.datetime.now(datetime.UTC)
@@ -384,12 +388,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     text = render(results, plan)
     print(text)
+    if "sse" in results:
+        print(sse.render(results["sse"]))
     print("\n" + readme.machine_note(document))
     output = args.output or RESULTS / f"{when:%Y%m%d-%H%M%S}-{plan.name}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(document, indent=1))
     print(f"figures written to {output}")
-    if args.readme:
+    if args.readme and not sse_only:
         readme.write(document, text)
         print(f"results section of {readme.README} replaced")
+    if args.readme and "sse" in results:
+        sse.write_readme(document)
+        print(f"SSE results section of {sse.README} replaced")
     return 0
