@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.config import AgentRunConfig
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
-from orchestrator.messages import Message, SystemMessage, UserMessage
+from orchestrator.messages import Message, SystemMessage, UserMessage, clean_message
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
 if TYPE_CHECKING:
@@ -58,15 +58,16 @@ class AgentRunContext:
         return tuple(self._messages)
 
     def add_message(self, message: Message, index: int | None = None) -> None:
-        """Insert a request-scoped message (appended when ``index`` is None)."""
+        """Insert a request-scoped message (appended when ``index`` is None), its text made encodable as UTF-8."""
+        message = clean_message(message)
         if index is None:
             self._messages.append(message)
         else:
             self._messages.insert(index, message)
 
     def replace_messages(self, messages: Sequence[Message]) -> None:
-        """Replace every message the next model request will see."""
-        self._messages = list(messages)
+        """Replace every message the next model request will see (their text made encodable as UTF-8)."""
+        self._messages = [clean_message(message) for message in messages]
 
     def register_tool(self, definition: ToolDefinition) -> None:
         """Offer a local tool in this request; a different tool of the same name is an error."""

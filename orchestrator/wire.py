@@ -47,6 +47,7 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import Usage
+from orchestrator.text import clean_text
 
 __all__ = [
     "ENVELOPE",
@@ -121,7 +122,7 @@ def encode_error(error: BaseException) -> dict[str, str]:
         message = str(error)
     except Exception:  # an exception whose __str__ fails still gets encoded
         message = ""
-    return {"type": type(error).__name__, "message": message}
+    return {"type": type(error).__name__, "message": clean_text(message)}
 
 
 def decode_error(data: JSON, path: str = "error") -> RemoteError:
@@ -532,8 +533,12 @@ def decode_event(data: Mapping[str, Any]) -> AgentEvent:
 
 
 def dumps(event: AgentEvent) -> str:
-    """``event`` as one line of JSON (non-ASCII kept)."""
-    return json.dumps(encode_event(event), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """``event`` as one line of JSON (non-ASCII kept) that always encodes as UTF-8.
+
+    JSON's own syntax is ASCII, so cleaning the whole line only touches the
+    strings in it (an extension event's payload, an error message).
+    """
+    return clean_text(json.dumps(encode_event(event), ensure_ascii=False, separators=(",", ":"), allow_nan=False))
 
 
 def loads(line: str | bytes) -> AgentEvent:

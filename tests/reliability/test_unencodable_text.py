@@ -225,3 +225,30 @@ async def test_a_surrogate_bearing_tool_result_never_poisons_the_sqlite_store(tm
     history_a = fresh.requests[0].messages
     assert ToolMessage("1", "names", f"report{FFFD}.txt") in history_a
     assert UserMessage("other session") in fresh.requests[1].messages
+
+
+async def test_the_system_prompt_and_messages_extensions_add_are_cleaned() -> None:
+    class Adds(AgentExtension):
+        async def before_model(self, context: Any, request: Any) -> None:
+            context.add_message(UserMessage(f"note{LONE}"))
+
+    model = ScriptedModel([AssistantMessage("ok")])
+    client = await create_agent(model, system_prompt=f"be{LONE}", extensions=[Adds()])
+    with trio.fail_after(10):
+        await client.run("hi")
+    sent = model.requests[0].messages
+    assert encodes(sent)
+    assert sent[0].content == f"be{FFFD}" and UserMessage(f"note{FFFD}") in sent
+
+
+def test_every_wire_line_encodes_whatever_an_extension_event_or_error_carries() -> None:
+    from orchestrator import wire
+    from orchestrator.events import ExtensionEvent, RunFailedEvent
+
+    failed = RunFailedEvent(session_id="s", request_id="r", error=FileNotFoundError(f"no file b{LONE}.txt"))
+    custom = ExtensionEvent(session_id="s", request_id="r", name="custom", payload={"path": f"b{LONE}"})
+    for event in (failed, custom):
+        line = wire.dumps(event)
+        line.encode("utf-8")
+        assert FFFD in line
+    assert wire.encode_error(failed.error)["message"] == f"no file b{FFFD}.txt"
