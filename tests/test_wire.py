@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import json
+import pkgutil
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 import trio
 from support import asks, call
 
+import orchestrator
 from orchestrator import (
     AgentRunConfig,
     AgentRunContext,
@@ -90,7 +96,31 @@ SAMPLES: list[ev.AgentEvent] = [
 ]
 
 
+def import_every_library_module() -> None:
+    """Import each module of the package (those needing a missing optional dependency left out)."""
+    for module in pkgutil.walk_packages(orchestrator.__path__, "orchestrator."):
+        if module.name.endswith("__main__"):
+            continue
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module.name)
+
+
+def test_every_library_event_class_is_found_without_importing_anything_else() -> None:
+    import_every_library_module()
+    everything = set(wire.event_classes(library_only=True))
+    fresh = subprocess.run(
+        [sys.executable, "-c", "from orchestrator import wire; print(' '.join(wire.event_classes(library_only=True)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    missing = sorted(everything - set(fresh.stdout.split()))
+    assert not missing, f"import their modules from wire.BUNDLED_EVENT_MODULES: {missing}"
+
+
 def test_every_event_class_has_a_sample() -> None:
+    import_every_library_module()
     sampled = {type(e) for e in SAMPLES}
     missing = sorted(k.__qualname__ for k in wire.event_classes().values() if k not in sampled)
     assert not missing, f"add a round-trip sample for {missing}"
