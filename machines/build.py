@@ -152,22 +152,33 @@ class _LeanTransition(MachineTransition):
         for condition in self.conditions:
             if not condition.check(event_data):
                 return False
-        if machine.before_state_change or self.before:
-            machine.callbacks(itertools.chain(machine.before_state_change, self.before), event_data)
+        before = machine.before_state_change
+        if before or self.before:
+            machine.callbacks(itertools.chain(before, self.before), event_data)
         if self.dest:
             self._change_state(event_data)
-        if self.after or machine.after_state_change:
-            machine.callbacks(itertools.chain(self.after, machine.after_state_change), event_data)
+        after = machine.after_state_change
+        if after:
+            machine.callbacks(itertools.chain(self.after, after), event_data)
+        elif self.after:
+            machine.callbacks(self.after, event_data)
         return True
 
     def _change_state(self, event_data: EventData) -> None:
-        """Exit the source, set the model's state, enter the destination (``Transition._change_state``)."""
+        """Exit the source, set the model's state, enter the destination (``Transition._change_state``).
+
+        ``source`` and ``dest`` are state names (``add_transition`` stores names),
+        so the states are read from the machine's table directly.
+        """
         machine = event_data.machine
-        machine.get_state(self.source).exit(event_data)
-        dest = machine.get_state(typing.cast(str, self.dest))
+        source = machine.states[self.source]
+        if source.on_exit:
+            source.exit(event_data)
+        dest = machine.states[typing.cast(str, self.dest)]
         setattr(event_data.model, machine.model_attribute, dest.value)
         event_data.state = dest
-        dest.enter(event_data)
+        if dest.on_enter:
+            dest.enter(event_data)
         if dest.final and machine.on_final:
             machine.callbacks(machine.on_final, event_data)
 
@@ -177,11 +188,16 @@ class _LeanEvent(Event):
 
     def _trigger(self, event_data: EventData) -> bool:
         machine = self.machine
-        state = machine.get_model_state(event_data.model)
+        value = getattr(event_data.model, machine.model_attribute)
+        state = machine.states.get(value) if isinstance(value, str) else None
+        if state is None:
+            state = machine.get_model_state(event_data.model)
         event_data.state = state
         try:
-            edges = self.transitions.get(state.name)
-            if edges is not None or self._is_valid_source(state):
+            edges = self.transitions.get(value if isinstance(value, str) else state.name)
+            if edges is not None:
+                self._take_first(event_data, edges)
+            elif self._is_valid_source(state):
                 self._process(event_data)
         except BaseException as error:
             event_data.error = typing.cast(Exception, error)
@@ -197,10 +213,14 @@ class _LeanEvent(Event):
         return bool(event_data.result)
 
     def _process(self, event_data: EventData) -> bool:
+        return self._take_first(event_data, self.transitions[event_data.state.name])
+
+    def _take_first(self, event_data: EventData, edges: list[MachineTransition]) -> bool:
+        """``Event._process``: prepare_event callbacks, then the first edge whose conditions hold."""
         machine = self.machine
         if machine.prepare_event:
             machine.callbacks(machine.prepare_event, event_data)
-        for transition in self.transitions[event_data.state.name]:
+        for transition in edges:
             event_data.transition = transition
             if transition.execute(event_data):
                 event_data.result = True
@@ -262,6 +282,15 @@ class _LeanMachine(Machine):
         for func in funcs:
             self.callback(func, event_data)
 
+    def callback(self, func: Any, event_data: EventData) -> None:
+        """``Machine.callback``: a callable is called as it is; a name is resolved first."""
+        if not callable(func):
+            func = self.resolve_callable(func, event_data)
+        if self.send_event:
+            func(event_data)
+        else:
+            func(*event_data.args, **event_data.kwargs)
+
     def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
         return None
 
@@ -312,6 +341,15 @@ def _trigger_regions(definition: MachineDefinition) -> dict[str, Region]:
 
 
 @functools.cache
+def _trigger_events(definition: MachineDefinition) -> dict[str, Event]:
+    """Each trigger's ``transitions`` Event, in the generated machine of its region."""
+    machines = generated(definition)
+    return {
+        trigger: machines[region.name].events[trigger] for region in definition.regions for trigger in region.triggers
+    }
+
+
+@functools.cache
 def generated(definition: MachineDefinition) -> dict[str, Machine]:
     """The shared ``transitions`` machines of a definition, one per region."""
     return {region.name: _generate(definition, region) for region in definition.regions}
@@ -349,6 +387,7 @@ class BoundMachine:
         self.history: list[Step] = []
         self._machines = generated(definition)
         self._regions = _trigger_regions(definition)
+        self._events = _trigger_events(definition)
         initial = initial or {}
         for region in definition.regions:
             self._machines[region.name].add_model(self.model, initial=initial.get(region.name, region.initial))
@@ -394,7 +433,7 @@ class BoundMachine:
         source: str = getattr(model, region.attribute)
         model.taken = None
         try:
-            taken = self._machines[region.name].events[trigger].trigger(model, **kwargs)
+            taken = self._events[trigger].trigger(model, **kwargs)
         except MachineError:
             allowed = tuple(t for t in region.triggers if region.edges(t, source))
             raise IllegalTransition(self.definition.name, region.name, source, trigger, allowed) from None

@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +137,10 @@ class RequestRun:
         # Without a consumer, only the events some on_event wants are built (None: every event).
         self._heard_names = _heard_names(agent.hooks["on_event"]) if sink is None else None
         self._ids = {"session_id": config.session_id, "request_id": request_id}
+        self._session_id = config.session_id
+        self._request_id = request_id
+        # The extensions that see every event (fixed for the agent's lifetime).
+        self._subscribers = agent.hooks["on_event"]
         self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
         self.iterations = 0
         self.request: ModelRequest | None = None
@@ -183,20 +188,43 @@ class RequestRun:
 
     async def _follow(self, step: Step, callbacks: tuple[str, ...]) -> None:
         await self._announce(step)
-        for name in callbacks:
-            await _CALLBACKS[name](self)
+        for callback in self._needed(callbacks):
+            await callback(self)
+
+    def _needed(self, callbacks: tuple[str, ...]) -> tuple[Callable[[RequestRun], Awaitable[None]], ...]:
+        """The callbacks of an edge that have work to do for this agent, in order.
+
+        A callback that only runs a hook (or only visits compactors or inboxes)
+        does nothing when no extension implements it; the agent's hooks are
+        fixed, so which ones to skip is worked out once per agent and edge.
+        """
+        plans = _PLANS.get(self.agent)
+        if plans is None:
+            plans = _PLANS[self.agent] = {}
+        plan = plans.get(callbacks)
+        if plan is None:
+            plan = plans[callbacks] = tuple(_CALLBACKS[name] for name in callbacks if _has_work(self.agent, name))
+        return plan
 
     async def _announce(self, step: Step) -> None:
         if not self._heard(ev.TransitionEvent.kind):
             return
-        await self._emit_new(
-            ev.TransitionEvent,
+        self.seq += 1
+        event = ev.TransitionEvent(
+            session_id=self._session_id,
+            request_id=self._request_id,
+            seq=self.seq,
+            ts=time.time(),
             machine=step.machine,
             region=step.region,
             source=step.source,
             trigger=step.trigger,
             dest=step.dest,
         )
+        if self._waiting or not self._sink.offer(event):
+            await self._send_in_turn(event)
+        if self._subscribers:
+            await self._deliver(event)
 
     # events -----------------------------------------------------------------
 
@@ -230,7 +258,8 @@ class RequestRun:
         )
         if self._waiting or not self._sink.offer(event):
             await self._send_in_turn(event)
-        await self._deliver(event)
+        if self._subscribers:
+            await self._deliver(event)
 
     async def _send_in_turn(self, event: ev.AgentEvent) -> None:
         """Hand ``event`` to a sink that has no room, after every event numbered before it.
@@ -252,10 +281,12 @@ class RequestRun:
         """Build, number and stream an event of the runtime's own (no copy, unlike ``emit``)."""
         if not self._heard(kind.kind):
             return
-        event = kind(**self._ids, seq=self._number(), ts=time.time(), **fields)
+        self.seq += 1
+        event = kind(session_id=self._session_id, request_id=self._request_id, seq=self.seq, ts=time.time(), **fields)
         if self._waiting or not self._sink.offer(event):
             await self._send_in_turn(event)
-        await self._deliver(event)
+        if self._subscribers:
+            await self._deliver(event)
 
     async def publish(self, event: ev.AgentEvent, *, to_publisher: bool = False) -> None:
         """Deliver ``event`` to every on_event (not streamed).
@@ -264,7 +295,7 @@ class RequestRun:
         first failing subscriber's error is raised to the publisher after every
         subscriber saw the event, instead of only being logged.
         """
-        if not self._heard(event.name):
+        if not self._subscribers or not self._heard(event.name):
             return
         await self._deliver(self._stamp(event), to_publisher=to_publisher)
 
@@ -321,7 +352,7 @@ class RequestRun:
             self.open_calls = {call.id: call for call in message.tool_calls}
         elif isinstance(message, ToolMessage):
             self.open_calls.pop(message.tool_call_id, None)
-        if not self._heard(ev.MessageAppendedEvent.kind):
+        if not self._subscribers or not self._heard(ev.MessageAppendedEvent.kind):
             return message
         await self.publish(
             ev.MessageAppendedEvent(
@@ -442,14 +473,28 @@ class RequestRun:
         completed: ResponseCompletedEvent | None = None
         text = SurrogateJoiner()
         stream = self._model_stream(self.request)
+        offer, subscribers, heard = self._sink.offer, self._subscribers, self._heard(ev.TextDeltaEvent.kind)
         try:
             async for event in stream:
                 if isinstance(event, TextDeltaEvent):
                     if not isinstance(event.text, str):
                         raise ModelError(f"the model streamed text of type {type(event.text).__name__}")
-                    delta = text.feed(event.text)
-                    if delta:
-                        await self._emit_new(ev.TextDeltaEvent, text=delta)
+                    piece = text.feed(event.text)
+                    if not piece or not heard:
+                        continue
+                    # _emit_new, unrolled: this runs once per streamed delta.
+                    self.seq += 1
+                    delta = ev.TextDeltaEvent(
+                        session_id=self._session_id,
+                        request_id=self._request_id,
+                        seq=self.seq,
+                        ts=time.time(),
+                        text=piece,
+                    )
+                    if self._waiting or not offer(delta):
+                        await self._send_in_turn(delta)
+                    if subscribers:
+                        await self._deliver(delta)
                 elif isinstance(event, ResponseCompletedEvent):
                     completed = event
         finally:
@@ -503,7 +548,8 @@ class RequestRun:
         await self._emit_new(ev.ToolStartedEvent, call=call)
         error: BaseException | None = None
         try:
-            await self._run_hook("before_tool", call)
+            if self.hooks["before_tool"]:
+                await self._run_hook("before_tool", call)
         except ToolRejected as rejected:
             error = rejected
             result = ToolResult(f"rejected: {rejected}", "failed")
@@ -519,7 +565,8 @@ class RequestRun:
                     error = failure
                     result = ToolResult(f"{type(failure).__name__}: {failure}", "failed")
         result.content = _result_text(result.content)
-        await self._run_hook("after_tool", call, result, error)
+        if self.hooks["after_tool"]:
+            await self._run_hook("after_tool", call, result, error)
         await self.settle(call, ToolStatus(result.status), result.content)
         await self._announce_steering()
         self._poll_steering()
@@ -839,6 +886,25 @@ _GUARDS: dict[str, Callable[[Any], bool]] = {
 _CALLBACKS: dict[str, Callable[[RequestRun], Awaitable[None]]] = {
     name: getattr(RequestRun, f"_cb_{name}") for name in REQUEST.callback_names
 }
+
+#: Callbacks that only run one hook: nothing to do when no extension implements it.
+_HOOK_ONLY = frozenset(
+    {"before_run", "before_turn", "before_model", "after_model", "after_turn", "after_run", "on_success", "on_message"}
+)
+
+#: Per agent, the callbacks of each edge (by its callback names) that have work to do.
+_PLANS: weakref.WeakKeyDictionary[Agent, dict[tuple[str, ...], tuple[Callable[[RequestRun], Awaitable[None]], ...]]]
+_PLANS = weakref.WeakKeyDictionary()
+
+
+def _has_work(agent: Agent, callback: str) -> bool:
+    if callback in _HOOK_ONLY:
+        return bool(agent.hooks[callback])
+    if callback == "compact_context":
+        return bool(agent.compactors)
+    if callback in ("open_inboxes", "poll_steering"):
+        return bool(agent.inboxes)
+    return True
 
 
 def _leaves(error: BaseException) -> list[BaseException]:
