@@ -132,9 +132,17 @@ class _LeanState(MachineState):
 class _LeanCondition(Condition):
     """A condition that calls a callable guard directly (names are still resolved on the model)."""
 
+    def __init__(self, func: Any, target: bool = True) -> None:
+        super().__init__(func, target)
+        self._callable = callable(func)
+
     def check(self, event_data: EventData) -> bool:
         func = self.func
-        predicate = func if callable(func) else event_data.machine.resolve_callable(func, event_data)
+        predicate = (
+            typing.cast(Callable[..., Any], func)
+            if self._callable
+            else event_data.machine.resolve_callable(func, event_data)
+        )
         if event_data.machine.send_event:
             return bool(predicate(event_data) == self.target)
         return bool(predicate(*event_data.args, **event_data.kwargs) == self.target)
@@ -152,12 +160,12 @@ class _LeanTransition(MachineTransition):
         for condition in self.conditions:
             if not condition.check(event_data):
                 return False
-        before = machine.before_state_change
+        before = machine._before_state_change
         if before or self.before:
             machine.callbacks(itertools.chain(before, self.before), event_data)
         if self.dest:
             self._change_state(event_data)
-        after = machine.after_state_change
+        after = machine._after_state_change
         if after:
             machine.callbacks(itertools.chain(self.after, after), event_data)
         elif self.after:
@@ -179,12 +187,16 @@ class _LeanTransition(MachineTransition):
         event_data.state = dest
         if dest.on_enter:
             dest.enter(event_data)
-        if dest.final and machine.on_final:
-            machine.callbacks(machine.on_final, event_data)
+        if dest.final and machine._on_final:
+            machine.callbacks(machine._on_final, event_data)
 
 
 class _LeanEvent(Event):
-    """``Event`` whose trigger (inherited as is) processes edges without empty callback loops or logging."""
+    """``Event`` whose trigger (inherited as is) processes edges without empty callback loops or logging.
+
+    Like ``_LeanTransition`` it reads the machine's callback lists from the
+    attributes behind its properties (``_prepare_event`` for ``prepare_event``...).
+    """
 
     def _trigger(self, event_data: EventData) -> bool:
         machine = self.machine
@@ -201,13 +213,13 @@ class _LeanEvent(Event):
                 self._process(event_data)
         except BaseException as error:
             event_data.error = typing.cast(Exception, error)
-            if not machine.on_exception:
+            if not machine._on_exception:
                 raise
-            machine.callbacks(machine.on_exception, event_data)
+            machine.callbacks(machine._on_exception, event_data)
         finally:
-            if machine.finalize_event:
+            if machine._finalize_event:
                 try:
-                    machine.callbacks(machine.finalize_event, event_data)
+                    machine.callbacks(machine._finalize_event, event_data)
                 except BaseException as error:
                     _log.error("%sfinalize callbacks raised %s: %s", machine.name, type(error).__name__, error)
         return bool(event_data.result)
@@ -218,8 +230,8 @@ class _LeanEvent(Event):
     def _take_first(self, event_data: EventData, edges: list[MachineTransition]) -> bool:
         """``Event._process``: prepare_event callbacks, then the first edge whose conditions hold."""
         machine = self.machine
-        if machine.prepare_event:
-            machine.callbacks(machine.prepare_event, event_data)
+        if machine._prepare_event:
+            machine.callbacks(machine._prepare_event, event_data)
         for transition in edges:
             event_data.transition = transition
             if transition.execute(event_data):
@@ -428,7 +440,9 @@ class BoundMachine:
 
     def try_fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition] | None:
         """Take ``trigger`` if a guard allows it; None when every guard refused."""
-        region = self._region_of(trigger)
+        region = self._regions.get(trigger)
+        if region is None or not self._bound:
+            region = self._region_of(trigger)
         model = self.model
         source: str = getattr(model, region.attribute)
         model.taken = None

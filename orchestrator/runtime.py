@@ -141,6 +141,7 @@ class RequestRun:
         self._request_id = request_id
         # The extensions that see every event (fixed for the agent's lifetime).
         self._subscribers = agent.hooks["on_event"]
+        self._plans = _plans_of(agent)
         self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
         self.iterations = 0
         self.request: ModelRequest | None = None
@@ -198,12 +199,9 @@ class RequestRun:
         does nothing when no extension implements it; the agent's hooks are
         fixed, so which ones to skip is worked out once per agent and edge.
         """
-        plans = _PLANS.get(self.agent)
-        if plans is None:
-            plans = _PLANS[self.agent] = {}
-        plan = plans.get(callbacks)
+        plan = self._plans.get(callbacks)
         if plan is None:
-            plan = plans[callbacks] = tuple(_CALLBACKS[name] for name in callbacks if _has_work(self.agent, name))
+            plan = self._plans[callbacks] = tuple(_CALLBACKS[name] for name in callbacks if _has_work(self.agent, name))
         return plan
 
     async def _announce(self, step: Step) -> None:
@@ -895,6 +893,13 @@ _HOOK_ONLY = frozenset(
 #: Per agent, the callbacks of each edge (by its callback names) that have work to do.
 _PLANS: weakref.WeakKeyDictionary[Agent, dict[tuple[str, ...], tuple[Callable[[RequestRun], Awaitable[None]], ...]]]
 _PLANS = weakref.WeakKeyDictionary()
+
+
+def _plans_of(agent: Agent) -> dict[tuple[str, ...], tuple[Callable[[RequestRun], Awaitable[None]], ...]]:
+    plans = _PLANS.get(agent)
+    if plans is None:
+        plans = _PLANS[agent] = {}
+    return plans
 
 
 def _has_work(agent: Agent, callback: str) -> bool:
