@@ -207,11 +207,10 @@ class RequestRun:
     async def _announce(self, step: Step) -> None:
         if not self._heard(ev.TransitionEvent.kind):
             return
-        self.seq += 1
         event = ev.TransitionEvent(
             session_id=self._session_id,
             request_id=self._request_id,
-            seq=self.seq,
+            seq=self._number(),
             ts=time.time(),
             machine=step.machine,
             region=step.region,
@@ -279,8 +278,9 @@ class RequestRun:
         """Build, number and stream an event of the runtime's own (no copy, unlike ``emit``)."""
         if not self._heard(kind.kind):
             return
-        self.seq += 1
-        event = kind(session_id=self._session_id, request_id=self._request_id, seq=self.seq, ts=time.time(), **fields)
+        event = kind(
+            session_id=self._session_id, request_id=self._request_id, seq=self._number(), ts=time.time(), **fields
+        )
         if self._waiting or not self._sink.offer(event):
             await self._send_in_turn(event)
         if self._subscribers:
@@ -481,11 +481,10 @@ class RequestRun:
                     if not piece or not heard:
                         continue
                     # _emit_new, unrolled: this runs once per streamed delta.
-                    self.seq += 1
                     delta = ev.TextDeltaEvent(
                         session_id=self._session_id,
                         request_id=self._request_id,
-                        seq=self.seq,
+                        seq=self._number(),
                         ts=time.time(),
                         text=piece,
                     )
