@@ -311,3 +311,119 @@ async def test_input_ending_while_a_question_waits_cancels_the_request(tmp_path:
     assert terminal.text.endswith("* cancelled\n")
     stored = SQLiteSessionStore(tmp_path / "s.db").messages("e")
     assert stored[-1] == ToolMessage("q", "ask_user", "not completed: request cancelled", ToolStatus.CANCELLED)
+
+
+# in-process: retries, tool policy flags, slash commands, rich missing -----------------
+
+
+async def test_a_provider_retry_is_shown(tmp_path: Path) -> None:
+    from provider_mock import Server, error, sse
+
+    from orchestrator.providers.openai import OpenAIChatModel
+
+    stream = (REPO / "tests" / "fixtures" / "providers" / "openai_text.sse").read_text()
+    server = Server(error(503, {"error": {"message": "overloaded", "type": "server_error"}}), sse(stream))
+    waited: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waited.append(seconds)
+
+    model = OpenAIChatModel("gpt-4o-mini", client=server.client(), sleep=sleep, api_key="sk-test")
+    terminal = FakeTerminal()
+    options = Options("hello", db=str(tmp_path / "s.db"), session="r")
+    with trio.fail_after(10):
+        code = await run(options, model=model, read_line=terminal.read_line, write=terminal.write, handle_sigint=False)
+    assert code == 0
+    assert len(waited) == 1
+    assert f"retrying in {waited[0]:.1f} s)" in terminal.text
+    assert "503" in terminal.text
+    assert "tokens: " in terminal.text and "(1 model call)" in terminal.text
+
+
+async def _run_writing(tmp_path: Path, **flags: object) -> tuple[int, str]:
+    terminal = FakeTerminal()
+    terminal.script = [("? Allow write_file", None)]  # input ends when asked
+    model = ScriptedModel([asks(call("w", "write_file", path="out.txt", content="x")), AssistantMessage("done")])
+    options = Options("go", db=str(tmp_path / "s.db"), session="f", root=str(tmp_path), **flags)  # type: ignore[arg-type]
+    with trio.fail_after(10):
+        code = await run(options, model=model, read_line=terminal.read_line, write=terminal.write, handle_sigint=False)
+    return code, terminal.text
+
+
+async def test_yes_allow_and_deny_set_the_tool_policy(tmp_path: Path) -> None:
+    code, text = await _run_writing(tmp_path, yes=True)
+    assert code == 0 and "? Allow" not in text and (tmp_path / "out.txt").exists()
+    (tmp_path / "out.txt").unlink()
+    code, text = await _run_writing(tmp_path, allow=("write_*",))
+    assert "? Allow" not in text and (tmp_path / "out.txt").exists()
+    (tmp_path / "out.txt").unlink()
+    code, text = await _run_writing(tmp_path, yes=True, deny=("write_file",))
+    assert "<- write_file failed: rejected: write_file is denied by the tool policy" in text
+    assert not (tmp_path / "out.txt").exists()
+    code, text = await _run_writing(tmp_path)  # the default asks; input ends, so it is declined
+    assert "? Allow write_file" in text and "(input ended: declining)" in text
+    assert not (tmp_path / "out.txt").exists()
+
+
+async def test_slash_commands_in_chat(tmp_path: Path) -> None:
+    from orchestrator.cli.chat import chat
+
+    lines = ["/help", "count one two", "count three", "count four five six", "/diagram", "/compact", "/sessions"]
+    lines += ["/nope", "/plan", "/new", "/quit", "never read"]
+    script = iter(lines)
+
+    async def read_line() -> str:
+        return next(script) + "\n"
+
+    terminal = FakeTerminal()
+    options = Options(None, db=str(tmp_path / "s.db"), session="sc", root=str(tmp_path))
+    with trio.fail_after(20):
+        code = await chat(options, read_line=read_line, write=terminal.write, err=terminal.write, handle_sigint=False)
+    assert code == 0
+    text = terminal.text
+    assert "/plan TASK" in text and "/quit" in text  # the help
+    assert "last run: idle -start-> setup -request_model-> awaiting_model" in text
+    assert "[awaiting_tool]" in text and "[completed]" in text and "[failed]" not in text
+    assert "compacted: 12 messages -> " in text
+    assert "* sc " in text  # /sessions marks the current one
+    assert "unknown command /nope (try /help)" in text
+    assert "usage: /plan WHAT TO PLAN" in text
+    assert "new session session-" in text
+    assert next(script) == "never read"
+    stored = SQLiteSessionStore(tmp_path / "s.db").messages("sc")
+    assert len(stored) < 12 and "Summary of earlier conversation" in str(stored[0])
+
+
+def test_without_rich_the_cli_says_how_to_get_it(monkeypatch: object, capsys: object) -> None:
+    import pytest
+
+    from orchestrator.cli.main import command
+
+    mp = pytest.MonkeyPatch()
+    mp.setitem(sys.modules, "rich", None)
+    try:
+        assert command("chat", []) == 2
+    finally:
+        mp.undo()
+    assert "pip install 'orchestrator[cli]'" in capsys.readouterr().err  # type: ignore[attr-defined]
+
+
+def test_a_permission_left_waiting_by_a_killed_run_is_asked_again_and_settled(tmp_path: Path) -> None:
+    killed = Cli(tmp_path, "write draft", "--session", "w")
+    killed.expect("? Allow write_file")
+    killed.proc.kill()
+    assert killed.proc.wait(timeout=20) == -signal.SIGKILL
+    [pending] = SQLiteSessionStore(killed.db).pending_approvals("w")
+    assert (pending.event, pending.payload["name"]) == ("tool_approval", "write_file")
+
+    cli = Cli(tmp_path, "count one", "--session", "w")
+    cli.expect(f"(the previous run stopped while waiting for tool_approval {pending.tool_call_id})")
+    cli.expect("? Allow write_file")
+    cli.send("y")
+    code, out, err = cli.finish()
+    assert code == 0, err
+    assert "Your message has 2 words." in out
+    results = [m for m in SQLiteSessionStore(cli.db).messages("w") if isinstance(m, ToolMessage)]
+    assert (results[0].name, results[0].status) == ("write_file", ToolStatus.FAILED)
+    assert results[0].content == "not run: write_file was approved after its process stopped; call it again"
+    assert not (tmp_path / "notes.txt").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import logging
 import os
 import sys
@@ -42,8 +43,10 @@ class NoSuchSession(Exception):
 
 
 def tool_policy(options: Options) -> ToolPolicy:
-    """Ask before write_file, edit_file and bash unless --yes; --allow and --deny override."""
-    rules: dict[str, Verdict] = {} if options.yes else {name: "ask" for name in DEFAULT_TOOLS_TO_ASK}
+    """Ask before write_file, edit_file and bash unless --yes; --allow and --deny (names or patterns) override."""
+    chosen = (*options.allow, *options.deny)
+    asked = [name for name in DEFAULT_TOOLS_TO_ASK if not any(fnmatch.fnmatchcase(name, p) for p in chosen)]
+    rules: dict[str, Verdict] = {} if options.yes else {name: "ask" for name in asked}
     for name in options.allow:
         rules[name] = "allow"
     for name in options.deny:

@@ -80,12 +80,10 @@ class TerminalLines:
 
     def __enter__(self) -> TerminalLines:
         self._saved = termios.tcgetattr(self.fd)
-        tty.setcbreak(self.fd, termios.TCSANOW)
-        os.set_blocking(self.fd, False)
+        tty.setcbreak(self.fd, termios.TCSANOW)  # VMIN=1: a read after wait_readable returns at once
         return self
 
     def __exit__(self, *exc: object) -> None:
-        os.set_blocking(self.fd, True)
         if self._saved is not None:
             termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
             self._saved = None
