@@ -280,7 +280,10 @@ class RunHandle:
 
 
 class RunRegistry:
-    """An agent's started runs by request id: every live one and the last ``keep`` finished ones."""
+    """An agent's started runs by request id: every live one and the last ``keep`` finished ones.
+
+    A request id names the latest run started with it (ids chosen by the caller may repeat).
+    """
 
     def __init__(self, keep: int = RETAINED_RUNS) -> None:
         self.keep = keep
@@ -292,8 +295,10 @@ class RunRegistry:
         self._live[handle.request_id] = handle
 
     def finished(self, handle: RunHandle) -> None:
-        if self._live.get(handle.request_id) is handle:
-            del self._live[handle.request_id]
+        """Keep ``handle`` as finished, unless a later run took its request id."""
+        if self._live.get(handle.request_id) is not handle:
+            return
+        del self._live[handle.request_id]
         self._finished[handle.request_id] = handle
         while len(self._finished) > self.keep:
             self._finished.popitem(last=False)

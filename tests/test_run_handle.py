@@ -221,3 +221,18 @@ async def test_a_model_that_never_awaits_still_lets_readers_and_cancellation_in(
             await handle.result()
     assert produced < 100_000  # the cancellation got in while the model was streaming
     assert handle.state == "cancelled"
+
+
+async def test_a_reused_request_id_attaches_to_the_latest_run() -> None:
+    client = await asking_client()
+    client.agent.model = ScriptedModel([asks(call("q1", "ask_user", question="Go?", options=[]))], repeat_last=True)
+    with trio.fail_after(5):
+        first = await client.start("one", config=AgentRunConfig("s1", request_id="same"))
+        second = await client.start("two", config=AgentRunConfig("s2", request_id="same"))
+        assert client.attach("same") is second
+        second.cancel()
+        await second.wait()
+        assert client.attach("same") is second  # the latest started, also once it ended
+        first.cancel()
+        await first.wait()
+        assert client.attach("same") is second  # the earlier run ending does not take the id back
