@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -18,19 +17,14 @@ import trio
 
 from orchestrator import (
     AgentClient,
-    AgentRunConfig,
     AssistantMessage,
     ModelRequest,
-    RunHandle,
     ScriptedModel,
     ToolCall,
     ToolMessage,
-    UserMessage,
     create_agent,
     tool,
 )
-from orchestrator.handle import RETAINED_EVENTS, RETAINED_RUNS
-from orchestrator.messages import ContentPart
 
 ENVIRONMENT = "BENCH_SSE"
 
@@ -42,16 +36,12 @@ WORD = "token"
 class Shape:
     """One run: ``tool_turns`` model calls that each ask for one no-op tool, then an answer of ``words`` words.
 
-    Every model call first sleeps ``latency`` seconds. ``retain`` is how many
-    events each run's log keeps for replay, ``finished_runs`` how many finished
-    runs stay reachable by request id (each at least the library's default).
+    Every model call first sleeps ``latency`` seconds.
     """
 
     words: int
     latency: float = 0.0
     tool_turns: int = 0
-    retain: int = RETAINED_EVENTS
-    finished_runs: int = RETAINED_RUNS
 
     def to_json(self) -> str:
         return json.dumps(attrs.asdict(self))
@@ -92,42 +82,11 @@ def scripted_model(shape: Shape) -> ScriptedModel:
     return ScriptedModel([step], repeat_last=True)
 
 
-class RetainingClient(AgentClient):
-    """Starts every run with a log of at least ``retain`` events.
-
-    The scripted model streams its deltas without ever waiting, so a run can
-    record all of them before any reader is scheduled; the default log (the
-    last 10,000 events) would then have dropped the first ones and a reader
-    from seq 0 gets EventsExpired (410 over HTTP). Keeping every event makes
-    the reader's work the same in-process and over SSE.
-    """
-
-    def __init__(self, client: AgentClient, retain: int) -> None:
-        super().__init__(client.agent)
-        self.retain = retain
-
-    async def start(
-        self,
-        user_input: str | UserMessage | Sequence[ContentPart],
-        *,
-        config: AgentRunConfig | None = None,
-        retain_events: int = RETAINED_EVENTS,
-    ) -> RunHandle:
-        return await super().start(user_input, config=config, retain_events=max(retain_events, self.retain))
+async def build(shape: Shape) -> AgentClient:
+    """The shaped agent's client, with the library's defaults (event log and finished runs kept)."""
+    return await create_agent(scripted_model(shape), tools=[noop], max_iterations=shape.tool_turns + 1)
 
 
-async def build(shape: Shape) -> RetainingClient:
-    """The shaped agent's client.
-
-    With many runs at once, a reader may connect after its run finished and
-    after more than the default 64 other runs finished too: the registry
-    would have forgotten it (404). ``finished_runs`` keeps enough of them.
-    """
-    client = await create_agent(scripted_model(shape), tools=[noop], max_iterations=shape.tool_turns + 1)
-    client.agent.runs.keep = max(client.agent.runs.keep, shape.finished_runs)
-    return RetainingClient(client, shape.retain)
-
-
-async def agent() -> RetainingClient:
+async def agent() -> AgentClient:
     """The served agent, shaped by ``$BENCH_SSE``."""
     return await build(Shape.from_json(os.environ[ENVIRONMENT]))

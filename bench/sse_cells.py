@@ -188,7 +188,7 @@ def _figures(clocks: Clocks, tallies: list[Tally]) -> dict[str, Any]:
 
 def stream(words: int, repeats: int, transport: str, timeout: float = 240.0) -> dict[str, Any]:
     """One run streaming ``words`` text deltas, read by one reader, ``repeats`` times after a warm-up."""
-    shape = Shape(words=words, retain=words + 100)
+    shape = Shape(words=words)
 
     async def measure(read: Any, target: Any, server: ServerProcess | None) -> list[dict[str, Any]]:
         with trio.fail_after(timeout):
@@ -215,7 +215,7 @@ def concurrent(
     runs: int, latency: float, tool_turns: int, words: int, transport: str, timeout: float = 600.0
 ) -> dict[str, Any]:
     """``runs`` runs started at once, each read by its own reader (its own SSE stream over HTTP)."""
-    shape = Shape(words=words, latency=latency, tool_turns=tool_turns, finished_runs=runs + 1)
+    shape = Shape(words=words, latency=latency, tool_turns=tool_turns)
     note = raise_fd_limit(2 * runs + 256) if transport == "sse" else None
 
     async def measure(read: Any, target: Any, server: ServerProcess | None) -> dict[str, Any]:
