@@ -276,7 +276,8 @@ class RequestRun:
 
     async def _emit_new(self, kind: type[ev.AgentEvent], **fields: Any) -> None:
         """Build, number and stream an event of the runtime's own (no copy, unlike ``emit``)."""
-        if not self._heard(kind.kind):
+        heard = self._heard_names
+        if heard is not None and kind.kind not in heard:
             return
         event = kind(
             session_id=self._session_id, request_id=self._request_id, seq=self._number(), ts=time.time(), **fields
