@@ -222,6 +222,8 @@ def test_without_a_model_the_scripted_one_runs_and_says_so(tmp_path: Path) -> No
 def test_bad_arguments_exit_with_usage_error(capsys: object) -> None:
     assert main(["hi", "--model", "gpt"]) == 2
     assert main([]) == 2
+    assert main(["hi", "--root", "/no/such/folder"]) == 2
+    assert main(["hi", "--session", "a", "-c"]) == 2
 
 
 # in-process: steering and ask_user -------------------------------------------

@@ -121,6 +121,7 @@ def test_ask_user_is_answered_by_option_number(tmp_path: Path) -> None:
     chat = Chat(tmp_path, "--session", "ask")
     chat.send("ask about storage")
     chat.expect("? Which database should I use?  1) sqlite  2) postgres")
+    chat.expect_pattern(r"awaiting_approval \d+\.\ds")
     chat.send("3")
     chat.expect("please answer with a number or one of: sqlite, postgres")
     chat.send("2")
@@ -164,6 +165,7 @@ def test_a_line_typed_during_a_slow_tool_steers_and_the_screen_says_so(tmp_path:
     chat = Chat(tmp_path, "--session", "steer")
     chat.send("slow work")
     chat.expect("slow_step(")
+    chat.expect_pattern(r"awaiting_tool \d+\.\ds")  # the status line: the request machine's state, time in it
     chat.send("focus on tests")
     chat.expect("> steering: focus on tests")
     chat.expect("(sent to the running turn: the agent reads it after its current step)")
@@ -205,7 +207,7 @@ def test_dash_c_continues_the_last_session(tmp_path: Path) -> None:
 
     again = Chat(tmp_path, "-c")
     assert f"resuming session {session_id} (4 stored messages)" in again.screen
-    again.send("count gamma")
+    again.send("count gamx\x7fma")  # a typo, erased with Backspace
     again.expect("Your message has 2 words.")
     again.turn_done()
     assert again.quit() == 0

@@ -63,6 +63,8 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: 
         parser.error(f"unknown --model {args.model!r}: use openai:NAME or anthropic:NAME (or leave it out)")
     if args.session and args.continue_last:
         parser.error("--session and -c/--continue exclude each other")
+    if not os.path.isdir(args.root):
+        parser.error(f"--root {args.root!r} is not a directory")
     if args.scripted_delay < 0:
         parser.error("--scripted-delay must not be negative")
     return Options(

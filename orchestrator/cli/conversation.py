@@ -45,6 +45,7 @@ class Conversation:
         self.router = router
         self.json_out = json_out
         self.on_turn = on_turn
+        screen.reported_labels.add(STEER_LABEL)
         self.running = False
         self.cancelling = False
         self.stream: RunStream | None = None
@@ -182,8 +183,8 @@ class Conversation:
             arguments = dict(payload["arguments"])
             call_text = call_line(ToolCall(str(payload["tool_call_id"]), str(payload["name"]), arguments))
         question = question_of(name, payload, call_text)
-        self.screen.pause()
-        self.screen.phase("awaiting_approval")
+        self.screen.end_text()
+        self.screen.phase("awaiting_approval")  # the status line stays, the answer is typed below it
         try:
             if question.plan is not None:
                 self.screen.plan(question.plan)
@@ -196,7 +197,6 @@ class Conversation:
                 await self._answer(name, payload, question.hint)
         finally:
             self.question_scope = None
-            self.screen.resume()
 
     async def _answer(self, name: str, payload: Mapping[str, Any], hint: str) -> None:
         while not self.cancelling:

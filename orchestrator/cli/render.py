@@ -142,6 +142,7 @@ class Screen:
         self.mid_line = False  # plain text was written without its newline
         self.input_label = ""
         self.input_text = ""
+        self.reported_labels: set[str] = set()  # lines entered under these labels are reported by the caller
 
     # plain lines --------------------------------------------------------------
 
@@ -227,15 +228,6 @@ class Screen:
         self._stop_live()
         self.status = None
 
-    def pause(self) -> None:
-        """Stop redrawing (a question is asked below)."""
-        self.end_text()
-        self._stop_live()
-
-    def resume(self) -> None:
-        if self.tty and self.status is not None:
-            self._start_live()
-
     def _start_live(self) -> None:
         if self.live is None:
             self.live = Live(
@@ -275,8 +267,8 @@ class Screen:
         if self.tty and self.live is None:
             self.out.write("\r\x1b[2K")
             self.out.flush()
-        if self.tty and self.live is not None:
-            return  # the caller says what became of it (steering)
+        if self.tty and self.live is not None and label in self.reported_labels:
+            return  # the caller says what became of the line (steering)
         self.say(f"{label}{text}", style="bold")
 
 
