@@ -141,6 +141,8 @@ class RequestRun:
         self._request_id = request_id
         # The extensions that see every event (fixed for the agent's lifetime).
         self._subscribers = agent.hooks["on_event"]
+        # The event names at least one on_event wants (None: every name); others skip _deliver.
+        self._listened = _heard_names(self._subscribers) if self._subscribers else frozenset()
         self._plans = _plans_of(agent)
         self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
         self.iterations = 0
@@ -220,7 +222,7 @@ class RequestRun:
         )
         if self._waiting or not self._sink.offer(event):
             await self._send_in_turn(event)
-        if self._subscribers:
+        if self._delivers(ev.TransitionEvent.kind):
             await self._deliver(event)
 
     # events -----------------------------------------------------------------
@@ -255,7 +257,7 @@ class RequestRun:
         )
         if self._waiting or not self._sink.offer(event):
             await self._send_in_turn(event)
-        if self._subscribers:
+        if self._delivers(event.name):
             await self._deliver(event)
 
     async def _send_in_turn(self, event: ev.AgentEvent) -> None:
@@ -284,8 +286,12 @@ class RequestRun:
         )
         if self._waiting or not self._sink.offer(event):
             await self._send_in_turn(event)
-        if self._subscribers:
+        if self._delivers(kind.kind):
             await self._deliver(event)
+
+    def _delivers(self, name: str) -> bool:
+        """Whether some on_event wants events named ``name``."""
+        return self._listened is None or name in self._listened
 
     async def publish(self, event: ev.AgentEvent, *, to_publisher: bool = False) -> None:
         """Deliver ``event`` to every on_event (not streamed).
@@ -294,7 +300,7 @@ class RequestRun:
         first failing subscriber's error is raised to the publisher after every
         subscriber saw the event, instead of only being logged.
         """
-        if not self._subscribers or not self._heard(event.name):
+        if not self._delivers(event.name):
             return
         await self._deliver(self._stamp(event), to_publisher=to_publisher)
 
@@ -351,7 +357,7 @@ class RequestRun:
             self.open_calls = {call.id: call for call in message.tool_calls}
         elif isinstance(message, ToolMessage):
             self.open_calls.pop(message.tool_call_id, None)
-        if not self._subscribers or not self._heard(ev.MessageAppendedEvent.kind):
+        if not self._delivers(ev.MessageAppendedEvent.kind):
             return message
         await self.publish(
             ev.MessageAppendedEvent(
@@ -472,7 +478,8 @@ class RequestRun:
         completed: ResponseCompletedEvent | None = None
         text = SurrogateJoiner()
         stream = self._model_stream(self.request)
-        offer, subscribers, heard = self._sink.offer, self._subscribers, self._heard(ev.TextDeltaEvent.kind)
+        offer, heard = self._sink.offer, self._heard(ev.TextDeltaEvent.kind)
+        delivered = self._delivers(ev.TextDeltaEvent.kind)
         try:
             async for event in stream:
                 if isinstance(event, TextDeltaEvent):
@@ -491,7 +498,7 @@ class RequestRun:
                     )
                     if self._waiting or not offer(delta):
                         await self._send_in_turn(delta)
-                    if subscribers:
+                    if delivered:
                         await self._deliver(delta)
                 elif isinstance(event, ResponseCompletedEvent):
                     completed = event

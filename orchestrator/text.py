@@ -29,6 +29,8 @@ def clean_text(text: str) -> str:
 
     Text without surrogates is returned unchanged (the same object).
     """
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -94,6 +96,8 @@ class SurrogateJoiner:
 
     def feed(self, piece: str) -> str:
         """The clean text that can be released after ``piece``."""
+        if not self._pending and not (piece and _is_high_surrogate(piece[-1])):
+            return clean_text(piece)
         text = self._pending + piece
         self._pending = ""
         if text and _is_high_surrogate(text[-1]):
