@@ -22,6 +22,7 @@ _LIVE = (
     "compacting",
 )
 
+_RESTORE = ("open_inboxes", "emit_resumed", "on_tool", "on_state", "on_message", "restore_context")
 _TURN = ("before_turn", "assemble_request", "compact_context", "before_model")
 _RECEIVE = ("append_response", "after_model", "poll_steering")
 
@@ -43,6 +44,7 @@ PHASE = Region(
         State("completed", "the request succeeded", final=True),
         State("failed", "an error ended the request", final=True),
         State("cancelled", "the request was cancelled", final=True),
+        State("parked", "waits for an answer in a run store; a worker resumes it from its checkpoint", final=True),
     ),
     transitions=(
         Transition(
@@ -58,6 +60,31 @@ PHASE = Region(
                 "append_input",
                 "before_run",
             ),
+        ),
+        Transition(
+            "restore",
+            "idle",
+            "awaiting_tool",
+            conditions="calls_unsettled",
+            callbacks=_RESTORE,
+            doc="a run resumed from its checkpoint with tool calls left to settle",
+        ),
+        Transition(
+            "restore",
+            "idle",
+            "answered",
+            conditions="answer_in_hand",
+            unless="calls_unsettled",
+            callbacks=_RESTORE,
+            doc="a run resumed from its checkpoint after its final answer",
+        ),
+        Transition(
+            "restore",
+            "idle",
+            "turn_settled",
+            unless=("calls_unsettled", "answer_in_hand"),
+            callbacks=_RESTORE,
+            doc="a run resumed from its checkpoint between turns",
         ),
         Transition(
             "request_model",
@@ -121,6 +148,13 @@ PHASE = Region(
             "failed",
             conditions="tool_results_complete",
             callbacks=("on_error", "close_inboxes", "emit_failed"),
+        ),
+        Transition(
+            "park",
+            ("awaiting_tool", "awaiting_approval"),
+            "parked",
+            callbacks=("close_inboxes", "emit_parked"),
+            doc="its worker lets the run go while it waits; open calls stay open for the resumed run",
         ),
         Transition(
             "cancel",

@@ -1,4 +1,4 @@
-"""``python -m orchestrator {demo,diagrams,schema,run,chat,sessions,serve}``."""
+"""``python -m orchestrator {demo,diagrams,schema,run,chat,sessions,serve,worker}``."""
 
 from __future__ import annotations
 
@@ -25,11 +25,16 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.server.serve import main as serve
 
         return serve(args[1:])
+    if command == "worker":
+        from orchestrator.cluster.cli import main as worker
+
+        return worker(args[1:])
     if command in ("run", "chat", "sessions"):
         from orchestrator.cli import command as cli
 
         return cli(command, args[1:])
-    print("usage: python -m orchestrator {demo,diagrams,schema,run,chat,sessions,serve} [options]", file=sys.stderr)
+    commands = "demo,diagrams,schema,run,chat,sessions,serve,worker"
+    print(f"usage: python -m orchestrator {{{commands}}} [options]", file=sys.stderr)
     return 0 if command in ("help", "-h", "--help") else 2
 
 

@@ -20,7 +20,7 @@ from orchestrator.inbox import InputInbox
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
 from orchestrator.model import Model
 from orchestrator.pending import PendingCall, WaitingCalls, pending_calls
-from orchestrator.runtime import RequestRun
+from orchestrator.runtime import RequestRun, Restored
 from orchestrator.sinks import EventSink
 from orchestrator.stream import RunStream
 from orchestrator.tools import ToolDefinition
@@ -138,7 +138,11 @@ class Agent:
         return RunStream(self, config, _as_input(user_input))
 
     async def _open_run(
-        self, config: AgentRunConfig, message: UserMessage | None, sink: EventSink | None
+        self,
+        config: AgentRunConfig,
+        message: UserMessage | None,
+        sink: EventSink | None,
+        restored: Restored | None = None,
     ) -> RequestRun:
         """Register a new request of ``config.session_id``.
 
@@ -153,7 +157,7 @@ class Agent:
         if live is not None:
             raise SessionBusy(config.session_id)
         request_id = config.request_id or uuid.uuid4().hex
-        run = RequestRun(self, config, request_id, message, sink)
+        run = RequestRun(self, config, request_id, message, sink, restored)
         self._live[config.session_id] = run
         self._last[config.session_id] = run.machine.history
         return run

@@ -189,6 +189,23 @@ class RunCancelledEvent(AgentEvent):
 
 
 @attrs.frozen(kw_only=True, repr=False)
+class RunParkedEvent(AgentEvent):
+    """The run waits for an answer in a run store; no worker holds it until one arrives."""
+
+    kind: ClassVar[str] = "run_parked"
+    waiting: tuple[str, ...]  # ids of the calls that wait for an answer
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class RunResumedEvent(AgentEvent):
+    """A worker took the run up again from its checkpoint."""
+
+    kind: ClassVar[str] = "run_resumed"
+    worker: str
+    phase: str  # where the run picked up: awaiting_tool, answered or turn_settled
+
+
+@attrs.frozen(kw_only=True, repr=False)
 class SteeringAcceptedEvent(AgentEvent):
     """The request's steering inbox took a message; ``source`` says whether it came from outside or an extension."""
 

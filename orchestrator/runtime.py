@@ -117,6 +117,22 @@ def _batches(calls: tuple[ToolCall, ...], serial: Callable[[ToolCall], bool]) ->
     return batches
 
 
+@attrs.frozen
+class Restored:
+    """Where a run resumed from a run store's checkpoint picks up.
+
+    ``response`` is the last assistant message of the session's history (None when
+    the run had not had one), ``open_calls`` the ids of its calls without a result,
+    ``last_seq`` the seq of the last event the run's log kept.
+    """
+
+    worker: str
+    last_seq: int
+    iterations: int
+    response: AssistantMessage | None
+    open_calls: tuple[str, ...]
+
+
 class RequestRun:
     """One request of one session: its machine, context and loop."""
 
@@ -127,6 +143,7 @@ class RequestRun:
         request_id: str,
         input_message: UserMessage | None,
         sink: EventSink | None,
+        restored: Restored | None = None,
     ) -> None:
         self.agent = agent
         self.hooks = agent.hooks
@@ -171,6 +188,11 @@ class RequestRun:
         self.ended = trio.Event()
         # Set by a stream dropped while its request still ran: a new request waits for its end.
         self.abandoned = False
+        # A run resumed from a run store's checkpoint, and whether its worker is letting it go.
+        self.restored: Restored | None = restored
+        self.parking = False
+        if restored is not None:
+            self.seq = restored.last_seq
 
     # stepping ---------------------------------------------------------------
 
@@ -400,7 +422,7 @@ class RequestRun:
         except BaseException as error:
             if _only_cancellation(error):
                 with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                    await self._end("cancel")
+                    await self._end("park" if self.parking and self.machine.may("park") else "cancel")
                 raise
             self.error = _unwrap(error)
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
@@ -413,28 +435,46 @@ class RequestRun:
             self.machine.unbind()
 
     async def _loop(self) -> AssistantMessage:
-        await self.step("start")
+        if self.restored is None:
+            await self.step("start")
+        else:
+            await self.step("restore")
+            if self.machine.state() != "turn_settled":
+                assert self.response is not None
+                final = await self._finish_turn(self.response, resumed=True)
+                if final is not None:
+                    return final
+                await self.step("settle_turn")
         await self._request_model()
         while True:
             response = await self._call_model()
-            if response.tool_calls:
-                await self.step("respond")
-                await self._run_tools(response.tool_calls)
-                if self.steering is not None:
-                    await self.step("steer")
-            else:
-                await self.step("answer")
-                if self.steering is None:
-                    await self._announce_steering()
-                    self._select_next()
-                if self.steering is not None:
-                    await self.step("steer")
-                elif self.internal is None:
-                    await self.step("conclude")
-                    await self.step("complete")
-                    return response
+            await self.step("respond" if response.tool_calls else "answer")
+            final = await self._finish_turn(response)
+            if final is not None:
+                return final
             await self.step("settle_turn")
             await self._request_model()
+
+    async def _finish_turn(self, response: AssistantMessage, *, resumed: bool = False) -> AssistantMessage | None:
+        """Run the response's calls (a resumed run: those still open), or conclude; the final answer or None."""
+        if response.tool_calls:
+            calls = response.tool_calls
+            if resumed:
+                calls = tuple(call for call in calls if call.id in self.open_calls)
+            await self._run_tools(calls)
+            if self.steering is not None:
+                await self.step("steer")
+            return None
+        if self.steering is None:
+            await self._announce_steering()
+            self._select_next()
+        if self.steering is not None:
+            await self.step("steer")
+        elif self.internal is None:
+            await self.step("conclude")
+            await self.step("complete")
+            return response
+        return None
 
     async def _request_model(self) -> None:
         try:
@@ -449,7 +489,8 @@ class RequestRun:
             return
         self.ending = True
         reason = "request cancelled" if trigger == "cancel" else "request failed"
-        for call in list(self.open_calls.values()):
+        # A parked run keeps its open calls: the run that resumes it settles them.
+        for call in list(self.open_calls.values()) if trigger != "park" else []:
             try:
                 await self.settle(call, ToolStatus.CANCELLED, f"not completed: {reason}")
             except Exception:
@@ -795,6 +836,21 @@ class RequestRun:
     async def _cb_on_cancelled(self) -> None:
         await self._emit_new(ev.RunCancelledEvent)
 
+    async def _cb_emit_parked(self) -> None:
+        await self._emit_new(ev.RunParkedEvent, waiting=tuple(self.open_calls))
+
+    async def _cb_emit_resumed(self) -> None:
+        assert self.restored is not None
+        await self._emit_new(ev.RunResumedEvent, worker=self.restored.worker, phase=self.machine.state())
+
+    async def _cb_restore_context(self) -> None:
+        """Pick the loop up where the checkpoint left it: budget, last response, calls still open."""
+        assert self.restored is not None
+        self.iterations = self.restored.iterations
+        self.response = self.restored.response
+        if self.restored.response is not None:
+            self.open_calls = {c.id: c for c in self.restored.response.tool_calls if c.id in self.restored.open_calls}
+
     async def _cb_on_compact(self) -> None:
         await self._run_hook("on_compact")
 
@@ -883,6 +939,8 @@ _GUARDS: dict[str, Callable[[Any], bool]] = {
     "has_tool_calls": lambda e: bool((r := _run_of(e).response) and r.tool_calls),
     "has_internal_input": lambda e: _run_of(e).internal is not None,
     "approvals_outstanding": lambda e: _run_of(e).approvals > 0,
+    "calls_unsettled": lambda e: bool((r := _run_of(e).restored) and r.open_calls),
+    "answer_in_hand": lambda e: bool((r := _run_of(e).restored) and r.response and not r.response.tool_calls),
     "steering_pending": lambda e: _run_of(e).steering is not None,
     "tool_registered": lambda e: e.kwargs["call"].name in _run_of(e).context.tools,
     "tool_in_capabilities": _tool_in_capabilities,

@@ -62,6 +62,8 @@ class ToolDefinition:
     A plain ``def`` handler runs inline in the request's task, unless
     ``thread`` is set: then it runs in a worker thread, so it may block without
     stalling other calls (a cancelled request waits for the thread to return).
+    ``idempotent`` tools may run twice for one call without harm: a run resumed
+    after its worker stopped mid-call runs them again (others get a failed result).
     """
 
     name: str
@@ -71,6 +73,7 @@ class ToolDefinition:
     serial: bool = False
     inject: tuple[tuple[str, str], ...] = ()
     thread: bool = False
+    idempotent: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.thread:
@@ -196,6 +199,7 @@ def build_tool(
     description: str | None = None,
     serial: bool = False,
     thread: bool = False,
+    idempotent: bool = False,
 ) -> ToolDefinition:
     """Build a ToolDefinition from a function's signature, hints and docstring."""
     signature = inspect.signature(fn)
@@ -235,6 +239,7 @@ def build_tool(
         serial=serial,
         inject=tuple(inject),
         thread=thread,
+        idempotent=idempotent,
     )
 
 
@@ -244,7 +249,12 @@ def tool(fn: Handler, /) -> ToolDefinition: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, serial: bool = False, thread: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    serial: bool = False,
+    thread: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[Handler], ToolDefinition]: ...
 
 
@@ -256,16 +266,19 @@ def tool(
     description: str | None = None,
     serial: bool = False,
     thread: bool = False,
+    idempotent: bool = False,
 ) -> ToolDefinition | Callable[[Handler], ToolDefinition]:
     """Turn a function (sync or async) into a ToolDefinition.
 
-    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True)``.
+    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True)``.
     """
     if fn is not None:
         return build_tool(fn)
 
     def decorate(inner: Handler) -> ToolDefinition:
-        return build_tool(inner, name=name, description=description, serial=serial, thread=thread)
+        return build_tool(
+            inner, name=name, description=description, serial=serial, thread=thread, idempotent=idempotent
+        )
 
     return decorate
 

@@ -77,6 +77,8 @@ SAMPLES: list[ev.AgentEvent] = [
     ev.RunCompletedEvent(**IDS, result=AssistantMessage("bye")),
     ev.RunFailedEvent(**IDS, error=wire.RemoteError("ModelError", "stream ended")),
     ev.RunCancelledEvent(**IDS),
+    ev.RunParkedEvent(**IDS, waiting=("c1", "c2")),
+    ev.RunResumedEvent(**IDS, worker="w1", phase="awaiting_tool"),
     ev.SteeringAcceptedEvent(**IDS, message=UserMessage("stop"), source="external"),
     ev.SteeringAcceptedEvent(**IDS, message=LINKED, source="extension"),
     ev.SteeringAppliedEvent(**IDS, message=UserMessage("stop"), skipped_call_ids=("c2", "c3"), iteration=2),

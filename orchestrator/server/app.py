@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from orchestrator.agent import Agent, AgentClient
+from orchestrator.server.backend import Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.server.guard import TokenGuard
@@ -52,14 +53,14 @@ async def _method_not_allowed(request: Request, error: Exception) -> Response:
 
 
 def create_app(
-    agent: Agent | AgentClient,
+    agent: Agent | AgentClient | Backend,
     *,
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     idempotency_keys: int = DEFAULT_CAPACITY,
     console: bool = True,
 ) -> TokenGuard:
-    """The ASGI application for ``agent`` (an Agent or its client).
+    """The ASGI application for ``agent`` (an Agent or its client, or another Backend such as a web node's).
 
     Serve it with hypercorn's trio worker (``hypercorn.trio.serve``) or mount
     it in a trio ASGI application: its requests run in the serving trio loop.
@@ -67,7 +68,8 @@ def create_app(
     request bodies; ``idempotency_keys`` bounds the remembered answers.
     """
     settings = ServerSettings(token, max_body_bytes, idempotency_keys, console)
-    service = Service(_client(agent), settings.max_body_bytes, settings.idempotency_keys)
+    backend = agent if not isinstance(agent, (Agent, AgentClient)) else LocalBackend(_client(agent))
+    service = Service(backend, settings.max_body_bytes, settings.idempotency_keys)
     routes: list[BaseRoute] = [
         Route("/health", service.health, methods=["GET"]),
         Route("/openapi.json", service.openapi, methods=["GET"]),

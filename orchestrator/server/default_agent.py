@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.agent import AgentClient, create_agent
@@ -11,24 +11,31 @@ from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.filesystem import FilesystemExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+from orchestrator.model import Model
 
 SYSTEM_PROMPT = "You are a helpful assistant. Be concise."
 
 
-def default_db() -> Path:
-    """``$XDG_DATA_HOME/orchestrator/sessions.db`` (``~/.local/share`` without XDG_DATA_HOME)."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "orchestrator" / "sessions.db"
+def build_default_model(spec: str | None, err: Callable[[str], None]) -> Model:
+    """The model ``--model`` names (the scripted Plan Mode scenario by default, said on ``err``).
+
+    An explicit provider that cannot be used exits with 2 (SystemExit), as in the CLI.
+    """
+    from orchestrator.cli.models import choose
+
+    model, _ = choose(spec or "scripted", True, err)
+    return model
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(text)
 
 
 async def default_client(model_spec: str | None, db: str | None, root: str) -> AgentClient:
-    from orchestrator.cli import build_model
+    from orchestrator.cli.args import default_db
 
-    def warn(text: str) -> None:
-        sys.stderr.write(text)
-
-    model, _ = build_model(model_spec or "scripted", True, warn)
-    path = Path(db) if db else default_db()
+    model = build_default_model(model_spec, _warn)
+    path = Path(db or default_db())
     path.parent.mkdir(parents=True, exist_ok=True)
     return await create_agent(
         model,

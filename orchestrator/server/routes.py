@@ -7,26 +7,21 @@ with a 4xx status (see ``orchestrator.server.openapi`` for every route).
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
 
 import anyio.to_thread
-import attrs
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from machines.definition import MachineDefinition
 from machines.diagrams import composed_diagram, graphviz_available, machine_diagram
 from machines.registry import all_definitions
-from orchestrator import wire
-from orchestrator.agent import AgentClient
-from orchestrator.config import AgentRunConfig
 from orchestrator.errors import SessionBusy
-from orchestrator.events import AgentEvent
-from orchestrator.handle import EventFollower, EventsExpired, RunHandle, UnknownRun
-from orchestrator.pending import PendingCall
-from orchestrator.server import sessions
+from orchestrator.handle import EventsExpired, UnknownRun
+from orchestrator.server.backend import Backend, RunExists, RunView
 from orchestrator.server.bodies import external_event, read_object, run_input
 from orchestrator.server.errors import HTTPRefusal, bad_request, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
@@ -44,9 +39,10 @@ def _path_id(request: Request, name: str) -> str:
     return value
 
 
-def sse_frame(event: AgentEvent) -> str:
+def sse_frame(event: Mapping[str, Any]) -> str:
     """One Server-Sent Event: ``id`` the event's seq, ``event`` its type, ``data`` its wire JSON."""
-    return f"id: {event.seq}\nevent: {event.name}\ndata: {wire.dumps(event)}\n\n"
+    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
 
 
 def _after(request: Request) -> int:
@@ -58,10 +54,6 @@ def _after(request: Request) -> int:
     if not raw.isdigit() or len(raw) > 18:
         raise bad_request("Last-Event-ID (or ?after=) must be a non-negative whole number")
     return int(raw)
-
-
-def _pending_json(call: PendingCall) -> dict[str, Any]:
-    return {**attrs.asdict(call, recurse=False), "payload": dict(call.payload)}
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -90,32 +82,22 @@ def _idempotent(method: Callable[[Service, Request, dict[str, Any]], Awaitable[A
 
 
 class Service:
-    def __init__(self, client: AgentClient, max_body_bytes: int, idempotency_keys: int) -> None:
-        self.client = client
-        self.agent = client.agent
+    def __init__(self, backend: Backend, max_body_bytes: int, idempotency_keys: int) -> None:
+        self.backend = backend
         self.max_body_bytes = max_body_bytes
         self.idempotency = IdempotencyCache(idempotency_keys)
         self._diagrams: dict[str, tuple[str, str]] = {}
 
-    # plumbing ---------------------------------------------------------------
-
-    def _handle(self, request_id: str) -> RunHandle:
+    async def _run(self, request_id: str) -> RunView:
         try:
-            return self.client.attach(request_id)
+            return await self.backend.run(request_id)
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
-
-    def _live_request(self, session_id: str) -> str | None:
-        run = self.agent._live.get(session_id)
-        return run.context.request_id if run is not None else None
-
-    def _pending(self, session_id: str | None) -> list[dict[str, Any]]:
-        return [_pending_json(call) for call in self.client.pending(session_id)]
 
     # routes -----------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "running": len(self.agent.running())})
+        return JSONResponse({"status": "ok", "running": self.backend.running()})
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -125,68 +107,33 @@ class Service:
         return FileResponse(str(page), media_type="text/html")
 
     async def list_sessions(self, request: Request) -> Response:
-        stored = await sessions.stored_session_ids(self.agent)
-        ids = list(dict.fromkeys([*stored, *self.agent.running()]))
-        listed = []
-        for session_id in ids:
-            listed.append(
-                {
-                    "session_id": session_id,
-                    "request_id": self._live_request(session_id),
-                    "state": self.agent.state(session_id),
-                    "states": self.agent.states(session_id),
-                    "pending": self._pending(session_id),
-                }
-            )
-        return JSONResponse({"sessions": listed})
+        return JSONResponse({"sessions": await self.backend.sessions()})
 
     async def show_session(self, request: Request) -> Response:
         session_id = _path_id(request, "session_id")
-        messages = await sessions.history(self.agent, session_id)
-        if messages is None:
+        found = await self.backend.session(session_id)
+        if found is None:
             raise not_found(f"no session {session_id!r}")
-        return JSONResponse(
-            {
-                "session_id": session_id,
-                "request_id": self._live_request(session_id),
-                "messages": [wire.encode_message(m) for m in messages],
-                "states": self.agent.states(session_id),
-                "plan_mode": sessions.plan_mode(self.agent, session_id),
-                "pending": self._pending(session_id),
-            }
-        )
+        return JSONResponse(found)
 
     @_idempotent
     async def start_run(self, request: Request, body: dict[str, Any]) -> Answer:
         session_id = _path_id(request, "session_id")
         message, request_id = run_input(body)
-        config = AgentRunConfig(session_id=session_id, request_id=request_id)
-        if request_id is not None and self._known_run(request_id):
-            raise HTTPRefusal(409, "RunExists", f"a run {request_id!r} already exists")
         try:
-            handle = await self.client.start(message, config=config)
+            started = await self.backend.start(session_id, message, request_id)
         except SessionBusy as busy:
             raise HTTPRefusal(409, "SessionBusy", str(busy)) from None
-        body_out = {
-            "request_id": handle.request_id,
-            "session_id": session_id,
-            "events": f"/runs/{handle.request_id}/events",
-        }
-        return Answer(202, body_out)
-
-    def _known_run(self, request_id: str) -> bool:
-        try:
-            self.client.attach(request_id)
-        except UnknownRun:
-            return False
-        return True
+        except RunExists as exists:
+            raise HTTPRefusal(409, "RunExists", str(exists)) from None
+        return Answer(202, {"request_id": started, "session_id": session_id, "events": f"/runs/{started}/events"})
 
     @_idempotent
     async def post_event(self, request: Request, body: dict[str, Any]) -> Answer:
         session_id = _path_id(request, "session_id")
         event, request_id = external_event(body)
-        config = AgentRunConfig(session_id=session_id, request_id=request_id)
-        delivery = await anyio.to_thread.run_sync(lambda: self.client.deliver(event, config=config))
+        key = request.headers.get("idempotency-key")
+        delivery = await self.backend.deliver(session_id, request_id, event, key)
         if delivery.accepted:
             return Answer(202, {"accepted": list(delivery.accepted)})
         refused = dict(delivery.refused)
@@ -196,37 +143,34 @@ class Service:
         return Answer(409, {"error": {"type": "EventRefused", "message": reason}, "refused": refused})
 
     async def show_run(self, request: Request) -> Response:
-        handle = self._handle(_path_id(request, "request_id"))
-        return JSONResponse(
-            {
-                "request_id": handle.request_id,
-                "session_id": handle.session_id,
-                "state": handle.state,
-                "states": handle.states,
-                "done": handle.done,
-            }
-        )
+        return JSONResponse((await self._run(_path_id(request, "request_id"))).json())
 
     async def run_events(self, request: Request) -> Response:
-        handle = self._handle(_path_id(request, "request_id"))
+        request_id = _path_id(request, "request_id")
         after = _after(request)
         try:
-            events = handle.events(after=after)
+            batches = await self.backend.events(request_id, after)
+        except UnknownRun:
+            raise not_found(f"no live or recent run {request_id!r}") from None
         except EventsExpired as expired:
             raise HTTPRefusal(410, "EventsExpired", str(expired)) from None
-        return StreamingResponse(_frames(events), media_type="text/event-stream", headers=SSE_HEADERS)
+        return StreamingResponse(_frames(batches), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def cancel_run(self, request: Request) -> Response:
-        handle = self._handle(_path_id(request, "request_id"))
-        was_done = handle.done
-        handle.cancel()
-        return JSONResponse(
-            {"request_id": handle.request_id, "cancelled": not was_done, "state": handle.state}, status_code=202
-        )
+        request_id = _path_id(request, "request_id")
+        try:
+            view, asked = await self.backend.cancel(request_id)
+        except UnknownRun:
+            raise not_found(f"no live or recent run {request_id!r}") from None
+        return JSONResponse({**view.json(), "cancelled": asked}, status_code=202)
 
     async def run_trace(self, request: Request) -> Response:
-        handle = self._handle(_path_id(request, "request_id"))
-        return PlainTextResponse(trace_mermaid(handle.transitions), media_type="text/vnd.mermaid")
+        request_id = _path_id(request, "request_id")
+        try:
+            steps = await self.backend.transitions(request_id)
+        except UnknownRun:
+            raise not_found(f"no live or recent run {request_id!r}") from None
+        return PlainTextResponse(trace_mermaid(steps), media_type="text/vnd.mermaid")
 
     async def machine(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -262,9 +206,9 @@ class Service:
         return self._diagrams[stem]
 
 
-async def _frames(events: EventFollower) -> AsyncIterator[str]:
+async def _frames(batches: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[str]:
     """SSE frames of a run's events, as many per chunk as are ready; ends after the terminal event."""
-    while batch := await events.batch():
+    async for batch in batches:
         yield "".join(sse_frame(event) for event in batch)
 
 

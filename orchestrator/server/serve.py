@@ -33,7 +33,11 @@ class ServeOptions:
 def parse(argv: Sequence[str]) -> ServeOptions:
     parser = argparse.ArgumentParser(prog="python -m orchestrator serve", description="Serve an agent over HTTP.")
     parser.add_argument("--model", help="scripted (default), openai:NAME or anthropic:NAME")
-    parser.add_argument("--db", help="session database (default: the user data directory)")
+    parser.add_argument(
+        "--db",
+        help="session database (default: the user data directory); a run store URL (postgresql://... or"
+        " sqlite:///PATH) makes this a web node that serves the runs workers carry",
+    )
     parser.add_argument("--root", default=".", help="workspace of the filesystem tools")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
@@ -44,8 +48,13 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     )
     parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
     args = parser.parse_args(list(argv))
-    if args.app and (args.model or args.db):
-        parser.error("--app brings its own agent: --model and --db do not apply")
+    from orchestrator.store.runs_sql import is_run_store_url
+
+    web_node = bool(args.db) and is_run_store_url(args.db)
+    if args.app and (args.model or (args.db and not web_node)):
+        parser.error("--app brings its own agent: --model and a session --db do not apply")
+    if web_node and args.model:
+        parser.error("a web node runs no model: the workers do (python -m orchestrator worker)")
     return ServeOptions(args.model, args.db, args.root, args.host, args.port, args.token, args.app)
 
 
@@ -54,19 +63,26 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
     from hypercorn.trio import serve as hypercorn_serve
 
     from orchestrator.server.app import create_app
+    from orchestrator.server.backend import Backend, LocalBackend
     from orchestrator.server.default_agent import default_client
+    from orchestrator.store.runs_sql import is_run_store_url, open_run_store
 
-    if options.app:
+    backend: Backend
+    if options.db and is_run_store_url(options.db):
+        from orchestrator.cluster.webnode import StoreBackend
+
+        backend = StoreBackend(await trio.to_thread.run_sync(open_run_store, options.db))
+    elif options.app:
         from orchestrator.apploader import load_agent
 
-        client = await load_agent(options.app)
+        backend = LocalBackend(await load_agent(options.app))
     else:
-        client = await default_client(options.model, options.db, options.root)
+        backend = LocalBackend(await default_client(options.model, options.db, options.root))
     config = Config()
     config.bind = [f"{options.host}:{options.port}"]
     config.accesslog = None
     config.errorlog = None
-    app = create_app(client, token=options.token)
+    app = create_app(backend, token=options.token)
 
     async def announce(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         await hypercorn_serve(app, config, task_status=task_status)  # type: ignore[arg-type]

@@ -1,0 +1,95 @@
+"""A run's checkpoint: what a worker needs to pick the run up where another left it.
+
+The session's history (in the store, written by the same fenced commits) holds
+the messages; the checkpoint holds the rest: the request machine's states, the
+iteration count, the calls that recorded an intent (started and not yet
+settled), the calls that wait for an answer (with the question asked), and the
+session's Plan Mode state. ``restored`` reads both back into the point where
+the request loop resumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from orchestrator.messages import AssistantMessage, Message, ToolMessage
+from orchestrator.runtime import Restored
+
+VERSION = 1
+
+
+@attrs.frozen
+class Waiting:
+    """A call that waits for an external answer: the question event and what answers it."""
+
+    tool_call_id: str
+    event: str
+    payload: Mapping[str, Any]
+    response_event: str
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "tool_call_id": self.tool_call_id,
+            "event": self.event,
+            "payload": dict(self.payload),
+            "response_event": self.response_event,
+        }
+
+
+@attrs.frozen
+class Checkpoint:
+    states: Mapping[str, str]
+    iterations: int
+    input_recorded: bool
+    started: tuple[str, ...]
+    waiting: tuple[Waiting, ...]
+    plan_mode: str | None
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "states": dict(self.states),
+            "iterations": self.iterations,
+            "input_recorded": self.input_recorded,
+            "started": list(self.started),
+            "waiting": [w.json() for w in self.waiting],
+            "plan_mode": self.plan_mode,
+        }
+
+
+def read(data: Mapping[str, Any] | None) -> Checkpoint | None:
+    """The checkpoint a store row holds (None for a run that never wrote one)."""
+    if not data:
+        return None
+    return Checkpoint(
+        states=dict(data.get("states", {})),
+        iterations=int(data.get("iterations", 0)),
+        input_recorded=bool(data.get("input_recorded", False)),
+        started=tuple(str(i) for i in data.get("started", ())),
+        waiting=tuple(
+            Waiting(str(w["tool_call_id"]), str(w["event"]), dict(w.get("payload", {})), str(w["response_event"]))
+            for w in data.get("waiting", ())
+        ),
+        plan_mode=data.get("plan_mode"),
+    )
+
+
+def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
+    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
+    response: AssistantMessage | None = None
+    settled: set[str] = set()
+    for message in reversed(history):
+        if isinstance(message, ToolMessage):
+            settled.add(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            response = message
+            break
+        else:
+            break  # the turn ended with a user message (input or steering): the next model call is due
+    open_calls = tuple(c.id for c in response.tool_calls if c.id not in settled) if response is not None else ()
+    if response is not None and response.tool_calls and not open_calls:
+        response = None  # every call settled: between turns
+    return Restored(worker, last_seq, checkpoint.iterations, response, open_calls)

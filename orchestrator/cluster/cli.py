@@ -1,0 +1,78 @@
+"""``python -m orchestrator worker``: carry the runs of a run store with an application's agent.
+
+    python -m orchestrator worker --app myapp.agents:agent --db postgresql://user@host/db
+
+Without ``--app`` the worker runs the CLI's default agent (``--model``, the
+filesystem tools on ``--root``, Plan Mode, ask_user). It runs until
+interrupted; its runs are taken over by other workers once their leases expire.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from orchestrator.cluster.worker import LEASE_SECONDS, RETENTION_SECONDS, Worker
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator worker", description="Carry runs of a run store.")
+    parser.add_argument("--db", required=True, help="the run store: postgresql://... or sqlite:///PATH")
+    parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
+    parser.add_argument("--model", help="without --app: scripted (default), openai:NAME or anthropic:NAME")
+    parser.add_argument("--root", default=".", help="without --app: workspace of the filesystem tools")
+    parser.add_argument("--name", help="this worker's name in leases (default host:pid:random)")
+    parser.add_argument("--capacity", type=int, default=16, help="runs carried at once (default 16)")
+    parser.add_argument("--lease-seconds", type=float, default=LEASE_SECONDS, help=f"default {LEASE_SECONDS:g}")
+    parser.add_argument(
+        "--retention-hours",
+        type=float,
+        default=RETENTION_SECONDS / 3600,
+        help=f"ended runs and their events are pruned after this long (default {RETENTION_SECONDS / 3600:g})",
+    )
+    args = parser.parse_args(list(argv))
+    if args.app and args.model:
+        parser.error("--app brings its own agent: --model does not apply")
+    return args
+
+
+async def _work(args: argparse.Namespace) -> None:
+    from orchestrator.store.runs_sql import open_run_store
+
+    if args.app:
+        from orchestrator.apploader import load_agent
+
+        client = await load_agent(args.app)
+    else:
+        from orchestrator.cluster.default_agent import default_worker_client
+
+        client = await default_worker_client(args.model, args.root)
+    store = await trio.to_thread.run_sync(open_run_store, args.db)
+    worker = Worker(
+        client,
+        store,
+        name=args.name,
+        capacity=args.capacity,
+        lease_seconds=args.lease_seconds,
+        retention_seconds=args.retention_hours * 3600,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.run)
+        print(f"worker {worker.name} carrying runs of {store.where}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str]) -> int:
+    from orchestrator.apploader import AppSpecError
+
+    args = parse(argv)
+    try:
+        trio.run(_work, args)
+    except (AppSpecError, ValueError) as error:
+        print(f"worker: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0

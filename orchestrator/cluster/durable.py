@@ -1,0 +1,263 @@
+"""DurableRun: one claimed run's link to the run store, and the extension that keeps it current.
+
+Everything the run does reaches the store through ``commit``, fenced by the
+worker's lease and serialised by a lock: messages (appended to the session's
+history), the streamed events (numbered, in order), the checkpoint, the inbox
+items consumed. A commit happens before the request goes on whenever a message
+is appended (the input, each model response, each tool result, steering),
+when a tool call starts (its intent), when a call starts to wait for an
+answer, and when the run ends or parks; streamed text between those is flushed
+by the worker every ``FLUSH_SECONDS``.
+
+A lost lease (another worker took the run) makes every later commit a no-op
+and cancels the run: nothing of it is written twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from orchestrator import wire
+from orchestrator.cluster.checkpoint import Checkpoint, Waiting
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.context import AgentRunContext
+from orchestrator.events import AgentEvent
+from orchestrator.extensions.base import AgentExtension
+from orchestrator.extensions.plan_mode import PlanModeExtension
+from orchestrator.messages import Message, ToolCall
+from orchestrator.store.runs import InboxItem, Lease, LeaseLost, RunCommit, RunStore, StoredEvent
+from orchestrator.tools import ToolResult
+
+log = logging.getLogger("orchestrator.cluster")
+
+FLUSH_SECONDS = 0.1
+STOPPED_MID_CALL = (
+    "not run again: the worker running this call stopped before it finished, so it may or may not have"
+    " taken effect; check before calling it again"
+)
+_FINAL_EVENTS = {"run_completed": "completed", "run_failed": "failed", "run_cancelled": "cancelled"}
+_SETTLED_EVENTS = frozenset({"tool_completed", "tool_failed", "tool_skipped", "tool_cancelled"})
+
+
+class DurableRun:
+    """A claimed run: its lease, what waits to be committed, and what the checkpoint records."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        lease: Lease,
+        deliver: Callable[[ExternalEvent, AgentRunConfig], bool],
+        *,
+        input_recorded: bool = False,
+        started: tuple[str, ...] = (),
+        waiting: tuple[Waiting, ...] = (),
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self._deliver = deliver
+        self.config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)
+        self.lock = trio.Lock()
+        self.events: list[StoredEvent] = []
+        self.messages: list[Message] = []
+        self.consumed: list[int] = []
+        self.input_recorded = input_recorded
+        # Calls that recorded an intent in an earlier process and have no result: not run blindly again.
+        self.stopped_mid_call = set(started) - {w.tool_call_id for w in waiting}
+        self.started: set[str] = set(started)
+        self.waiting: dict[str, Waiting] = {w.tool_call_id: w for w in waiting}
+        # Waits of an earlier process whose question was not asked again yet: their answers must wait.
+        self.expected = set(self.waiting)
+        # Waiting calls whose answer was delivered (the call goes on; nothing to park for).
+        self.answered: set[str] = set()
+        self.run: Any = None  # the RequestRun, once made
+        self.scope = trio.CancelScope()
+        self.lost = False
+        self.parked = False
+        self.seen_inbox = 0
+
+    # the sink of the run's streamed events ----------------------------------
+
+    def offer(self, event: AgentEvent) -> bool:
+        self.events.append(StoredEvent(self.lease.request_id, event.seq, event.name, wire.encode_event(event)))
+        return True
+
+    async def put(self, event: AgentEvent) -> None:
+        self.offer(event)
+
+    # writing -----------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        run = self.run
+        plan_mode = None
+        if run is not None:
+            for extension in run.agent.extensions:
+                if isinstance(extension, PlanModeExtension):
+                    plan_mode = extension.mode(self.lease.session_id)
+        return Checkpoint(
+            states=run.machine.states if run is not None else {},
+            iterations=run.iterations if run is not None else 0,
+            input_recorded=self.input_recorded,
+            started=tuple(sorted(self.started)),
+            waiting=tuple(self.waiting.values()),
+            plan_mode=plan_mode,
+        )
+
+    async def commit(self, status: str = "running") -> None:
+        """Write what is pending (and the checkpoint) in one fenced transaction."""
+        async with self.lock:
+            if self.lost:
+                return
+            change = RunCommit(
+                messages=tuple(self.messages),
+                events=tuple(self.events),
+                checkpoint=self.checkpoint().json(),
+                consumed=tuple(self.consumed),
+                status=status,
+            )
+            self.messages, self.events, self.consumed = [], [], []
+            try:
+                with trio.CancelScope(shield=True):
+                    self.lease = await trio.to_thread.run_sync(self.store.commit, self.lease, change)
+            except LeaseLost as lost:
+                log.warning("%s; the run stops here without writing more", lost)
+                self.lose()
+
+    async def flush(self) -> None:
+        """Commit streamed events that wait (text deltas between other commits)."""
+        if self.events and not self.lost:
+            await self.commit()
+
+    def lose(self) -> None:
+        self.lost = True
+        self.scope.cancel()
+
+    # the inbox ---------------------------------------------------------------
+
+    def offer_item(self, item: InboxItem) -> bool:
+        """Deliver an inbox item to the run's extensions; whether it was used up (accepted, or refused for good)."""
+        call_id = item.payload.get("tool_call_id") if isinstance(item.payload, Mapping) else None
+        if self._deliver(ExternalEvent(item.name, dict(item.payload)), self.config):
+            self.consumed.append(item.id)
+            if isinstance(call_id, str):
+                self.answered.add(call_id)
+            return True
+        if call_id in self.expected:
+            return False  # the resumed call has not asked again yet
+        log.warning("inbox item %s (%s) of run %s refused; dropped", item.id, item.name, self.lease.request_id)
+        self.consumed.append(item.id)
+        return True
+
+    async def take_answer(self, waiting: Waiting) -> bool:
+        """Answer ``waiting`` from the inbox if its answer is there; whether it was."""
+        items = await trio.to_thread.run_sync(self.store.inbox, self.lease.request_id)
+        for item in items:
+            if item.id in self.consumed:
+                continue
+            answers = item.name == waiting.response_event and item.payload.get("tool_call_id") == waiting.tool_call_id
+            if answers and self.offer_item(item):
+                return True
+        return False
+
+    # parking -----------------------------------------------------------------
+
+    def running_calls(self) -> set[str]:
+        """Calls started and neither settled nor waiting unanswered."""
+        return self.started - self.unanswered()
+
+    def unanswered(self) -> set[str]:
+        return set(self.waiting) - self.answered
+
+    def park_if_idle(self) -> None:
+        """Let the run go when all it does is wait: every open call waits for an answer not yet given."""
+        run = self.run
+        if run is None or not self.unanswered() or self.running_calls() or self.lost or self.parked:
+            return
+        if run.steering is not None or not run.machine.may("park"):
+            return
+        self.parked = True
+        run.parking = True
+        self.scope.cancel()
+
+
+def _is_question(event: AgentEvent) -> bool:
+    payload = event.payload
+    return isinstance(payload.get("tool_call_id"), str) and isinstance(payload.get("response_event"), str)
+
+
+@attrs.define
+class _Registry:
+    by_request: dict[str, DurableRun] = attrs.field(factory=dict)
+
+
+class DurableExtension(AgentExtension):
+    """Keeps each DurableRun of a worker's agent current: commits, intents, waits, parking."""
+
+    priority = -1000  # before other extensions: nothing happens before it is recorded
+
+    def __init__(self) -> None:
+        self._runs = _Registry()
+
+    def attach(self, durable: DurableRun) -> None:
+        self._runs.by_request[durable.lease.request_id] = durable
+
+    def detach(self, durable: DurableRun) -> None:
+        self._runs.by_request.pop(durable.lease.request_id, None)
+
+    def _durable(self, context: AgentRunContext) -> DurableRun | None:
+        return self._runs.by_request.get(context.request_id)
+
+    async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
+        durable = self._durable(context)
+        if durable is None:
+            return
+        name = event.name
+        if name == "message_appended":
+            durable.messages.append(event.payload["message"])
+            if context.states.get("phase") == "setup":
+                durable.input_recorded = True
+            await durable.commit()
+        elif name == "tool_started":
+            durable.started.add(event.payload["call"].id)
+            await durable.commit()
+        elif name in _SETTLED_EVENTS:
+            call_id = event.payload["call"].id
+            durable.started.discard(call_id)
+            durable.waiting.pop(call_id, None)
+            durable.answered.discard(call_id)
+            durable.park_if_idle()
+        elif name in _FINAL_EVENTS:
+            await durable.commit(_FINAL_EVENTS[name])
+        elif name == "run_parked":
+            await durable.commit("parked")
+        elif _is_question(event):
+            await self.question_asked(context, event)
+
+    async def question_asked(self, context: AgentRunContext, event: AgentEvent) -> None:
+        """A call waits for an answer: record it, answer it from the inbox, or park the run."""
+        durable = self._durable(context)
+        if durable is None:
+            return
+        payload = wire.json_value(dict(event.payload))
+        call_id = str(event.payload["tool_call_id"])
+        waiting = Waiting(call_id, event.name, payload, str(event.payload["response_event"]))
+        durable.waiting[call_id] = waiting
+        durable.expected.discard(call_id)
+        await durable.commit()
+        if call_id not in durable.answered and not await durable.take_answer(waiting):
+            durable.park_if_idle()
+
+    async def on_tool_call(
+        self, context: AgentRunContext, call: ToolCall, call_next: Callable[[ToolCall], Awaitable[ToolResult]]
+    ) -> ToolResult:
+        durable = self._durable(context)
+        if durable is not None and call.id in durable.stopped_mid_call:
+            durable.stopped_mid_call.discard(call.id)
+            definition = context.tools.get(call.name)
+            if definition is None or not getattr(definition, "idempotent", False):
+                return ToolResult(STOPPED_MID_CALL, "failed")
+        return await call_next(call)

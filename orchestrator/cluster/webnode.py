@@ -1,0 +1,235 @@
+"""``StoreBackend``: what a web node serves. It talks only to the run store; workers carry the runs.
+
+Starting a run inserts a ``queued`` row (one active run per session across the
+deployment: a second is SessionBusy, a 409). Events are read from the run's
+log after ``Last-Event-ID`` and followed by polling it, so any node serves any
+run. An answer is checked like a live one against the question its run's
+checkpoint says is waiting (the same ``WaitRule`` validators the extensions
+use), then inserted into the run's inbox in one transaction that wakes a
+parked run; its idempotency key makes a retried POST harmless on any node.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import trio
+
+from machines.build import Step
+from machines.request import REQUEST
+from orchestrator import wire
+from orchestrator.cluster.checkpoint import read
+from orchestrator.config import ExternalEvent
+from orchestrator.delivery import Delivery
+from orchestrator.errors import SessionBusy
+from orchestrator.events import RunCancelledEvent
+from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
+from orchestrator.extensions.steering import STEERING_EVENT
+from orchestrator.handle import UnknownRun
+from orchestrator.messages import UserMessage
+from orchestrator.pending import WaitRule
+from orchestrator.server.backend import RunExists, RunView
+from orchestrator.store.errors import StoreError
+from orchestrator.store.runs import NewInboxItem, RunRecord, RunStore, StoredEvent
+
+POLL_SECONDS = 0.1
+"""How often a web node looks for new events of a run it streams."""
+TERMINAL = frozenset({"run_completed", "run_failed", "run_cancelled"})
+INBOX = "inbox"
+"""The name a delivery accepted into a run's durable inbox reports."""
+
+
+def _refused(event: ExternalEvent, why: str) -> Delivery:
+    return Delivery(event.name, (), {INBOX: why})
+
+
+class StoreBackend:
+    def __init__(
+        self, store: RunStore, *, wait_rules: Iterable[WaitRule] = (), poll_seconds: float = POLL_SECONDS
+    ) -> None:
+        self.store = store
+        self.rules = {rule.response_event: rule for rule in (*DEFAULT_WAIT_RULES, *wait_rules)}
+        self.poll_seconds = poll_seconds
+
+    async def _call(self, function: Any, *args: Any) -> Any:
+        return await trio.to_thread.run_sync(function, *args)
+
+    async def _record(self, request_id: str) -> RunRecord:
+        record: RunRecord | None = await self._call(self.store.run, request_id)
+        if record is None:
+            raise UnknownRun(request_id)
+        return record
+
+    @staticmethod
+    def _view(record: RunRecord) -> RunView:
+        checkpoint = read(record.checkpoint)
+        states = dict(checkpoint.states) if checkpoint and checkpoint.states else None
+        if record.final:
+            states = {**(states or {}), REQUEST.main.name: record.status}
+        return RunView(record.request_id, record.session_id, states["phase"] if states else None, states, record.final)
+
+    # runs -------------------------------------------------------------------
+
+    async def start(self, session_id: str, message: UserMessage, request_id: str | None) -> str:
+        request_id = request_id or uuid.uuid4().hex
+        try:
+            await self._call(self.store.create_run, session_id, request_id, wire.encode_message(message))
+        except SessionBusy:
+            raise
+        except StoreError as taken:
+            raise RunExists(str(taken)) from None
+        return request_id
+
+    async def run(self, request_id: str) -> RunView:
+        return self._view(await self._record(request_id))
+
+    async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
+        await self._record(request_id)
+
+        async def batches() -> AsyncIterator[list[dict[str, Any]]]:
+            position = after
+            while True:
+                stored: list[StoredEvent] = await self._call(self.store.events, request_id, position)
+                if stored:
+                    position = stored[-1].seq
+                    yield [dict(event.body) for event in stored]
+                    if stored[-1].type in TERMINAL:
+                        return
+                    continue
+                record: RunRecord | None = await self._call(self.store.run, request_id)
+                if record is None or (record.final and record.last_seq <= position):
+                    return
+                await trio.sleep(self.poll_seconds)
+
+        return batches()
+
+    async def cancel(self, request_id: str) -> tuple[RunView, bool]:
+        record = await self._record(request_id)
+
+        def final_event(seq: int) -> StoredEvent:
+            event = RunCancelledEvent(session_id=record.session_id, request_id=request_id, seq=seq, ts=time.time())
+            return StoredEvent(request_id, seq, event.name, wire.encode_event(event))
+
+        changed: RunRecord = await self._call(self.store.cancel, request_id, final_event)
+        return self._view(changed), not record.final
+
+    async def transitions(self, request_id: str) -> list[Step]:
+        await self._record(request_id)
+        steps: list[Step] = []
+        position = 0
+        while stored := await self._call(self.store.events, request_id, position):
+            position = stored[-1].seq
+            steps += [
+                Step(e.body["machine"], e.body["region"], e.body["source"], e.body["trigger"], e.body["dest"])
+                for e in stored
+                if e.type == "transition"
+            ]
+        return steps
+
+    # answers ----------------------------------------------------------------
+
+    async def deliver(
+        self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
+    ) -> Delivery:
+        record = await self._target(session_id, request_id)
+        if record is None:
+            which = f"request {request_id!r} of" if request_id else "request in"
+            return _refused(event, f"no running {which} session {session_id!r}")
+        problem = self._problem(record, event)
+        if problem is not None:
+            return _refused(event, problem)
+        item = NewInboxItem(session_id, record.request_id, event.name, dict(event.payload), idempotency_key)
+        try:
+            await self._call(self.store.post, item)
+        except StoreError as ended:
+            return _refused(event, str(ended))
+        return Delivery(event.name, (INBOX,), {})
+
+    async def _target(self, session_id: str, request_id: str | None) -> RunRecord | None:
+        if request_id is not None:
+            record: RunRecord | None = await self._call(self.store.run, request_id)
+            return record if record is not None and record.session_id == session_id and not record.final else None
+        active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
+        return active[0] if active else None
+
+    def _problem(self, record: RunRecord, event: ExternalEvent) -> str | None:
+        payload = event.payload
+        if event.name == STEERING_EVENT:
+            content = payload.get("content") if isinstance(payload, Mapping) else None
+            if not isinstance(content, str) or not content.strip():
+                return "steering needs non-empty 'content' text"
+            if record.status == "parked":
+                return "the request waits for an answer; answer it before steering"
+            return None
+        rule = self.rules.get(event.name)
+        if rule is None:
+            return f"no extension takes {event.name!r} events"
+        key = payload.get("tool_call_id") if isinstance(payload, Mapping) else None
+        checkpoint = read(record.checkpoint)
+        waiting = {w.tool_call_id: w for w in checkpoint.waiting} if checkpoint else {}
+        wait = waiting.get(key) if isinstance(key, str) else None
+        if wait is None or wait.response_event != event.name:
+            return f"no waiting call tool_call_id={key!r} in session {record.session_id!r}"
+        return rule.validator(wait.payload)(payload)
+
+    async def pending(self, session_id: str | None) -> list[dict[str, Any]]:
+        active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
+        calls: list[dict[str, Any]] = []
+        for record in active:
+            checkpoint = read(record.checkpoint)
+            for wait in checkpoint.waiting if checkpoint else ():
+                calls.append(
+                    {
+                        "session_id": record.session_id,
+                        "request_id": record.request_id,
+                        "tool_call_id": wait.tool_call_id,
+                        "event": wait.event,
+                        "payload": dict(wait.payload),
+                        "response_event": wait.response_event,
+                        "live": record.status == "running",
+                    }
+                )
+        return calls
+
+    # sessions ---------------------------------------------------------------
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        ids: list[str] = await self._call(self.store.sessions)
+        active: list[RunRecord] = await self._call(lambda: self.store.runs(active=True))
+        by_session = {record.session_id: record for record in active}
+        listed = []
+        for session_id in ids:
+            record = by_session.get(session_id)
+            view = self._view(record) if record is not None else None
+            listed.append(
+                {
+                    "session_id": session_id,
+                    "request_id": record.request_id if record else None,
+                    "state": view.state if view else None,
+                    "states": view.states if view else None,
+                    "pending": await self.pending(session_id) if record else [],
+                }
+            )
+        return listed
+
+    async def session(self, session_id: str) -> dict[str, Any] | None:
+        if session_id not in await self._call(self.store.sessions):
+            return None
+        messages = await self._call(self.store.history, session_id)
+        active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
+        record = active[0] if active else None
+        checkpoint = read(record.checkpoint) if record else None
+        return {
+            "session_id": session_id,
+            "request_id": record.request_id if record else None,
+            "messages": [wire.encode_message(m) for m in messages],
+            "states": self._view(record).states if record else None,
+            "plan_mode": checkpoint.plan_mode if checkpoint else None,
+            "pending": await self.pending(session_id),
+        }
+
+    def running(self) -> int | None:
+        return None

@@ -1,0 +1,210 @@
+"""``Worker``: claims runnable runs from a run store and carries them through the request machine.
+
+Each claimed run is resumed from its checkpoint (or started, when it never
+ran) in the worker's trio loop, beside three tasks of its own: the heartbeat
+renews the lease every third of its length (it runs in this loop, so blocking
+tools must run in threads: ``@tool(thread=True)``), the inbox poller hands
+answers and steering posted by any web node to the run's extensions, and the
+flusher commits streamed text. A run that only waits for answers is parked:
+its worker lets it go, and whichever worker claims it after an answer arrives
+resumes it. A worker that stops (killed, or its lease lost) leaves its runs to
+be claimed again once their leases expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+
+import trio
+
+from orchestrator.agent import AgentClient
+from orchestrator.cluster.checkpoint import read, restored
+from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
+from orchestrator.cluster.history import StoreHistory
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.errors import SessionBusy
+from orchestrator.messages import UserMessage
+from orchestrator.store.runs import Lease, LeaseLost, RunStore
+from orchestrator.wire import decode_message
+
+log = logging.getLogger("orchestrator.cluster")
+
+LEASE_SECONDS = 15.0
+"""How long a claimed run stays a worker's without a heartbeat; a crashed worker's runs are taken over after it."""
+POLL_SECONDS = 1.0
+"""Longest wait between looks for runnable runs (a PostgreSQL NOTIFY wakes a worker sooner)."""
+INBOX_SECONDS = 0.1
+"""How often a worker looks at the inboxes of the runs it holds."""
+RETENTION_SECONDS = 7 * 24 * 3600.0
+"""Ended runs, with their events and inbox, are pruned this long after their last change (7 days)."""
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """Carries runs of ``store`` with ``client``'s agent, at most ``capacity`` at a time."""
+
+    def __init__(
+        self,
+        client: AgentClient,
+        store: RunStore,
+        *,
+        name: str | None = None,
+        capacity: int = 16,
+        lease_seconds: float = LEASE_SECONDS,
+        poll_seconds: float = POLL_SECONDS,
+        retention_seconds: float = RETENTION_SECONDS,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.client = client
+        self.agent = client.agent
+        self.store = store
+        self.name = name or default_name()
+        self.capacity = capacity
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.retention_seconds = retention_seconds
+        self.durable = DurableExtension()
+        self.history = StoreHistory()
+        self.agent.history = self.history
+        self.active: dict[str, DurableRun | None] = {}
+        self.agent.extensions.insert(0, self.durable)
+        for hook in ("on_event", "on_tool_call"):
+            self.agent.hooks[hook].insert(0, self.durable)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Claim and carry runs until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._prune)
+            task_status.started()
+            while True:
+                free = self.capacity - len(self.active)
+                leases: list[Lease] = []
+                if free > 0:
+                    leases = await trio.to_thread.run_sync(self.store.claim, self.name, self.lease_seconds, free)
+                for lease in leases:
+                    self.active[lease.request_id] = None
+                    nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
+                if not leases:
+                    await trio.to_thread.run_sync(self.store.wait_for_work, self.poll_seconds, abandon_on_cancel=True)
+
+    async def _prune(self) -> None:
+        """Delete ended runs past their retention, now and every tenth of it (at most hourly)."""
+        while True:
+            cutoff = time.time() - self.retention_seconds
+            gone = await trio.to_thread.run_sync(self.store.prune, cutoff)
+            if gone:
+                log.info("pruned %d ended runs", gone)
+            await trio.sleep(min(self.retention_seconds / 10, 3600.0))
+
+    async def _carry(self, lease: Lease) -> None:
+        try:
+            await self._carry_leased(lease)
+        except Exception:
+            log.exception("run %s failed in worker %s", lease.request_id, self.name)
+        finally:
+            self.active.pop(lease.request_id, None)
+
+    async def _carry_leased(self, lease: Lease) -> None:
+        record = await trio.to_thread.run_sync(self.store.run, lease.request_id)
+        if record is None:
+            return
+        history = await trio.to_thread.run_sync(self.store.history, lease.session_id)
+        checkpoint = read(record.checkpoint)
+        durable = DurableRun(
+            self.store,
+            lease,
+            self._deliver,
+            input_recorded=checkpoint.input_recorded if checkpoint else False,
+            started=checkpoint.started if checkpoint else (),
+            waiting=checkpoint.waiting if checkpoint else (),
+        )
+        self.active[lease.request_id] = durable
+        config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)
+        resume = None
+        message: UserMessage | None = None
+        if checkpoint is not None and checkpoint.input_recorded:
+            resume = restored(checkpoint, history, worker=self.name, last_seq=lease.last_seq)
+            if checkpoint.plan_mode not in (None, "normal"):
+                self._restore_plan_mode(lease.session_id)
+        else:
+            decoded = decode_message(dict(record.input))
+            assert isinstance(decoded, UserMessage)
+            message = decoded
+        self.history.preload(lease.session_id, history)
+        try:
+            run = await self.agent._open_run(config, message, durable, resume)
+        except SessionBusy:
+            log.warning("session %s already runs here; run %s given back", lease.session_id, lease.request_id)
+            await durable.commit("queued")
+            return
+        durable.run = run
+        self.durable.attach(durable)
+        try:
+            async with trio.open_nursery() as helpers:
+                helpers.start_soon(self._heartbeat, durable)
+                helpers.start_soon(self._poll_inbox, durable)
+                helpers.start_soon(self._flush, durable)
+                with durable.scope:
+                    try:
+                        await run.run()
+                    except BaseException as error:  # the run's end is in its events; the worker goes on
+                        if not isinstance(error, (Exception, trio.Cancelled)):
+                            raise
+                helpers.cancel_scope.cancel()
+        finally:
+            self.durable.detach(durable)
+            self.agent._close_run(run)
+
+    def _restore_plan_mode(self, session_id: str) -> None:
+        from orchestrator.extensions.plan_mode import PlanModeExtension
+
+        for extension in self.agent.extensions:
+            if isinstance(extension, PlanModeExtension):
+                extension.restore_plan_mode(session_id)
+
+    def _deliver(self, event: ExternalEvent, config: AgentRunConfig) -> bool:
+        return bool(self.agent.deliver(event, config=config))
+
+    async def _heartbeat(self, durable: DurableRun) -> None:
+        while True:
+            await trio.sleep(self.lease_seconds / 3)
+            async with durable.lock:
+                if durable.lost:
+                    return
+                try:
+                    with trio.CancelScope(shield=True):
+                        durable.lease = await trio.to_thread.run_sync(
+                            self.store.renew, durable.lease, self.lease_seconds
+                        )
+                except LeaseLost as lost:
+                    log.warning("%s", lost)
+                    durable.lose()
+                    return
+            if durable.lease.cancel_requested and durable.run is not None:
+                durable.scope.cancel()
+                return
+
+    async def _poll_inbox(self, durable: DurableRun) -> None:
+        while True:
+            items = await trio.to_thread.run_sync(
+                lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
+            )
+            for item in items:
+                if item.id in durable.consumed:
+                    continue
+                if durable.offer_item(item):
+                    durable.seen_inbox = max(durable.seen_inbox, item.id)
+            await trio.sleep(INBOX_SECONDS)
+
+    async def _flush(self, durable: DurableRun) -> None:
+        while True:
+            await trio.sleep(FLUSH_SECONDS)
+            await durable.flush()

@@ -1,0 +1,166 @@
+"""What the routes serve from: a ``Backend``.
+
+``LocalBackend`` serves an agent running in this process (its runs live in the
+serving trio loop); ``orchestrator.cluster.webnode.StoreBackend`` serves runs
+kept in a run store and carried by workers elsewhere. Both answer in the wire
+format, so the routes and the console cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import anyio.to_thread
+import attrs
+
+from machines.build import Step
+from orchestrator import wire
+from orchestrator.agent import AgentClient
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Delivery
+from orchestrator.errors import AgentError
+from orchestrator.handle import RunHandle, UnknownRun
+from orchestrator.messages import UserMessage
+from orchestrator.pending import PendingCall
+from orchestrator.server import sessions
+
+
+class RunExists(AgentError):
+    """A run with this request id exists already."""
+
+
+@attrs.frozen
+class RunView:
+    request_id: str
+    session_id: str
+    state: str | None
+    states: dict[str, str] | None
+    done: bool
+
+    def json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def pending_json(call: PendingCall) -> dict[str, Any]:
+    return {**attrs.asdict(call, recurse=False), "payload": dict(call.payload)}
+
+
+class Backend(Protocol):
+    async def start(self, session_id: str, message: UserMessage, request_id: str | None) -> str:
+        """Start a run; its request id. SessionBusy, RunExists."""
+
+    async def run(self, request_id: str) -> RunView:
+        """UnknownRun when there is no such run."""
+
+    async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
+        """Batches of the run's events (wire JSON) after ``after``, then live, ending after the terminal one.
+
+        Raises UnknownRun or EventsExpired before the first batch."""
+
+    async def deliver(
+        self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
+    ) -> Delivery: ...
+
+    async def pending(self, session_id: str | None) -> list[dict[str, Any]]: ...
+
+    async def cancel(self, request_id: str) -> tuple[RunView, bool]:
+        """The run and whether this asked it to stop (False: it had ended)."""
+
+    async def sessions(self) -> list[dict[str, Any]]: ...
+
+    async def session(self, session_id: str) -> dict[str, Any] | None: ...
+
+    async def transitions(self, request_id: str) -> list[Step]: ...
+
+    def running(self) -> int | None:
+        """Runs this process carries (None where it carries none itself)."""
+
+
+class LocalBackend:
+    """An agent in this process, through its client."""
+
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+        self.agent = client.agent
+
+    def _handle(self, request_id: str) -> RunHandle:
+        return self.client.attach(request_id)
+
+    def _view(self, handle: RunHandle) -> RunView:
+        return RunView(handle.request_id, handle.session_id, handle.state, handle.states, handle.done)
+
+    def _live_request(self, session_id: str) -> str | None:
+        run = self.agent._live.get(session_id)
+        return run.context.request_id if run is not None else None
+
+    async def start(self, session_id: str, message: UserMessage, request_id: str | None) -> str:
+        if request_id is not None:
+            try:
+                self._handle(request_id)
+            except UnknownRun:
+                pass
+            else:
+                raise RunExists(f"a run {request_id!r} already exists")
+        handle = await self.client.start(message, config=AgentRunConfig(session_id=session_id, request_id=request_id))
+        return handle.request_id
+
+    async def run(self, request_id: str) -> RunView:
+        return self._view(self._handle(request_id))
+
+    async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
+        follower = self._handle(request_id).events(after=after)
+
+        async def batches() -> AsyncIterator[list[dict[str, Any]]]:
+            while batch := await follower.batch():
+                yield [wire.encode_event(event) for event in batch]
+
+        return batches()
+
+    async def deliver(
+        self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
+    ) -> Delivery:
+        config = AgentRunConfig(session_id=session_id, request_id=request_id)
+        return await anyio.to_thread.run_sync(lambda: self.client.deliver(event, config=config))
+
+    async def pending(self, session_id: str | None) -> list[dict[str, Any]]:
+        return [pending_json(call) for call in self.client.pending(session_id)]
+
+    async def cancel(self, request_id: str) -> tuple[RunView, bool]:
+        handle = self._handle(request_id)
+        was_done = handle.done
+        handle.cancel()
+        return self._view(handle), not was_done
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        stored = await sessions.stored_session_ids(self.agent)
+        ids = list(dict.fromkeys([*stored, *self.agent.running()]))
+        return [
+            {
+                "session_id": session_id,
+                "request_id": self._live_request(session_id),
+                "state": self.agent.state(session_id),
+                "states": self.agent.states(session_id),
+                "pending": await self.pending(session_id),
+            }
+            for session_id in ids
+        ]
+
+    async def session(self, session_id: str) -> dict[str, Any] | None:
+        messages = await sessions.history(self.agent, session_id)
+        if messages is None:
+            return None
+        return {
+            "session_id": session_id,
+            "request_id": self._live_request(session_id),
+            "messages": [wire.encode_message(m) for m in messages],
+            "states": self.agent.states(session_id),
+            "plan_mode": sessions.plan_mode(self.agent, session_id),
+            "pending": await self.pending(session_id),
+        }
+
+    async def transitions(self, request_id: str) -> list[Step]:
+        return self._handle(request_id).transitions
+
+    def running(self) -> int:
+        return len(self.agent.running())

@@ -1,0 +1,232 @@
+"""The run store: runs as rows, shared by every worker and web node of a deployment.
+
+A run is one request kept durably: its session, status, the request machine's
+states and serialised context (the checkpoint), a version, a lease, and a log
+of the events it streamed. Answers, approvals and steering reach a run as rows
+of a durable inbox. Every method blocks and is safe to call from any thread
+(callers under trio use ``trio.to_thread``); each is one transaction.
+
+Fencing: a worker holds a run through a ``Lease`` (owner, token, version). Every
+write it makes (``commit``, ``renew``, ``release``) names the lease and
+succeeds only while the row still carries that token and version; otherwise
+it raises ``LeaseLost`` and changes nothing, so a worker that lost its lease
+(it stalled past the expiry and another took the run) can never write a
+duplicate result or event.
+
+Statuses: ``queued`` (runnable, held by nobody), ``running`` (leased),
+``parked`` (waits for an answer and holds no worker; posting to its inbox makes
+it ``queued`` again, in the same transaction), and the final ``completed``,
+``failed``, ``cancelled``. One session has at most one run that is not final.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from orchestrator.messages import Message
+from orchestrator.store.errors import StoreError
+
+__all__ = [
+    "ACTIVE",
+    "FINAL",
+    "InboxItem",
+    "Lease",
+    "LeaseLost",
+    "NewInboxItem",
+    "RunCommit",
+    "RunRecord",
+    "RunStore",
+    "StoredEvent",
+    "UnknownRunRow",
+]
+
+ACTIVE = frozenset({"queued", "running", "parked"})
+FINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+class LeaseLost(StoreError):
+    """The lease is no longer this holder's: another worker took the run, or the run ended."""
+
+    def __init__(self, request_id: str, why: str) -> None:
+        self.request_id = request_id
+        self.why = why
+        super().__init__(f"lease of run {request_id!r} lost: {why}")
+
+
+class UnknownRunRow(StoreError, KeyError):
+    """No run has this request id."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        super().__init__(f"no run {request_id!r}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@attrs.frozen
+class RunRecord:
+    """A run as the store has it."""
+
+    request_id: str
+    session_id: str
+    status: str
+    input: Mapping[str, Any]
+    checkpoint: Mapping[str, Any] | None
+    version: int
+    last_seq: int
+    lease_owner: str | None
+    lease_expires: float | None
+    cancel_requested: bool
+    created: float
+    updated: float
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL
+
+
+@attrs.frozen
+class Lease:
+    """A worker's hold on a run: valid while the row carries ``token`` and ``version``."""
+
+    request_id: str
+    session_id: str
+    owner: str
+    token: str
+    version: int
+    expires: float
+    last_seq: int
+    cancel_requested: bool = False
+
+
+@attrs.frozen
+class StoredEvent:
+    """One streamed event of a run: its ``seq`` and its wire-format JSON object."""
+
+    request_id: str
+    seq: int
+    type: str
+    body: Mapping[str, Any]
+
+
+@attrs.frozen
+class NewInboxItem:
+    """An external event for a run: an approval, an answer, steering, a cancellation."""
+
+    session_id: str
+    request_id: str
+    name: str
+    payload: Mapping[str, Any]
+    idempotency_key: str | None = None
+
+
+@attrs.frozen
+class InboxItem:
+    id: int
+    session_id: str
+    request_id: str
+    name: str
+    payload: Mapping[str, Any]
+    idempotency_key: str | None
+    created: float
+
+
+@attrs.frozen
+class RunCommit:
+    """What one fenced write changes, all in one transaction, in this order.
+
+    - ``messages``: appended to the session's history;
+    - ``events``: appended to the run's event log; their seqs must continue the log;
+    - ``checkpoint``: replaces the run's checkpoint;
+    - ``consumed``: inbox items this write used up (an item is consumed once);
+    - ``status``: ``running`` keeps the lease; ``parked``, ``queued`` or a final status
+      releases it (a parked run with unconsumed items is queued at once).
+    """
+
+    messages: tuple[Message, ...] = ()
+    events: tuple[StoredEvent, ...] = ()
+    checkpoint: Mapping[str, Any] | None = None
+    consumed: tuple[int, ...] = ()
+    status: str = "running"
+
+
+class RunStore(abc.ABC):
+    """Runs, their inbox and their event log (blocking, thread-safe, one transaction per call)."""
+
+    where: str = "a run store"
+
+    @abc.abstractmethod
+    def create_run(self, session_id: str, request_id: str, input_message: Mapping[str, Any]) -> RunRecord:
+        """A new ``queued`` run; SessionBusy when the session has a run that is not final,
+        StoreError when the request id is taken."""
+
+    @abc.abstractmethod
+    def run(self, request_id: str) -> RunRecord | None:
+        """The run, or None."""
+
+    @abc.abstractmethod
+    def runs(self, session_id: str | None = None, *, active: bool = False) -> list[RunRecord]:
+        """Runs, oldest first (optionally of one session, optionally only those not final)."""
+
+    @abc.abstractmethod
+    def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
+        """Lease up to ``limit`` runnable runs: ``queued`` ones, and ``running`` ones whose lease
+        expired (their worker stopped). Claimed runs are ``running``; a new token each."""
+
+    @abc.abstractmethod
+    def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        """Extend the lease (the heartbeat); LeaseLost when it is not this holder's any more."""
+
+    @abc.abstractmethod
+    def commit(self, lease: Lease, change: RunCommit) -> Lease:
+        """Make ``change`` (fenced by the lease; the version moves on); LeaseLost, nothing written,
+        when the lease is not this holder's."""
+
+    @abc.abstractmethod
+    def events(self, request_id: str, after: int = 0, limit: int = 500) -> list[StoredEvent]:
+        """The run's events with seq > ``after``, in order."""
+
+    @abc.abstractmethod
+    def post(self, item: NewInboxItem) -> tuple[InboxItem, bool]:
+        """Add ``item`` to the run's inbox; with an idempotency key already used, the earlier item
+        and False. A parked run becomes queued in the same transaction. UnknownRunRow when the
+        run does not exist; StoreError when it is final."""
+
+    @abc.abstractmethod
+    def inbox(self, request_id: str, *, after_id: int = 0) -> list[InboxItem]:
+        """The run's unconsumed inbox items with id > ``after_id``, oldest first."""
+
+    @abc.abstractmethod
+    def cancel(self, request_id: str, final_event: Callable[[int], StoredEvent]) -> RunRecord:
+        """Ask the run to stop. A run no worker holds (queued, parked) ends ``cancelled`` at once,
+        ``final_event(seq)`` (its run_cancelled, numbered after the log's last) appended; a
+        running one is flagged (``cancel_requested``) for its worker, which sees it when it
+        renews its lease. UnknownRunRow when there is no such run."""
+
+    @abc.abstractmethod
+    def history(self, session_id: str) -> list[Message]:
+        """The session's messages in order; an unreadable row reads as a marked placeholder."""
+
+    @abc.abstractmethod
+    def sessions(self) -> list[str]:
+        """Ids of sessions with runs or stored messages, oldest first."""
+
+    @abc.abstractmethod
+    def prune(self, older_than: float) -> int:
+        """Delete final runs (their events and inbox) last updated before ``older_than``
+        (a time.time() value); how many runs went."""
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Block until work may be there (a hint, never the truth) or ``timeout`` passes."""
+        import time
+
+        time.sleep(timeout)
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections."""

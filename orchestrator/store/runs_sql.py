@@ -1,0 +1,622 @@
+"""``SQLRunStore``: the run store in SQLite or PostgreSQL, one implementation over both.
+
+The statements are the same in both dialects (``ON CONFLICT``, ``RETURNING``,
+partial unique indexes); what differs is the placeholder, how a claim locks
+(PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite: one writer at a time through
+``BEGIN IMMEDIATE``), the column types, and the wake-up hint (PostgreSQL's
+``LISTEN``/``NOTIFY``; SQLite polls). History goes into the session store's
+own message table, so one database holds a deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import attrs
+
+from machines.build import BoundMachine, GuardRefused, IllegalTransition
+from machines.run_lease import RUN_LEASE
+from orchestrator.errors import SessionBusy
+from orchestrator.messages import Message
+from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
+from orchestrator.store.errors import StoreError
+from orchestrator.store.runs import (
+    ACTIVE,
+    FINAL,
+    InboxItem,
+    Lease,
+    LeaseLost,
+    NewInboxItem,
+    RunCommit,
+    RunRecord,
+    RunStore,
+    StoredEvent,
+    UnknownRunRow,
+)
+from orchestrator.text import clean_text
+
+__all__ = ["SQLRunStore", "postgres_run_store", "sqlite_run_store"]
+
+WAKE_CHANNEL = "orchestrator_work"
+_ACTIVE_SQL = "('queued', 'running', 'parked')"
+_RUN_COLUMNS = (
+    "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
+    " cancel_requested, created, updated"
+)
+
+
+class _Cursor(Protocol):
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+@attrs.frozen
+class Dialect:
+    name: str
+    ddl: tuple[str, ...]
+    messages_table: str
+    lock_rows: str
+    placeholder: str
+
+    def sql(self, statement: str) -> str:
+        return statement if self.placeholder == "?" else statement.replace("?", self.placeholder)
+
+
+def _ddl(real: str, serial: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE IF NOT EXISTS orchestrator_runs (
+            request_id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            input TEXT NOT NULL,
+            checkpoint TEXT,
+            version BIGINT NOT NULL DEFAULT 0,
+            last_seq BIGINT NOT NULL DEFAULT 0,
+            lease_owner TEXT,
+            lease_token TEXT,
+            lease_expires {real},
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            created {real} NOT NULL,
+            updated {real} NOT NULL
+        )""",
+        f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
+        f" WHERE status IN {_ACTIVE_SQL}",
+        "CREATE INDEX IF NOT EXISTS orchestrator_runs_status ON orchestrator_runs (status, updated)",
+        f"""CREATE TABLE IF NOT EXISTS orchestrator_run_events (
+            request_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            type TEXT NOT NULL,
+            body TEXT NOT NULL,
+            created {real} NOT NULL,
+            PRIMARY KEY (request_id, seq)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS orchestrator_inbox (
+            id {serial},
+            session_id TEXT NOT NULL,
+            request_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            idempotency_key TEXT UNIQUE,
+            consumed INTEGER NOT NULL DEFAULT 0,
+            created {real} NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS orchestrator_inbox_run ON orchestrator_inbox (request_id, consumed, id)",
+    )
+
+
+SQLITE = Dialect(
+    "sqlite",
+    _ddl("REAL", "INTEGER PRIMARY KEY AUTOINCREMENT"),
+    messages_table="messages",
+    lock_rows="",
+    placeholder="?",
+)
+POSTGRES = Dialect(
+    "postgresql",
+    _ddl("DOUBLE PRECISION", "BIGSERIAL PRIMARY KEY"),
+    messages_table="orchestrator_messages",
+    lock_rows=" FOR UPDATE SKIP LOCKED",
+    placeholder="%s",
+)
+
+
+_COMMIT_TRIGGERS = {
+    "running": "checkpoint",
+    "parked": "park",
+    "queued": "release",
+    "completed": "complete",
+    "failed": "fail",
+    "cancelled": "cancel",
+}
+
+
+def lease_step(status: str, trigger: str, *, held: bool = False, expired: bool = False) -> str:
+    """The status a run moves to when ``trigger`` is taken on the run lease machine; StoreError when refused."""
+    guards = {"lease_held": lambda _: held, "lease_expired": lambda _: expired}
+    machine = BoundMachine(RUN_LEASE, guards, initial={"status": status})
+    try:
+        machine.fire(trigger)
+        return machine.state()
+    except (IllegalTransition, GuardRefused) as refused:
+        raise StoreError(f"run status {status!r}: {refused}") from None
+    finally:
+        machine.unbind()
+
+
+def _dumps(value: Any) -> str:
+    return clean_text(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _record(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
+        request_id=row[0],
+        session_id=row[1],
+        status=row[2],
+        input=json.loads(row[3]),
+        checkpoint=json.loads(row[4]) if row[4] is not None else None,
+        version=int(row[5]),
+        last_seq=int(row[6]),
+        lease_owner=row[7],
+        lease_expires=row[8],
+        cancel_requested=bool(row[9]),
+        created=row[10],
+        updated=row[11],
+    )
+
+
+def _inbox_item(row: Sequence[Any]) -> InboxItem:
+    return InboxItem(
+        id=int(row[0]),
+        session_id=row[1],
+        request_id=row[2],
+        name=row[3],
+        payload=json.loads(row[4]),
+        idempotency_key=row[5],
+        created=row[6],
+    )
+
+
+class SQLRunStore(RunStore):
+    """The run store over one connection (guarded by a lock); every method one transaction."""
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        connect: Callable[[], Any],
+        where: str,
+        *,
+        listen: Callable[[], Any] | None = None,
+    ) -> None:
+        self.dialect = dialect
+        self.where = where
+        self._connect = connect
+        self._db = connect()
+        self._lock = threading.RLock()
+        self._listen = listen
+        self._listener: Any = None
+        with self._transaction() as db:
+            for statement in dialect.ddl:
+                db.execute(statement)
+
+    # plumbing ---------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[_Cursor]:
+        with self._lock:
+            if self.dialect.name == "sqlite":
+                cursor = self._db.cursor()
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    yield _Dialected(cursor, self.dialect)
+                except BaseException:
+                    cursor.execute("ROLLBACK")
+                    raise
+                cursor.execute("COMMIT")
+            else:
+                with self._db.transaction(), self._db.cursor() as cursor:
+                    yield _Dialected(cursor, self.dialect)
+
+    def _notify(self, db: _Cursor) -> None:
+        if self.dialect.name == "postgresql":
+            db.execute(f"NOTIFY {WAKE_CHANNEL}")
+
+    def _row(self, db: _Cursor, request_id: str, *, lock: bool = False) -> RunRecord | None:
+        suffix = " FOR UPDATE" if lock and self.dialect.name == "postgresql" else ""
+        db.execute(f"SELECT {_RUN_COLUMNS} FROM orchestrator_runs WHERE request_id = ?{suffix}", (request_id,))
+        row = db.fetchone()
+        return _record(row) if row is not None else None
+
+    # runs -------------------------------------------------------------------
+
+    def create_run(self, session_id: str, request_id: str, input_message: Mapping[str, Any]) -> RunRecord:
+        now = time.time()
+        try:
+            with self._transaction() as db:
+                db.execute(
+                    f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_ACTIVE_SQL}",
+                    (session_id,),
+                )
+                if db.fetchone() is not None:
+                    raise SessionBusy(session_id)
+                if self._row(db, request_id) is not None:
+                    raise StoreError(f"a run {request_id!r} already exists")
+                db.execute(
+                    "INSERT INTO orchestrator_runs (request_id, session_id, status, input, version, last_seq,"
+                    " cancel_requested, created, updated) VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?)",
+                    (request_id, session_id, _dumps(dict(input_message)), now, now),
+                )
+                self._notify(db)
+                created = self._row(db, request_id)
+        except (sqlite3.IntegrityError, _pg_integrity_error()) as clash:
+            raise SessionBusy(session_id) from clash
+        assert created is not None
+        return created
+
+    def run(self, request_id: str) -> RunRecord | None:
+        with self._transaction() as db:
+            return self._row(db, request_id)
+
+    def runs(self, session_id: str | None = None, *, active: bool = False) -> list[RunRecord]:
+        clauses, params = [], []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        if active:
+            clauses.append(f"status IN {_ACTIVE_SQL}")
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._transaction() as db:
+            db.execute(f"SELECT {_RUN_COLUMNS} FROM orchestrator_runs{where} ORDER BY created, request_id", params)
+            return [_record(row) for row in db.fetchall()]
+
+    # leases -----------------------------------------------------------------
+
+    def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
+        now = time.time()
+        leases: list[Lease] = []
+        with self._transaction() as db:
+            db.execute(
+                "SELECT request_id, status FROM orchestrator_runs WHERE status = 'queued'"
+                " OR (status = 'running' AND lease_expires < ?) ORDER BY updated LIMIT ?" + self.dialect.lock_rows,
+                (now, limit),
+            )
+            for request_id, status in db.fetchall():
+                trigger = "claim" if status == "queued" else "take_over"
+                new_status = lease_step(status, trigger, expired=True)
+                token = secrets.token_hex(16)
+                db.execute(
+                    "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
+                    " lease_expires = ?, version = version + 1, updated = ? WHERE request_id = ?"
+                    " RETURNING session_id, version, last_seq, cancel_requested",
+                    (new_status, owner, token, now + lease_seconds, now, request_id),
+                )
+                session_id, version, last_seq, cancel = db.fetchone()
+                leases.append(
+                    Lease(
+                        request_id,
+                        session_id,
+                        owner,
+                        token,
+                        int(version),
+                        now + lease_seconds,
+                        int(last_seq),
+                        bool(cancel),
+                    )
+                )
+        return leases
+
+    def _lost(self, db: _Cursor, lease: Lease) -> LeaseLost:
+        row = self._row(db, lease.request_id)
+        if row is None:
+            return LeaseLost(lease.request_id, "the run is gone")
+        if row.status != "running":
+            return LeaseLost(lease.request_id, f"the run is {row.status}")
+        if row.lease_owner != lease.owner:
+            return LeaseLost(lease.request_id, f"{row.lease_owner} holds it now")
+        return LeaseLost(lease.request_id, f"version {row.version} is not {lease.version}")
+
+    def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        now = time.time()
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE orchestrator_runs SET lease_expires = ? WHERE request_id = ? AND lease_token = ?"
+                " AND version = ? AND status = 'running' RETURNING cancel_requested",
+                (now + lease_seconds, lease.request_id, lease.token, lease.version),
+            )
+            row = db.fetchone()
+            if row is None:
+                raise self._lost(db, lease)
+        return attrs.evolve(lease, expires=now + lease_seconds, cancel_requested=bool(row[0]))
+
+    def commit(self, lease: Lease, change: RunCommit) -> Lease:
+        now = time.time()
+        with self._transaction() as db:
+            lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
+            db.execute(
+                f"SELECT lease_token, version, status, last_seq, session_id FROM orchestrator_runs"
+                f" WHERE request_id = ?{lock}",
+                (lease.request_id,),
+            )
+            held_row = db.fetchone()
+            if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
+                raise self._lost(db, lease)
+            session_id, last_seq = held_row[4], int(held_row[3])
+            if change.messages:
+                self._append_messages(db, session_id, change.messages, now)
+            for event in change.events:
+                if event.seq != last_seq + 1:
+                    raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
+                db.execute(
+                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created) VALUES (?, ?, ?, ?, ?)",
+                    (lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now),
+                )
+                last_seq = event.seq
+            for item_id in change.consumed:
+                db.execute(
+                    "UPDATE orchestrator_inbox SET consumed = 1 WHERE id = ? AND request_id = ? AND consumed = 0"
+                    " RETURNING id",
+                    (item_id, lease.request_id),
+                )
+                if db.fetchone() is None:
+                    raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
+            trigger = _COMMIT_TRIGGERS.get(change.status)
+            if trigger is None:
+                raise StoreError(f"a commit cannot set the status {change.status!r}")
+            status = lease_step("running", trigger, held=True)
+            if status == "parked":
+                db.execute(
+                    "SELECT 1 FROM orchestrator_inbox WHERE request_id = ? AND consumed = 0 LIMIT 1",
+                    (lease.request_id,),
+                )
+                if db.fetchone() is not None:
+                    status = lease_step(status, "wake")
+            checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
+            held = status == "running"
+            db.execute(
+                "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint), version = version + 1,"
+                " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
+                " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
+                " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END WHERE request_id = ?",
+                (status, checkpoint, last_seq, now, held, held, held, lease.request_id),
+            )
+            if status == "queued":
+                self._notify(db)
+        return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
+
+    def _append_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], now: float) -> None:
+        table = self.dialect.messages_table
+        db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))
+        position = int(db.fetchone()[0])
+        for message in messages:
+            position += 1
+            db.execute(
+                f"INSERT INTO {table} (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)",
+                (session_id, position, message.role, encode_message(message), now),
+            )
+
+    # events and inbox -------------------------------------------------------
+
+    def events(self, request_id: str, after: int = 0, limit: int = 500) -> list[StoredEvent]:
+        with self._transaction() as db:
+            db.execute(
+                "SELECT seq, type, body FROM orchestrator_run_events WHERE request_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (request_id, after, limit),
+            )
+            return [StoredEvent(request_id, int(seq), kind, json.loads(body)) for seq, kind, body in db.fetchall()]
+
+    def post(self, item: NewInboxItem) -> tuple[InboxItem, bool]:
+        now = time.time()
+        with self._transaction() as db:
+            if item.idempotency_key is not None:
+                found = self._inbox_by_key(db, item.idempotency_key)
+                if found is not None:
+                    return found, False
+            row = self._row(db, item.request_id, lock=True)
+            if row is None:
+                raise UnknownRunRow(item.request_id)
+            if row.status in FINAL:
+                raise StoreError(f"run {item.request_id!r} has ended ({row.status})")
+            db.execute(
+                "INSERT INTO orchestrator_inbox (session_id, request_id, name, payload, idempotency_key, consumed,"
+                " created) VALUES (?, ?, ?, ?, ?, 0, ?) RETURNING id",
+                (item.session_id, item.request_id, item.name, _dumps(dict(item.payload)), item.idempotency_key, now),
+            )
+            (new_id,) = db.fetchone()
+            if row.status == "parked":
+                db.execute(
+                    "UPDATE orchestrator_runs SET status = ?, updated = ? WHERE request_id = ?",
+                    (lease_step(row.status, "wake"), now, item.request_id),
+                )
+            self._notify(db)
+        stored = InboxItem(
+            int(new_id), item.session_id, item.request_id, item.name, dict(item.payload), item.idempotency_key, now
+        )
+        return stored, True
+
+    def _inbox_by_key(self, db: _Cursor, key: str) -> InboxItem | None:
+        db.execute(
+            "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
+            " WHERE idempotency_key = ?",
+            (key,),
+        )
+        row = db.fetchone()
+        return _inbox_item(row) if row is not None else None
+
+    def inbox(self, request_id: str, *, after_id: int = 0) -> list[InboxItem]:
+        with self._transaction() as db:
+            db.execute(
+                "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
+                " WHERE request_id = ? AND consumed = 0 AND id > ? ORDER BY id",
+                (request_id, after_id),
+            )
+            return [_inbox_item(row) for row in db.fetchall()]
+
+    def cancel(self, request_id: str, final_event: Callable[[int], StoredEvent]) -> RunRecord:
+        now = time.time()
+        with self._transaction() as db:
+            row = self._row(db, request_id, lock=True)
+            if row is None:
+                raise UnknownRunRow(request_id)
+            if row.status in FINAL:
+                return row
+            if row.status == "running":
+                db.execute(
+                    "UPDATE orchestrator_runs SET cancel_requested = 1, updated = ? WHERE request_id = ?",
+                    (now, request_id),
+                )
+            else:
+                event = final_event(row.last_seq + 1)
+                db.execute(
+                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created) VALUES (?, ?, ?, ?, ?)",
+                    (request_id, event.seq, event.type, _dumps(dict(event.body)), now),
+                )
+                db.execute(
+                    "UPDATE orchestrator_runs SET status = ?, last_seq = ?, version = version + 1,"
+                    " updated = ? WHERE request_id = ?",
+                    (lease_step(row.status, "cancel"), event.seq, now, request_id),
+                )
+            self._notify(db)
+            changed = self._row(db, request_id)
+        assert changed is not None
+        return changed
+
+    def history(self, session_id: str) -> list[Message]:
+        table = self.dialect.messages_table
+        with self._transaction() as db:
+            db.execute(f"SELECT position, body FROM {table} WHERE session_id = ? ORDER BY position", (session_id,))
+            rows = db.fetchall()
+        messages: list[Message] = []
+        for position, body in rows:
+            try:
+                messages.append(decode_message(body))
+            except UndecodableMessage as problem:
+                messages.append(placeholder(int(position), str(problem)))
+        return messages
+
+    def sessions(self) -> list[str]:
+        table = self.dialect.messages_table
+        with self._transaction() as db:
+            db.execute(
+                f"SELECT session_id FROM (SELECT session_id, MIN(created) AS first FROM orchestrator_runs"
+                f" GROUP BY session_id UNION ALL SELECT session_id, MIN(created) FROM {table} GROUP BY session_id)"
+                f" AS known GROUP BY session_id ORDER BY MIN(first), session_id"
+            )
+            return [row[0] for row in db.fetchall()]
+
+    def prune(self, older_than: float) -> int:
+        final = "('completed', 'failed', 'cancelled')"
+        with self._transaction() as db:
+            db.execute(
+                f"SELECT request_id FROM orchestrator_runs WHERE status IN {final} AND updated < ?", (older_than,)
+            )
+            gone = [row[0] for row in db.fetchall()]
+            for request_id in gone:
+                db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
+                db.execute("DELETE FROM orchestrator_inbox WHERE request_id = ?", (request_id,))
+                db.execute("DELETE FROM orchestrator_runs WHERE request_id = ?", (request_id,))
+        return len(gone)
+
+    def wait_for_work(self, timeout: float) -> None:
+        if self._listen is None:
+            time.sleep(min(timeout, 0.1))
+            return
+        if self._listener is None:
+            self._listener = self._listen()
+            self._listener.execute(f"LISTEN {WAKE_CHANNEL}")
+        for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+            break
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+
+
+class _Dialected:
+    """A cursor whose statements are written with ``?`` placeholders."""
+
+    def __init__(self, cursor: Any, dialect: Dialect) -> None:
+        self._cursor = cursor
+        self._dialect = dialect
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._cursor.execute(self._dialect.sql(sql), tuple(params))
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return list(self._cursor.fetchall())
+
+
+def _pg_integrity_error() -> type[Exception]:
+    try:
+        import psycopg
+    except ImportError:
+        return sqlite3.IntegrityError
+    error: type[Exception] = psycopg.IntegrityError
+    return error
+
+
+def is_run_store_url(url: str) -> bool:
+    """Whether ``url`` names a run store: ``postgresql://...`` or ``sqlite:///PATH``."""
+    return url.startswith(("postgresql://", "postgres://", "sqlite:///"))
+
+
+def open_run_store(url: str) -> SQLRunStore:
+    """The run store ``url`` names (see ``is_run_store_url``); ValueError for anything else."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return postgres_run_store(url)
+    if url.startswith("sqlite:///"):
+        return sqlite_run_store(url[len("sqlite:///") :])
+    raise ValueError(f"not a run store URL: {url!r} (use postgresql://... or sqlite:///PATH)")
+
+
+def sqlite_run_store(path: str) -> SQLRunStore:
+    """Runs in the SQLite file ``path`` (beside the session store's tables)."""
+
+    def connect() -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA busy_timeout=30000")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS messages (session_id TEXT NOT NULL, position INTEGER NOT NULL,"
+            " role TEXT NOT NULL, body TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (session_id, position))"
+        )
+        return db
+
+    return SQLRunStore(SQLITE, connect, path)
+
+
+def postgres_run_store(dsn: str, *, connect_timeout: int = 10) -> SQLRunStore:
+    """Runs in the PostgreSQL database ``dsn`` (psycopg 3, synchronous: call it from worker threads)."""
+    import psycopg
+
+    def connect() -> Any:
+        db = psycopg.connect(dsn, connect_timeout=connect_timeout)
+        with db.transaction():
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS orchestrator_messages (row_id BIGSERIAL PRIMARY KEY,"
+                " session_id TEXT NOT NULL, position BIGINT NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL,"
+                " created DOUBLE PRECISION NOT NULL, UNIQUE (session_id, position))"
+            )
+        return db
+
+    def listen() -> Any:
+        return psycopg.connect(dsn, connect_timeout=connect_timeout, autocommit=True)
+
+    shown = dsn.split("@")[-1]
+    return SQLRunStore(POSTGRES, connect, f"postgresql {shown}", listen=listen)
+
+
+__all__ += ["ACTIVE", "FINAL"]

@@ -1,0 +1,71 @@
+"""Agents the cluster tests run in workers (``--app tests.cluster.apps:ATTR``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from orchestrator import AgentClient, AssistantMessage, ModelRequest, ScriptedModel, ToolMessage, create_agent, tool
+from orchestrator.extensions.ask_user import AskUserExtension
+from tests.support import asks, call
+
+MARKS = Path(os.environ.get("ORCHESTRATOR_TEST_MARKS", "/tmp/orchestrator-marks"))
+
+
+def _results(request: ModelRequest) -> list[ToolMessage]:
+    return [m for m in request.messages if isinstance(m, ToolMessage)]
+
+
+@tool(thread=True)
+def record(label: str, hold: float = 0.0) -> str:
+    """Record that this call ran (a side effect a test can count), holding it ``hold`` seconds.
+
+    Args:
+        label: what to record
+        hold: seconds to wait before returning
+    """
+    MARKS.mkdir(parents=True, exist_ok=True)
+    with (MARKS / "record.log").open("a", encoding="utf-8") as log:
+        log.write(label + "\n")
+    if hold:
+        import time
+
+        time.sleep(hold)
+    return f"recorded {label}"
+
+
+@tool(idempotent=True)
+async def lookup(key: str) -> str:
+    """Look a key up (safe to run twice).
+
+    Args:
+        key: what to look up
+    """
+    await trio.sleep(0)
+    return f"value of {key}"
+
+
+def _step(request: ModelRequest) -> AssistantMessage:
+    """record -> ask_user -> answer, by what the turn has so far."""
+    results = _results(request)
+    user = [m for m in request.messages if m.role == "user"][-1].text
+    names = [r.name for r in results]
+    turn = len(request.messages)
+    if "record" not in names:
+        hold = 3.0 if "slow" in user else 0.0
+        return asks(
+            call(f"r{turn}", "record", label=user, hold=hold), call(f"l{turn}", "lookup", key=user), text="Working."
+        )
+    if "ask_user" not in names:
+        return asks(call(f"q{turn}", "ask_user", question=f"Go on with {user}?", options=["yes", "no"]))
+    answer = [r for r in results if r.name == "ask_user"][-1].content
+    return AssistantMessage(f"Done with {user}: {answer}.")
+
+
+async def approval_agent() -> AgentClient:
+    """Calls ``record`` and ``lookup``, asks the user, then answers."""
+    return await create_agent(
+        ScriptedModel([_step], repeat_last=True), tools=[record, lookup], extensions=[AskUserExtension()]
+    )

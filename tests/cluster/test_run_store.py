@@ -1,0 +1,159 @@
+"""The run store's contract, one suite for every implementation (SQLite here; PostgreSQL where a
+throwaway server can be started)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import SessionBusy
+from orchestrator.messages import AssistantMessage, UserMessage
+from orchestrator.store.errors import StoreError
+from orchestrator.store.runs import LeaseLost, NewInboxItem, RunCommit, RunStore, StoredEvent, UnknownRunRow
+from orchestrator.store.runs_sql import sqlite_run_store
+
+INPUT = {"role": "user", "content": "hello"}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
+    if request.param == "sqlite":
+        made = sqlite_run_store(str(tmp_path / "runs.db"))
+    else:
+        from orchestrator.store.runs_sql import postgres_run_store
+
+        made = postgres_run_store(request.getfixturevalue("postgres_dsn"))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def event(request_id: str, seq: int, kind: str = "text_delta") -> StoredEvent:
+    return StoredEvent(request_id, seq, kind, {"type": kind, "seq": seq})
+
+
+def test_one_active_run_per_session_and_unique_request_ids(store: RunStore) -> None:
+    created = store.create_run("s1", "r1", INPUT)
+    assert (created.status, created.version, created.last_seq, created.input) == ("queued", 0, 0, INPUT)
+    with pytest.raises(SessionBusy):
+        store.create_run("s1", "r2", INPUT)
+    with pytest.raises(StoreError):
+        store.create_run("s2", "r1", INPUT)
+    store.create_run("s2", "r3", INPUT)
+    assert [r.request_id for r in store.runs(active=True)] == ["r1", "r3"]
+
+
+def test_a_claim_leases_each_runnable_run_once(store: RunStore) -> None:
+    for n in range(3):
+        store.create_run(f"s{n}", f"r{n}", INPUT)
+    first = store.claim("w1", 30, limit=2)
+    second = store.claim("w2", 30, limit=5)
+    assert [lease.request_id for lease in first] + [lease.request_id for lease in second] == ["r0", "r1", "r2"]
+    assert store.claim("w3", 30, limit=5) == []
+    assert store.run("r0").status == "running"  # type: ignore[union-attr]
+
+
+def test_claims_from_many_threads_never_share_a_run(store: RunStore) -> None:
+    for n in range(30):
+        store.create_run(f"s{n}", f"r{n}", INPUT)
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        while leases := store.claim(name, 30, limit=2):
+            with lock:
+                taken.extend(lease.request_id for lease in leases)
+
+    threads = [threading.Thread(target=worker, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(taken) == sorted(f"r{n}" for n in range(30))
+
+
+def test_commits_are_fenced_by_the_lease(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [lease] = store.claim("w1", 30)
+    lease = store.commit(
+        lease,
+        RunCommit(messages=(UserMessage("hello"),), events=(event("r1", 1), event("r1", 2)), checkpoint={"n": 1}),
+    )
+    assert [e.seq for e in store.events("r1")] == [1, 2]
+    assert store.run("r1").checkpoint == {"n": 1}  # type: ignore[union-attr]
+    with pytest.raises(StoreError):
+        store.commit(lease, RunCommit(events=(event("r1", 4),)))
+    stale = lease
+    lease = store.commit(lease, RunCommit(events=(event("r1", 3),)))
+    with pytest.raises(LeaseLost):
+        store.commit(stale, RunCommit(events=(event("r1", 4),)))
+    assert [e.seq for e in store.events("r1", after=1)] == [2, 3]
+
+
+def test_an_expired_lease_is_taken_over_and_the_old_holder_cannot_write(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [old] = store.claim("w1", 0.05)
+    time.sleep(0.1)
+    [new] = store.claim("w2", 30)
+    assert new.token != old.token
+    with pytest.raises(LeaseLost) as lost:
+        store.commit(old, RunCommit(messages=(AssistantMessage("late"),)))
+    assert "w2" in str(lost.value)
+    with pytest.raises(LeaseLost):
+        store.renew(old, 30)
+    store.renew(new, 30)
+
+
+def test_posting_to_a_parked_run_queues_it_and_idempotency_keys_dedupe(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [lease] = store.claim("w1", 30)
+    store.commit(lease, RunCommit(events=(event("r1", 1, "ask_user"),), status="parked"))
+    assert store.run("r1").status == "parked"  # type: ignore[union-attr]
+    assert store.claim("w2", 30) == []
+    item, created = store.post(NewInboxItem("s1", "r1", "ask_user_response", {"answer": "a"}, "key-1"))
+    again, created_again = store.post(NewInboxItem("s1", "r1", "ask_user_response", {"answer": "a"}, "key-1"))
+    assert (created, created_again, again.id) == (True, False, item.id)
+    assert store.run("r1").status == "queued"  # type: ignore[union-attr]
+    [resumed] = store.claim("w2", 30)
+    assert [i.id for i in store.inbox("r1")] == [item.id]
+    store.commit(resumed, RunCommit(consumed=(item.id,)))
+    assert store.inbox("r1") == []
+    with pytest.raises(UnknownRunRow):
+        store.post(NewInboxItem("s1", "nope", "x", {}))
+
+
+def test_parking_with_an_answer_already_waiting_queues_at_once(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [lease] = store.claim("w1", 30)
+    store.post(NewInboxItem("s1", "r1", "ask_user_response", {"answer": "a"}))
+    store.commit(lease, RunCommit(status="parked"))
+    assert store.run("r1").status == "queued"  # type: ignore[union-attr]
+
+
+def test_cancel_ends_an_unheld_run_and_flags_a_running_one(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    ended = store.cancel("r1", lambda seq: event("r1", seq, "run_cancelled"))
+    assert ended.status == "cancelled"
+    assert [(e.seq, e.type) for e in store.events("r1")] == [(1, "run_cancelled")]
+    store.create_run("s1", "r2", INPUT)
+    [lease] = store.claim("w1", 30)
+    flagged = store.cancel("r2", lambda seq: event("r2", seq, "run_cancelled"))
+    assert flagged.status == "running" and flagged.cancel_requested
+    assert store.renew(lease, 30).cancel_requested
+    with pytest.raises(StoreError):
+        store.post(NewInboxItem("s1", "r1", "x", {}))
+
+
+def test_final_runs_are_pruned_with_their_events(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [lease] = store.claim("w1", 30)
+    store.commit(lease, RunCommit(events=(event("r1", 1, "run_completed"),), status="completed"))
+    store.create_run("s1", "r2", INPUT)
+    assert store.prune(time.time() + 1) == 1
+    assert store.run("r1") is None and store.events("r1") == []
+    assert store.run("r2") is not None
