@@ -236,3 +236,26 @@ def test_writable_must_be_patterns() -> None:
         PlanModeExtension(writable="PLAN.md")
     with pytest.raises(ValueError):
         PlanModeExtension(writable=("",))
+
+
+async def test_plan_mode_refuses_a_write_outside_writable_before_anyone_is_asked(tmp_path: Path) -> None:
+    approvals = ToolApprovalExtension({"write_file": "ask"})
+    planner = PlanModeExtension(root=tmp_path, writable=("PLAN.md",))
+    model = ScriptedModel(
+        [
+            asks(call("e", "enter_plan_mode", reason="think")),
+            asks(call("w", "write_file", path="src/app.py", content="x")),
+            AssistantMessage("planned"),
+        ]
+    )
+    client = await create_agent(model, extensions=[FilesystemExtension(tmp_path), planner, approvals])
+    asked: list[str] = []
+    with trio.fail_after(10):
+        async for event in client.stream("plan it", config=AgentRunConfig("p")):
+            asked.append(event.name)
+            if event.name == "enter_plan_mode":
+                reply = ExternalEvent("enter_plan_mode_response", {"tool_call_id": "e", "approved": True})
+                client.agent.emit_external_event(reply, config=AgentRunConfig("p"))
+    assert "tool_approval" not in asked
+    [result] = [m for m in client.agent.history.load("p") if isinstance(m, ToolMessage) and m.name == "write_file"]
+    assert result.content.startswith("rejected: Plan Mode may write only PLAN.md")
