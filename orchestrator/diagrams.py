@@ -24,7 +24,16 @@ from machines.diagrams import Diagram, all_diagrams, graphviz_available
 REGENERATE = "python -m orchestrator diagrams"
 SUFFIXES = (".mmd", ".dot", ".svg")
 README = Path("README.md")
-README_MARKER = "<!-- request-diagram: diagrams/request.mmd -->\n```mermaid\n"
+EMBEDDED = ("request", "run_lease")
+"""Machines whose Mermaid diagram README.md embeds (each after its own marker)."""
+
+
+def readme_marker(name: str) -> str:
+    """The line (and fence) after which README.md embeds machine ``name``'s diagram."""
+    return f"<!-- {name.replace('_', '-')}-diagram: diagrams/{name}.mmd -->\n```mermaid\n"
+
+
+README_MARKER = readme_marker("request")
 # The web console draws the request machine from its own copy of the committed SVG.
 CONSOLE_SVG = Path("orchestrator/server/static/request.svg")
 
@@ -152,31 +161,36 @@ def write_files(out: Path) -> list[str]:
     return report
 
 
-def embedded_diagram(readme: str) -> tuple[int, int] | None:
-    """Start and end offsets of the Mermaid text embedded after README_MARKER, or None."""
-    marker = readme.find(README_MARKER)
+def embedded_diagram(readme: str, name: str = "request") -> tuple[int, int] | None:
+    """Start and end offsets of the Mermaid text of ``name`` embedded in ``readme``, or None."""
+    marker_text = readme_marker(name)
+    marker = readme.find(marker_text)
     if marker < 0:
         return None
-    start = marker + len(README_MARKER)
+    start = marker + len(marker_text)
     end = readme.find("```", start)
     return (start, end) if end >= 0 else None
 
 
-def embed_request_diagram(readme: Path, mermaid: str) -> str | None:
-    """Put ``mermaid`` into README's embedded block; a line saying what happened, or None without a block."""
+def embed_request_diagram(readme: Path, mermaid: str, name: str = "request") -> str | None:
+    """Put ``mermaid`` into README's block for ``name``; a line saying what happened, or None without a block."""
     text = readme.read_text(encoding="utf-8")
-    span = embedded_diagram(text)
+    span = embedded_diagram(text, name)
     if span is None:
         return None
     if text[span[0] : span[1]] == mermaid:
-        return f"{readme}: request diagram up to date"
+        return f"{readme}: {name} diagram up to date"
     readme.write_text(text[: span[0]] + mermaid + text[span[1] :], encoding="utf-8")
-    return f"{readme}: request diagram refreshed"
+    return f"{readme}: {name} diagram refreshed"
+
+
+def _mermaid_of(name: str) -> str:
+    [found] = [d for d in all_diagrams(dot=False) if d.name == name]
+    return found.mermaid
 
 
 def _request_mermaid() -> str:
-    [request] = [d for d in all_diagrams(dot=False) if d.name == "request"]
-    return request.mermaid
+    return _mermaid_of("request")
 
 
 def main(argv: list[str]) -> int:
@@ -194,9 +208,10 @@ def main(argv: list[str]) -> int:
         stale, notes = stale_files(out)
         if README.is_file():
             text = README.read_text(encoding="utf-8")
-            span = embedded_diagram(text)
-            if span is not None and text[span[0] : span[1]] != _request_mermaid():
-                stale.append(f"{README} (embedded request diagram differs)")
+            for name in EMBEDDED:
+                span = embedded_diagram(text, name)
+                if span is not None and text[span[0] : span[1]] != _mermaid_of(name):
+                    stale.append(f"{README} (embedded {name} diagram differs)")
         if console_svg_stale(out):
             stale.append(f"{CONSOLE_SVG} (differs from {out / 'request.svg'})")
         for note in notes:
@@ -213,9 +228,10 @@ def main(argv: list[str]) -> int:
         return 0
     for line in write_files(out):
         print(line)
-    embedded = embed_request_diagram(README, _request_mermaid()) if README.is_file() else None
-    if embedded is not None:
-        print(embedded)
+    for name in EMBEDDED if README.is_file() else ():
+        embedded = embed_request_diagram(README, _mermaid_of(name), name)
+        if embedded is not None:
+            print(embedded)
     copied = copy_console_svg(out)
     if copied is not None:
         print(copied)

@@ -259,3 +259,15 @@ async def test_plan_mode_refuses_a_write_outside_writable_before_anyone_is_asked
     assert "tool_approval" not in asked
     [result] = [m for m in client.agent.history.load("p") if isinstance(m, ToolMessage) and m.name == "write_file"]
     assert result.content.startswith("rejected: Plan Mode may write only PLAN.md")
+
+
+async def test_plan_mode_writable_follows_symlinks_to_where_a_write_would_land(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("original\n")
+    (tmp_path / "PLAN.md").symlink_to(tmp_path / "src" / "app.py")
+    (tmp_path / "plans").symlink_to(tmp_path / "src", target_is_directory=True)
+    planner = PlanModeExtension(root=tmp_path, writable=("PLAN.md", "plans/**"))
+    found = await _plan_then_write(tmp_path, planner, ["PLAN.md", "plans/app.py", "plans/new/deep.md"])
+    assert [found[f"w{i}"].status for i in range(3)] == [ToolStatus.FAILED] * 3
+    assert (tmp_path / "src" / "app.py").read_text() == "original\n"
+    assert not (tmp_path / "src" / "new").exists()

@@ -21,7 +21,7 @@ import fnmatch
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
@@ -37,6 +37,7 @@ from orchestrator.events import AgentEvent, RunCancelledEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.bash import bash_tool
 from orchestrator.extensions.filesystem import filesystem_tools
+from orchestrator.extensions.fs_confine import Beneath, PathOutsideRoot
 from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolCall
 from orchestrator.model import ModelRequest
 from orchestrator.pending import ResponseRouter, SettledAnswer, WaitRule, require_bool
@@ -373,15 +374,36 @@ class PlanModeExtension(AgentExtension):
         path = call.arguments.get("path")
         if not isinstance(path, str):
             return  # the tool itself reports the invalid arguments
-        target = Path(os.path.normpath(self.root / path))
-        try:
-            relative: str | None = target.relative_to(self.root).as_posix()
-        except ValueError:
-            relative = None
+        relative = self._reached(path)
         writable = self.writable or ()
         if relative is None or not any(fnmatch.fnmatchcase(relative, pattern) for pattern in writable):
             allowed = ", ".join(writable) or "nothing"
             raise ToolRejected(f"Plan Mode may write only {allowed}; {path!r} is outside")
+
+    def _reached(self, path: str) -> str | None:
+        """The path beneath the root a write to ``path`` reaches, symlinks followed; None outside it.
+
+        Folders that do not exist yet (a write creates them) are taken as named, under the
+        deepest part of the path that does exist, resolved.
+        """
+        beneath = Beneath(PurePosixPath(self.root))
+        missing: list[str] = []
+        current = path
+        while True:
+            try:
+                with beneath.locate(current) as located:
+                    reached = located.relative
+                break
+            except FileNotFoundError:
+                head, _, tail = current.rstrip("/").rpartition("/")
+                if not tail or tail in (".", ".."):
+                    return None
+                missing.insert(0, tail)
+                current = head or "."
+            except (PathOutsideRoot, OSError, ValueError):
+                return None
+        joined = "/".join(part for part in (reached.strip("/"), *missing) if part and part != ".")
+        return os.path.normpath(joined) if joined else "."
 
     async def _propose(self, context: AgentRunContext, call: ToolCall, trigger: str, field: str) -> None:
         definition = self.enter_tool if trigger == "propose_entry" else self.exit_tool

@@ -282,6 +282,8 @@ async def test_steering_during_a_tool_batch_skips_the_rest_and_answers_the_new_i
     assert "Now: stop, do this instead" in json.dumps(got.events[-1])
     skipped = [e["call"]["id"] for e in got.events if e["type"] == "tool_skipped"]
     assert skipped == ["t2"]
+    accepted = got.types.index("steering_accepted")
+    assert accepted < got.types.index("steering_applied") < len(got.types) - 1
 
 
 async def test_without_the_token_every_route_but_health_is_refused(http: httpx.AsyncClient) -> None:
