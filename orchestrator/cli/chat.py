@@ -94,8 +94,8 @@ async def chat(
                 if app.router.interactive:
                     nursery.start_soon(app.router.pump)
                 await app.conversation.answer_left_over(app.store)
-                if not app.conversation.cancelling:
-                    await chat_loop(app, options.plan_mode, interrupts)
+                app.conversation.cancelling = False  # Ctrl-C there skips the left-over questions, not the chat
+                await chat_loop(app, options.plan_mode, interrupts)
                 nursery.cancel_scope.cancel()
     except NoSuchSession as missing:
         err(f"error: {missing}\n")
