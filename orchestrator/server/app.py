@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from orchestrator.agent import Agent, AgentClient
-from orchestrator.server.backend import Backend, LocalBackend
+from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.server.guard import TokenGuard
@@ -59,16 +59,20 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     idempotency_keys: int = DEFAULT_CAPACITY,
     console: bool = True,
+    retained_runs: int = DEFAULT_RETAINED_RUNS,
 ) -> TokenGuard:
     """The ASGI application for ``agent`` (an Agent or its client, or another Backend such as a web node's).
 
     Serve it with hypercorn's trio worker (``hypercorn.trio.serve``) or mount
     it in a trio ASGI application: its requests run in the serving trio loop.
     ``token`` guards every route but ``/health``; ``max_body_bytes`` caps
-    request bodies; ``idempotency_keys`` bounds the remembered answers.
+    request bodies; ``idempotency_keys`` bounds the remembered answers;
+    ``retained_runs`` is how many finished runs of an Agent or AgentClient
+    stay reachable (events, state, trace) before the oldest answer 404 (a
+    Backend given as it is keeps its own setting).
     """
     settings = ServerSettings(token, max_body_bytes, idempotency_keys, console)
-    backend = agent if not isinstance(agent, (Agent, AgentClient)) else LocalBackend(_client(agent))
+    backend = agent if not isinstance(agent, (Agent, AgentClient)) else LocalBackend(_client(agent), retained_runs=retained_runs)
     service = Service(backend, settings.max_body_bytes, settings.idempotency_keys)
     routes: list[BaseRoute] = [
         Route("/health", service.health, methods=["GET"]),

@@ -77,12 +77,24 @@ class Backend(Protocol):
         """Runs this process carries (None where it carries none itself)."""
 
 
-class LocalBackend:
-    """An agent in this process, through its client."""
+DEFAULT_RETAINED_RUNS = 1000
+"""Finished runs the service keeps reachable (their events, state and trace) by default."""
 
-    def __init__(self, client: AgentClient) -> None:
+
+class LocalBackend:
+    """An agent in this process, through its client.
+
+    ``retained_runs`` is how many finished runs the agent keeps reachable by
+    request id, so a late reader of a finished run still gets its events
+    (the agent's own default keeps fewer).
+    """
+
+    def __init__(self, client: AgentClient, *, retained_runs: int = DEFAULT_RETAINED_RUNS) -> None:
+        if retained_runs < 1:
+            raise ValueError("retained_runs must be at least 1")
         self.client = client
         self.agent = client.agent
+        self.agent.runs.keep = retained_runs
 
     def _handle(self, request_id: str) -> RunHandle:
         return self.client.attach(request_id)

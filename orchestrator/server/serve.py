@@ -11,12 +11,18 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
+if TYPE_CHECKING:
+    from hypercorn.config import Config
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+DEFAULT_BACKLOG = 1024
+"""Pending connections the listening socket queues (hypercorn's own default, 100, resets a larger burst)."""
 
 
 @attrs.frozen
@@ -28,6 +34,7 @@ class ServeOptions:
     port: int
     token: str | None
     app: str | None
+    backlog: int = DEFAULT_BACKLOG
 
 
 def parse(argv: Sequence[str]) -> ServeOptions:
@@ -47,6 +54,12 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         help="bearer token every route but /health needs (default $ORCHESTRATOR_TOKEN)",
     )
     parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
+    parser.add_argument(
+        "--backlog",
+        type=_positive,
+        default=DEFAULT_BACKLOG,
+        help=f"connections the listening socket queues before accepting (default {DEFAULT_BACKLOG})",
+    )
     args = parser.parse_args(list(argv))
     from orchestrator.store.runs_sql import is_run_store_url
 
@@ -55,11 +68,32 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         parser.error("--app brings its own agent: --model and a session --db do not apply")
     if web_node and args.model:
         parser.error("a web node runs no model: the workers do (python -m orchestrator worker)")
-    return ServeOptions(args.model, args.db, args.root, args.host, args.port, args.token, args.app)
+    return ServeOptions(args.model, args.db, args.root, args.host, args.port, args.token, args.app, args.backlog)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def hypercorn_config(options: ServeOptions) -> Config:
+    """hypercorn's settings for ``options``: the bind address, the listen backlog, no logs."""
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"{options.host}:{options.port}"]
+    config.backlog = options.backlog
+    config.accesslog = None
+    config.errorlog = None
+    return config
 
 
 async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-    from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
 
     from orchestrator.server.app import create_app
@@ -78,10 +112,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
         backend = LocalBackend(await load_agent(options.app))
     else:
         backend = LocalBackend(await default_client(options.model, options.db, options.root))
-    config = Config()
-    config.bind = [f"{options.host}:{options.port}"]
-    config.accesslog = None
-    config.errorlog = None
+    config = hypercorn_config(options)
     app = create_app(backend, token=options.token)
 
     async def announce(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:

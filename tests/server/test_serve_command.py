@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,3 +102,33 @@ def test_serve_app_that_names_no_agent_exits_2_with_the_reason() -> None:
     )
     assert done.returncode == 2
     assert "not an Agent" in done.stderr
+
+
+def _listen_backlog(url: str) -> int:
+    """The listening socket's queue length as the kernel reports it (``ss``: Send-Q of a LISTEN socket)."""
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) is not installed: cannot read the listening socket's backlog")
+    port = url.rsplit(":", 1)[1]
+    shown = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, timeout=10)
+    rows = [line.split() for line in shown.stdout.splitlines() if line.strip()]
+    assert len(rows) == 1, shown.stdout
+    return int(rows[0][2])
+
+
+def test_serve_listens_with_a_backlog_of_1024_by_default_and_takes_backlog() -> None:
+    with served() as url:
+        assert _listen_backlog(url) == 1024
+    with served("--backlog", "777") as url:
+        assert _listen_backlog(url) == 777
+
+
+def test_serve_refuses_a_backlog_below_one() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "serve", "--port", "0", "--backlog", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "--backlog" in done.stderr and "not at least 1" in done.stderr
