@@ -72,7 +72,11 @@ def create_app(
     Backend given as it is keeps its own setting).
     """
     settings = ServerSettings(token, max_body_bytes, idempotency_keys, console)
-    backend = agent if not isinstance(agent, (Agent, AgentClient)) else LocalBackend(_client(agent), retained_runs=retained_runs)
+    backend: Backend
+    if isinstance(agent, (Agent, AgentClient)):
+        backend = LocalBackend(_client(agent), retained_runs=retained_runs)
+    else:
+        backend = agent
     service = Service(backend, settings.max_body_bytes, settings.idempotency_keys)
     routes: list[BaseRoute] = [
         Route("/health", service.health, methods=["GET"]),
