@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from starlette.applications import Starlette
 
 from orchestrator import (
     AgentClient,
@@ -23,6 +24,7 @@ from orchestrator import (
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.steering import SteeringExtension
+from orchestrator.server import create_app
 from tests.server.support import SSE, read_sse, serving
 from tests.support import asks, call
 
@@ -368,6 +370,68 @@ async def test_the_openapi_document_lists_every_route(http: httpx.AsyncClient) -
         "/runs/{request_id}/trace",
         "/machines/{name}",
     }
+
+
+def _api_routes(client: AgentClient) -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves, the console's page and files aside."""
+    from starlette.routing import Route
+
+    app = create_app(client).app
+    assert isinstance(app, Starlette)
+    return [
+        (method, route.path)
+        for route in app.routes
+        if isinstance(route, Route) and route.path not in ("/", "/openapi.json")
+        for method in sorted(route.methods or ())
+        if method != "HEAD"
+    ]
+
+
+async def test_the_openapi_document_documents_every_route_the_app_serves(http: httpx.AsyncClient) -> None:
+    client = await ask_user_client()
+    routes = _api_routes(client)
+    assert len(routes) >= 10
+    async with serving(client) as base:
+        document = (await http.get(f"{base}/openapi.json")).json()
+    documented = {(method.upper(), path) for path, item in document["paths"].items() for method in item}
+    assert set(routes) <= documented, set(routes) - documented
+    for method, path in routes:
+        operation = document["paths"][path][method.lower()]
+        assert operation["summary"] and operation["responses"], (method, path)
+
+
+async def test_with_a_token_every_route_of_the_app_but_health_answers_401(http: httpx.AsyncClient) -> None:
+    client = await ask_user_client()
+    routes = [*_api_routes(client), ("GET", "/"), ("GET", "/openapi.json"), ("GET", "/static/console.js")]
+    with trio.fail_after(20):
+        async with serving(client, token="s3cret") as base:
+            for method, path in routes:
+                concrete = path.format(session_id="s", request_id="r", name="request.mmd")
+                answered = await http.request(method, f"{base}{concrete}", json={})
+                if path == "/health":
+                    assert answered.status_code == 200
+                    continue
+                assert answered.status_code == 401, (method, path, answered.text)
+                assert answered.json()["error"]["type"] == "Unauthorized"
+                assert answered.headers["www-authenticate"].startswith("Bearer")
+            script = await http.get(f"{base}/static/console.js", headers={"Authorization": "Bearer s3cret"})
+            assert script.status_code == 200
+
+
+async def test_with_a_token_the_console_page_loads_its_own_files(http: httpx.AsyncClient) -> None:
+    import re
+
+    client = await ask_user_client()
+    with trio.fail_after(20):
+        async with serving(client, token="s3c ret&") as base:
+            page = await http.get(f"{base}/", params={"access_token": "s3c ret&"})
+            assert page.status_code == 200
+            assets = re.findall(r'(?:src|href)="(static/[^"]+)"', page.text)
+            assert len(assets) == 2, page.text
+            for asset in assets:
+                loaded = await http.get(f"{base}/{asset}")
+                assert loaded.status_code == 200, (asset, loaded.text)
+            assert (await http.get(f"{base}/static/console.js?access_token=wrong")).status_code == 401
 
 
 def test_the_console_draws_the_committed_request_diagram() -> None:
