@@ -113,3 +113,82 @@ def test_the_console_runs_a_plan_mode_request_highlights_the_machine_and_survive
             "completed",
             "normal",
         }
+
+
+def test_the_console_with_a_token_answers_by_option_steers_a_working_run_and_cancels_one(
+    browser_page,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    import threading
+
+    import trio
+
+    from orchestrator import ModelRequest, ToolMessage, tool
+    from orchestrator.extensions.ask_user import AskUserExtension
+    from orchestrator.extensions.steering import SteeringExtension
+
+    started = {n: threading.Event() for n in (1, 2, 3)}
+    release = threading.Event()
+
+    @tool(serial=True)
+    async def slow(n: int) -> str:
+        """Work slowly.
+
+        Args:
+            n: which piece
+        """
+        started[n].set()
+        with trio.fail_after(30):
+            while not release.is_set() or n == 3:
+                await trio.sleep(0.02)
+        return f"piece {n}"
+
+    def after_answer(request: ModelRequest) -> AssistantMessage:
+        chosen = [m for m in request.messages if isinstance(m, ToolMessage)][-1].content
+        return asks(call("t1", "slow", n=1), call("t2", "slow", n=2), text=f"You chose {chosen}.")
+
+    def after_steering(request: ModelRequest) -> AssistantMessage:
+        return AssistantMessage(f"Now: {[m for m in request.messages if m.role == 'user'][-1].text}")
+
+    async def make_client():  # type: ignore[no-untyped-def]
+        model = ScriptedModel(
+            [
+                asks(call("q1", "ask_user", question="Which colour?", options=["red", "blue"])),
+                after_answer,
+                after_steering,
+                asks(call("t3", "slow", n=3)),
+            ]
+        )
+        return await create_agent(model, tools=[slow], extensions=[AskUserExtension(), SteeringExtension()])
+
+    page = browser_page
+    page.set_default_timeout(15_000)
+    with ServerThread(make_client, token="browser token") as server:
+        page.goto(server.url + "/?access_token=browser%20token")
+        page.fill("#session-input", "b2")
+        page.fill("#prompt-input", "Paint it")
+        page.click("#start-button")
+
+        question = '.question[data-event="ask_user"]'
+        page.wait_for_selector(question)
+        assert page.eval_on_selector_all(f"{question} button", "bs => bs.map(b => b.textContent)") == ["red", "blue"]
+        page.click(f'{question} button:text-is("blue")')
+        page.locator("#transcript", has_text="You chose blue.").wait_for()
+
+        assert started[1].wait(15)
+        page.fill("#steer-input", "stop, do this instead")
+        page.click("#steer-button")
+        page.locator("#transcript .notice", has_text="steering sent: stop, do this instead").wait_for()
+        release.set()
+        page.locator("#transcript .notice", has_text="steering accepted: stop, do this instead").wait_for()
+        page.locator("#transcript", has_text="Now: stop, do this instead").wait_for()
+        page.locator(".notice.end", has_text="run completed").wait_for()
+        page.wait_for_selector('#sessions li[data-session="b2"]')
+
+        page.fill("#prompt-input", "Work on")
+        page.click("#start-button")
+        assert started[3].wait(15)
+        page.wait_for_selector("#cancel-button:not([disabled])")
+        page.click("#cancel-button")
+        page.locator(".notice.end", has_text="run cancelled").wait_for()
+        assert page.is_disabled("#steer-input")

@@ -349,7 +349,11 @@ $("steer-form").addEventListener("submit", async (e) => {
   const text = $("steer-input").value;
   if (!text.trim() || !run.id) return;
   const result = await api("POST", `sessions/${encodeURIComponent(run.session)}/events`, { name: "steering_message", payload: { content: text }, request_id: run.id });
-  if (result.ok) $("steer-input").value = "";
+  if (result.ok) {
+    $("steer-input").value = "";
+    // The run announces it (steering accepted) when it next looks at its inbox, e.g. after the running tool.
+    $("transcript").append(el("div", { class: "notice" }, `steering sent: ${text}`));
+  }
   else $("transcript").append(el("div", { class: "notice error" }, `steering refused: ${result.data && result.data.error ? result.data.error.message : result.status}`));
 });
 
