@@ -3,12 +3,13 @@
 Every step goes through ``machines.request.REQUEST``: the synchronous
 ``transitions`` machine validates and records the edge, then this class awaits
 the callbacks the edge names, one after another, in the request's own task.
+The tool calls of each assistant message are run by its ``ToolRunner``
+(``orchestrator.tool_runner``).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 import weakref
@@ -23,7 +24,7 @@ from machines.request import REQUEST
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
 from orchestrator.context import AgentRunContext
-from orchestrator.errors import AgentError, MaxIterationsExceeded, ModelError, ToolArgumentsError, ToolRejected
+from orchestrator.errors import AgentError, MaxIterationsExceeded, ModelError
 from orchestrator.inbox import InputInbox
 from orchestrator.messages import (
     AssistantMessage,
@@ -38,7 +39,7 @@ from orchestrator.messages import (
 from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent, Usage
 from orchestrator.sinks import DropSink, EventSink
 from orchestrator.text import SurrogateJoiner, clean_text
-from orchestrator.tools import ToolResult
+from orchestrator.tool_runner import ToolRunner, result_text
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
@@ -47,9 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.runtime")
 
 CLEANUP_SECONDS = 10.0
-
-#: How many characters of a call's invalid argument text its failed result quotes.
-INVALID_ARGUMENTS_QUOTE = 2000
 
 _FINAL_PHASES = REQUEST.main.final_states
 
@@ -61,60 +59,6 @@ _TOOL_EVENTS: dict[
     ToolStatus.SKIPPED: ev.ToolSkippedEvent,
     ToolStatus.CANCELLED: ev.ToolCancelledEvent,
 }
-
-
-def _as_text(value: Any) -> str:
-    """What the model sees of a tool's plain return value.
-
-    Text as it is; bytes decoded as UTF-8; None as nothing; anything else as
-    JSON (non-ASCII kept), with sets and tuples as arrays and other objects as
-    their ``str``.
-    """
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    try:
-        return json.dumps(value, default=_jsonable, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _quote(text: str, limit: int) -> str:
-    """``text`` as a Python literal, cut to ``limit`` characters (saying so)."""
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit]!r} (cut: {len(text)} characters in all)"
-
-
-def _result_text(content: Any) -> str:
-    """A tool result's content as text that encodes as UTF-8, whatever a tool or hook put there."""
-    return clean_text(_as_text(content))
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON's fallback for what it cannot encode (tuples it already writes as arrays)."""
-    if isinstance(value, (set, frozenset)):
-        try:
-            return sorted(value)
-        except TypeError:
-            return list(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    return str(value)
-
-
-def _batches(calls: tuple[ToolCall, ...], serial: Callable[[ToolCall], bool]) -> list[list[ToolCall]]:
-    """Consecutive concurrent calls share a batch; a serial call runs alone."""
-    batches: list[list[ToolCall]] = []
-    for call in calls:
-        if serial(call) or not batches or serial(batches[-1][0]):
-            batches.append([call])
-        else:
-            batches.append([*batches.pop(), call])
-    return batches
 
 
 @attrs.frozen
@@ -393,7 +337,7 @@ class RequestRun:
 
     async def settle(self, call: ToolCall, status: ToolStatus, content: str) -> ToolMessage:
         """Append the one result of ``call`` and stream its outcome."""
-        appended = await self.append(ToolMessage(call.id, call.name, _result_text(content), status))
+        appended = await self.append(ToolMessage(call.id, call.name, result_text(content), status))
         assert isinstance(appended, ToolMessage)
         await self._emit_new(_TOOL_EVENTS[status], call=call, result=appended)
         return appended
@@ -461,7 +405,7 @@ class RequestRun:
             calls = response.tool_calls
             if resumed:
                 calls = tuple(call for call in calls if call.id in self.open_calls)
-            await self._run_tools(calls)
+            await ToolRunner(self).run(calls)
             if self.steering is not None:
                 await self.step("steer")
             return None
@@ -562,77 +506,6 @@ class RequestRun:
         if self.capabilities is not None and self.plan_mode_active:
             tools = tuple(t for t in tools if t.name in self.capabilities)
         return ModelRequest(self.context.messages, tools, tuple(self.context.server_tools))
-
-    # tools ------------------------------------------------------------------
-
-    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> None:
-        tools = self.context.tools
-
-        def serial(call: ToolCall) -> bool:
-            definition = tools.get(call.name)
-            return definition is not None and definition.serial
-
-        for batch in _batches(calls, serial):
-            if self.steering is not None:
-                break
-            if len(batch) == 1:
-                await self._run_call(batch[0])
-                continue
-            try:
-                async with trio.open_nursery() as nursery:
-                    for call in batch:
-                        nursery.start_soon(self._run_call, call)
-            except BaseExceptionGroup as group:
-                raise _first_failure(group) from None
-        skipped = [c for c in calls if c.id in self.open_calls]
-        self.skipped_ids = tuple(c.id for c in skipped)
-        for call in skipped:
-            await self.settle(call, ToolStatus.SKIPPED, "skipped: new user input arrived before this call ran")
-
-    async def _run_call(self, requested: ToolCall) -> None:
-        call = attrs.evolve(requested, arguments=dict(requested.arguments))
-        await self._emit_new(ev.ToolStartedEvent, call=call)
-        error: BaseException | None = None
-        try:
-            if self.hooks["before_tool"]:
-                await self._run_hook("before_tool", call)
-        except ToolRejected as rejected:
-            error = rejected
-            result = ToolResult(f"rejected: {rejected}", "failed")
-        else:
-            admitted = self.machine.try_fire("admit_tool", call=call)
-            if admitted is None:
-                result = ToolResult(f"tool {call.name!r} is not available in this request", "failed")
-            else:
-                await self._announce(admitted[0])
-                try:
-                    result = await self._tool_chain(0, call)
-                except Exception as failure:
-                    error = failure
-                    result = ToolResult(f"{type(failure).__name__}: {failure}", "failed")
-        result.content = _result_text(result.content)
-        if self.hooks["after_tool"]:
-            await self._run_hook("after_tool", call, result, error)
-        await self.settle(call, ToolStatus(result.status), result.content)
-        await self._announce_steering()
-        self._poll_steering()
-
-    async def _tool_chain(self, index: int, call: ToolCall) -> ToolResult:
-        """Each layer's plain return value (a wrapper's as much as the handler's) becomes a ToolResult."""
-        wrappers = self.hooks["on_tool_call"]
-        value: Any
-        if index < len(wrappers):
-            value = await wrappers[index].on_tool_call(self.context, call, lambda c: self._tool_chain(index + 1, c))
-        elif call.invalid_arguments is not None:
-            quoted = _quote(call.invalid_arguments, INVALID_ARGUMENTS_QUOTE)
-            return ToolResult(f"invalid arguments for {call.name}: not a valid JSON object: {quoted}", "failed")
-        else:
-            definition = self.context.tools[call.name]
-            try:
-                value = await definition.invoke(call.arguments, {"context": self.context, "call": call})
-            except ToolArgumentsError as invalid:
-                return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
-        return value if isinstance(value, ToolResult) else ToolResult(_as_text(value))
 
     # approvals and plan mode ------------------------------------------------
 
@@ -975,31 +848,6 @@ def _has_work(agent: Agent, callback: str) -> bool:
     if callback in ("open_inboxes", "poll_steering"):
         return bool(agent.inboxes)
     return True
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]
-
-
-def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """What concurrently running tool calls raise: the same shape as one call's failure.
-
-    The first error (in the order trio reports them) is raised as it is; every
-    other error is described in one of its notes (``__notes__``), so callers and
-    ``on_error`` see one plain exception whether one call failed or several. A
-    group holding only cancellations stays the group, for cancellation to
-    propagate.
-    """
-    leaves = _leaves(group)
-    failures = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
-    if not failures:
-        return group
-    first, *others = failures
-    for other in others:
-        first.add_note(f"a concurrent tool call also failed: {type(other).__name__}: {other}")
-    return first
 
 
 def _unwrap(error: BaseException) -> BaseException:

@@ -1,0 +1,196 @@
+"""ToolRunner: runs the tool calls of one assistant message for its RequestRun.
+
+Calls of one message run concurrently in a trio nursery, except a tool declared
+``serial``, which runs alone. Each call goes ``before_tool`` -> the
+``admit_tool`` guard of the request machine -> ``on_tool_call`` middleware ->
+the handler -> ``after_tool`` -> its one ToolMessage, then steering is polled.
+Whatever a tool or hook returns becomes text that encodes as UTF-8. When hooks
+of several concurrent calls fail, the request gets one plain exception: the
+first error, the others described in its notes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from orchestrator import events as ev
+from orchestrator.errors import ToolArgumentsError, ToolRejected
+from orchestrator.messages import ToolCall, ToolStatus
+from orchestrator.text import clean_text
+from orchestrator.tools import ToolResult
+
+if TYPE_CHECKING:
+    from orchestrator.runtime import RequestRun
+
+#: How many characters of a call's invalid argument text its failed result quotes.
+INVALID_ARGUMENTS_QUOTE = 2000
+
+SKIPPED = "skipped: new user input arrived before this call ran"
+
+
+class ToolRunner:
+    """The tool-execution part of one request: its batches, each call's hooks, and results.
+
+    Made for one assistant message's calls and dropped after them, so a request
+    never refers to its runner (a finished request is freed without the cycle
+    collector).
+    """
+
+    def __init__(self, run: RequestRun) -> None:
+        self.run_of = run
+
+    async def run(self, calls: tuple[ToolCall, ...]) -> None:
+        """Run ``calls`` batch by batch until steering arrives; every call not run gets a skipped result."""
+        run = self.run_of
+        tools = run.context.tools
+
+        def serial(call: ToolCall) -> bool:
+            definition = tools.get(call.name)
+            return definition is not None and definition.serial
+
+        for batch in batches(calls, serial):
+            if run.steering is not None:
+                break
+            if len(batch) == 1:
+                await self._run_call(batch[0])
+                continue
+            try:
+                async with trio.open_nursery() as nursery:
+                    for call in batch:
+                        nursery.start_soon(self._run_call, call)
+            except BaseExceptionGroup as group:
+                raise first_failure(group) from None
+        skipped = [c for c in calls if c.id in run.open_calls]
+        run.skipped_ids = tuple(c.id for c in skipped)
+        for call in skipped:
+            await run.settle(call, ToolStatus.SKIPPED, SKIPPED)
+
+    async def _run_call(self, requested: ToolCall) -> None:
+        run = self.run_of
+        call = attrs.evolve(requested, arguments=dict(requested.arguments))
+        await run._emit_new(ev.ToolStartedEvent, call=call)
+        error: BaseException | None = None
+        try:
+            if run.hooks["before_tool"]:
+                await run._run_hook("before_tool", call)
+        except ToolRejected as rejected:
+            error = rejected
+            result = ToolResult(f"rejected: {rejected}", "failed")
+        else:
+            admitted = run.machine.try_fire("admit_tool", call=call)
+            if admitted is None:
+                result = ToolResult(f"tool {call.name!r} is not available in this request", "failed")
+            else:
+                await run._announce(admitted[0])
+                try:
+                    result = await self._chain(0, call)
+                except Exception as failure:
+                    error = failure
+                    result = ToolResult(f"{type(failure).__name__}: {failure}", "failed")
+        result.content = result_text(result.content)
+        if run.hooks["after_tool"]:
+            await run._run_hook("after_tool", call, result, error)
+        await run.settle(call, ToolStatus(result.status), result.content)
+        await run._announce_steering()
+        run._poll_steering()
+
+    async def _chain(self, index: int, call: ToolCall) -> ToolResult:
+        """Each layer's plain return value (a wrapper's as much as the handler's) becomes a ToolResult."""
+        context = self.run_of.context
+        wrappers = self.run_of.hooks["on_tool_call"]
+        value: Any
+        if index < len(wrappers):
+            value = await wrappers[index].on_tool_call(context, call, lambda c: self._chain(index + 1, c))
+        elif call.invalid_arguments is not None:
+            quoted = quote(call.invalid_arguments, INVALID_ARGUMENTS_QUOTE)
+            return ToolResult(f"invalid arguments for {call.name}: not a valid JSON object: {quoted}", "failed")
+        else:
+            definition = context.tools[call.name]
+            try:
+                value = await definition.invoke(call.arguments, {"context": context, "call": call})
+            except ToolArgumentsError as invalid:
+                return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
+        return value if isinstance(value, ToolResult) else ToolResult(as_text(value))
+
+
+def batches(calls: tuple[ToolCall, ...], serial: Callable[[ToolCall], bool]) -> list[list[ToolCall]]:
+    """Consecutive concurrent calls share a batch; a serial call runs alone."""
+    found: list[list[ToolCall]] = []
+    for call in calls:
+        if serial(call) or not found or serial(found[-1][0]):
+            found.append([call])
+        else:
+            found.append([*found.pop(), call])
+    return found
+
+
+def as_text(value: Any) -> str:
+    """What the model sees of a tool's plain return value.
+
+    Text as it is; bytes decoded as UTF-8; None as nothing; anything else as
+    JSON (non-ASCII kept), with sets and tuples as arrays and other objects as
+    their ``str``.
+    """
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    try:
+        return json.dumps(value, default=_jsonable, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def result_text(content: Any) -> str:
+    """A tool result's content as text that encodes as UTF-8, whatever a tool or hook put there."""
+    return clean_text(as_text(content))
+
+
+def quote(text: str, limit: int) -> str:
+    """``text`` as a Python literal, cut to ``limit`` characters (saying so)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r} (cut: {len(text)} characters in all)"
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON's fallback for what it cannot encode (tuples it already writes as arrays)."""
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:
+            return list(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What concurrently running tool calls raise: the same shape as one call's failure.
+
+    The first error (in the order trio reports them) is raised as it is; every
+    other error is described in one of its notes (``__notes__``), so callers and
+    ``on_error`` see one plain exception whether one call failed or several. A
+    group holding only cancellations stays the group, for cancellation to
+    propagate.
+    """
+    failures = [leaf for leaf in _leaves(group) if not isinstance(leaf, trio.Cancelled)]
+    if not failures:
+        return group
+    first, *others = failures
+    for other in others:
+        first.add_note(f"a concurrent tool call also failed: {type(other).__name__}: {other}")
+    return first
