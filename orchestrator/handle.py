@@ -170,6 +170,8 @@ class EventFollower:
     """
 
     def __init__(self, log: EventLog, after: int) -> None:
+        if isinstance(after, bool) or not isinstance(after, int):
+            raise TypeError(f"after must be a seq (an int, 0 or more), got {type(after).__name__}")
         log.check(after)
         self._log = log
         self.position = after

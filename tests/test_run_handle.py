@@ -152,6 +152,16 @@ async def test_the_log_is_bounded_and_an_expired_seq_is_a_clear_error() -> None:
     assert await read_all(handle.events(after=handle.last_seq)) == []
 
 
+@pytest.mark.parametrize("after", ["3", None, 2.5, True])
+async def test_an_after_that_is_not_a_seq_is_a_type_error_at_once(after: object) -> None:
+    client = await create_agent(ScriptedModel([AssistantMessage("hi")]))
+    handle = await client.start("talk", config=AgentRunConfig("s"))
+    with trio.fail_after(5):
+        await handle.result()
+    with pytest.raises(TypeError, match="after must be a seq"):
+        handle.events(after=after)  # type: ignore[arg-type]
+
+
 async def test_a_reader_that_falls_behind_the_log_gets_events_expired() -> None:
     release = trio.Event()
 
