@@ -179,6 +179,34 @@ async def test_anthropic_pings_do_not_keep_a_started_stream_alive(autojump_clock
     assert trio.current_time() - began == pytest.approx(45)
 
 
+@pytest.mark.parametrize(
+    "empty",
+    [chunk({}), chunk({"content": ""}), 'data: {"choices":[]}\n\n', 'data: {"id":"x"}\n\n'],
+    ids=["empty delta", "empty content", "no choices", "no fields"],
+)
+async def test_openai_chunks_that_carry_nothing_do_not_keep_a_started_stream_alive(
+    autojump_clock: trio.abc.Clock, empty: str
+) -> None:
+    head = (chunk({"role": "assistant", "content": ""}) + chunk({"content": "Hel"})).encode()
+    server = Server(httpx.Response(200, stream=Trickle(head, empty.encode(), every=5)))
+    began = trio.current_time()
+    with trio.fail_after(3600), pytest.raises(ProviderTimeoutError, match="idle_timeout"):
+        await collect(openai_model(server, idle_timeout=30), HELLO)
+    assert trio.current_time() - began == pytest.approx(30)
+
+
+async def test_anthropic_event_types_it_ignores_do_not_keep_a_started_stream_alive(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    head = (start(5) + open_block(text_block(0, "Hi"))).encode()
+    unknown = event({"type": "keepalive_of_some_proxy"}).encode()
+    server = Server(httpx.Response(200, stream=Trickle(head, unknown, every=5)))
+    began = trio.current_time()
+    with trio.fail_after(3600), pytest.raises(ProviderTimeoutError, match="idle_timeout"):
+        await collect(anthropic_model(server, idle_timeout=45), HELLO)
+    assert trio.current_time() - began == pytest.approx(45)
+
+
 def test_idle_timeout_has_a_documented_default_and_must_be_positive() -> None:
     from orchestrator.providers import AnthropicModel, OpenAIChatModel
     from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT

@@ -134,6 +134,17 @@ def anthropic_tools(tools: tuple[ToolDefinition, ...], server_tools: tuple[Serve
 
 #: Block types whose input streams as ``input_json_delta``.
 _INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+_CONTENT_EVENTS = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
+"""Event types that carry the response: only these reset the idle timeout."""
 
 
 @attrs.define
@@ -284,8 +295,9 @@ class AnthropicModel(HTTPStreamingModel):
     ``$ANTHROPIC_API_KEY`` and ``base_url`` to ``$ANTHROPIC_BASE_URL`` (else
     the Anthropic API, where a key is required). ``extra_body`` is merged into
     every request (``temperature``, ``thinking``, ...). Once a stream has
-    started, ``idle_timeout`` seconds without an event other than ``ping``
-    raise ProviderTimeoutError; None waits without bound.
+    started, ``idle_timeout`` seconds without a content event (``ping`` and
+    event types the adapter ignores do not count) raise ProviderTimeoutError;
+    None waits without bound.
     """
 
     env_prefix: ClassVar[str] = "ANTHROPIC"
@@ -348,7 +360,8 @@ class AnthropicModel(HTTPStreamingModel):
         async with aclosing(post_sse(self.client, url, self.body(request), headers, self.timeout)) as events:
             while (event := await idle.next(events)) is not None:
                 data = decode_object(event.data)
-                if data.raw("type") != "ping":
+                kind = data.raw("type")
+                if isinstance(kind, str) and kind in _CONTENT_EVENTS:  # not ping, nor a type it ignores
                     idle.reset()
                 for produced in assembler.feed(data):
                     yield produced

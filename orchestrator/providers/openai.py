@@ -131,6 +131,8 @@ class _Assembler:
         self.usage: Usage | None = None
         self.finished = False
         self.saw_choice = False
+        self.carried_content = False
+        """Whether the chunk fed last carried anything (text, a tool-call fragment, a finish, usage)."""
 
     def _announce(self, index: int) -> ToolCallStreamEvent:
         call = self.calls[index]
@@ -156,6 +158,7 @@ class _Assembler:
             raise stream_error(chunk.raw("error"))
         events: list[ModelEvent] = []
         usage = chunk.obj("usage")
+        self.carried_content = bool(usage)
         if usage:
             self.usage = Usage(usage.count("prompt_tokens"), usage.count("completion_tokens"))
         for choice in choices:
@@ -165,10 +168,13 @@ class _Assembler:
             delta = choice.obj("delta")
             content = delta.text("content")
             if content:
+                self.carried_content = True
                 events.extend(self._text(self.joiner.feed(content)))
             for fragment in delta.objects("tool_calls"):
+                self.carried_content = True
                 events.extend(self._tool_fragment(fragment))
             if choice.text("finish_reason"):
+                self.carried_content = True
                 self.finished = True
                 events.extend(self._text(self.joiner.flush()))
                 events.extend(self.announce())
@@ -234,8 +240,9 @@ class OpenAIChatModel(HTTPStreamingModel):
     default base URL a key is required; a custom server may need none
     (``api_key=""`` sends no Authorization header). ``extra_body`` is merged
     into every request (``temperature``, ``max_tokens``, ...). Once a stream
-    has started, ``idle_timeout`` seconds without a chunk (keepalive comments
-    do not count) raise ProviderTimeoutError; None waits without bound.
+    has started, ``idle_timeout`` seconds without a chunk that carries content
+    (keepalive comments and chunks with nothing in them do not count) raise
+    ProviderTimeoutError; None waits without bound.
     """
 
     env_prefix: ClassVar[str] = "OPENAI"
@@ -301,13 +308,16 @@ class OpenAIChatModel(HTTPStreamingModel):
         idle = IdleTimer(self.idle_timeout, url)
         async with aclosing(post_sse(self.client, url, self.body(request), headers, self.timeout)) as events:
             while (event := await idle.next(events)) is not None:
-                # Keepalive comments never become events, so every event here is content.
-                idle.reset()
                 if event.data.strip() == "[DONE]":
                     if not assembler.saw_choice:
                         raise MalformedStreamError("stream ended (data: [DONE]) before any choice")
                     break
-                for produced in assembler.feed(decode_object(event.data)):
+                produced_events = assembler.feed(decode_object(event.data))
+                # Keepalive comments never become events; a chunk that carries nothing
+                # (an empty delta, no choices) is a keepalive too and leaves the timer running.
+                if assembler.carried_content:
+                    idle.reset()
+                for produced in produced_events:
                     yield produced
             else:
                 # The official SDK stops at the end of the body too; some compatible servers omit
