@@ -8,12 +8,27 @@ from typing import Any
 import attrs
 
 
+def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An id names rows, files and wire lines: it must encode as UTF-8 (no lone surrogates)."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as bad:
+            raise ValueError(
+                f"{attribute.name} must encode as UTF-8; {value!r} has a lone surrogate at {bad.start}"
+            ) from None
+
+
 @attrs.frozen
 class AgentRunConfig:
-    """Which session a request or an external event belongs to."""
+    """Which session a request or an external event belongs to.
 
-    session_id: str = "default"
-    request_id: str | None = None
+    Ids that cannot be encoded as UTF-8 raise ValueError here, before any store,
+    log or wire line sees them.
+    """
+
+    session_id: str = attrs.field(default="default", validator=_encodable)
+    request_id: str | None = attrs.field(default=None, validator=_encodable)
 
 
 @attrs.frozen

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from orchestrator import (
@@ -252,3 +253,19 @@ def test_every_wire_line_encodes_whatever_an_extension_event_or_error_carries() 
         line.encode("utf-8")
         assert FFFD in line
     assert wire.encode_error(failed.error)["message"] == f"no file b{FFFD}.txt"
+
+
+def test_session_and_request_ids_that_cannot_be_encoded_are_refused_where_they_are_made(tmp_path: Path) -> None:
+    for fields in ({"session_id": "s\udc80"}, {"session_id": "s", "request_id": "r\ud83d"}):
+        with pytest.raises(ValueError, match="must encode as UTF-8"):
+            AgentRunConfig(**fields)
+    assert AgentRunConfig("café ☕", request_id="r-ü").session_id == "café ☕"
+
+    async def other_sessions_keep_saving() -> None:
+        store = SQLiteSessionStore(tmp_path / "s.db")
+        client = await create_agent(ScriptedModel([AssistantMessage("kept")]), history=None, extensions=[store])
+        with trio.fail_after(10):
+            await client.run("hi", config=AgentRunConfig("café"))
+        assert store.messages("café") == [UserMessage("hi"), AssistantMessage("kept")]
+
+    trio.run(other_sessions_keep_saving)
