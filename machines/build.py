@@ -137,12 +137,8 @@ class _LeanCondition(Condition):
         self._callable = callable(func)
 
     def check(self, event_data: EventData) -> bool:
-        func = self.func
-        predicate = (
-            typing.cast(Callable[..., Any], func)
-            if self._callable
-            else event_data.machine.resolve_callable(func, event_data)
-        )
+        func: Any = self.func
+        predicate = func if self._callable else event_data.machine.resolve_callable(func, event_data)
         if event_data.machine.send_event:
             return bool(predicate(event_data) == self.target)
         return bool(predicate(*event_data.args, **event_data.kwargs) == self.target)

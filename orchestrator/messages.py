@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 from typing import Any, TypeAlias
 
 import attrs
@@ -142,11 +143,16 @@ def clean_message(message: Message) -> Message:
     if isinstance(message, UserMessage):
         cleaned = _clean_content(message.content)
         return message if cleaned is message.content else UserMessage(cleaned)
-    calls = tuple(_clean_call(call) for call in message.tool_calls)
+    calls = tuple([_clean_call(call) for call in message.tool_calls])
     content = clean_text(message.content)
-    if content is message.content and all(a is b for a, b in zip(calls, message.tool_calls, strict=True)):
+    if content is message.content and _same_items(calls, message.tool_calls):
         return message
     return AssistantMessage(content, calls)
+
+
+def _same_items(cleaned: tuple[Any, ...], original: tuple[Any, ...]) -> bool:
+    """Whether cleaning returned every item as it was (the same objects)."""
+    return len(cleaned) == len(original) and all(map(operator.is_, cleaned, original))
 
 
 def _clean_content(content: str | tuple[ContentPart, ...]) -> str | tuple[ContentPart, ...]:
@@ -168,12 +174,9 @@ def _clean_part(part: ContentPart) -> ContentPart:
 
 
 def _clean_call(call: ToolCall) -> ToolCall:
-    fields = {
-        "id": clean_text(call.id),
-        "name": clean_text(call.name),
-        "arguments": clean_value(call.arguments),
-        "invalid_arguments": None if call.invalid_arguments is None else clean_text(call.invalid_arguments),
-    }
-    if all(value is getattr(call, name) for name, value in fields.items()):
+    call_id, name = clean_text(call.id), clean_text(call.name)
+    arguments = clean_value(call.arguments) if call.arguments else call.arguments
+    invalid = None if call.invalid_arguments is None else clean_text(call.invalid_arguments)
+    if call_id is call.id and name is call.name and arguments is call.arguments and invalid is call.invalid_arguments:
         return call
-    return ToolCall(**fields)
+    return ToolCall(id=call_id, name=name, arguments=arguments, invalid_arguments=invalid)
