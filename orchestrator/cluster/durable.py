@@ -29,7 +29,7 @@ from orchestrator.context import AgentRunContext
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
-from orchestrator.messages import Message, ToolCall
+from orchestrator.messages import Message, ToolCall, ToolMessage
 from orchestrator.store.runs import InboxItem, Lease, LeaseLost, RunCommit, RunStore, StoredEvent
 from orchestrator.tools import ToolResult
 
@@ -64,7 +64,10 @@ class DurableRun:
         self.lock = trio.Lock()
         self.events: list[StoredEvent] = []
         self.messages: list[Message] = []
-        self.consumed: list[int] = []
+        self.consumed: list[int] = []  # inbox items used up since the last commit
+        # Every inbox item this process used up: a look at the inbox that began before the commit
+        # marking one consumed may still return it, and it must not be offered (or consumed) twice.
+        self.used: set[int] = set()
         self.input_recorded = input_recorded
         # Calls that recorded an intent in an earlier process and have no result: not run blindly again.
         self.stopped_mid_call = set(started) - {w.tool_call_id for w in waiting}
@@ -140,23 +143,29 @@ class DurableRun:
 
     def offer_item(self, item: InboxItem) -> bool:
         """Deliver an inbox item to the run's extensions; whether it was used up (accepted, or refused for good)."""
+        if item.id in self.used:
+            return True
         call_id = item.payload.get("tool_call_id") if isinstance(item.payload, Mapping) else None
         if self._deliver(ExternalEvent(item.name, dict(item.payload)), self.config):
-            self.consumed.append(item.id)
+            self._use(item)
             if isinstance(call_id, str):
                 self.answered.add(call_id)
             return True
         if call_id in self.expected:
             return False  # the resumed call has not asked again yet
         log.warning("inbox item %s (%s) of run %s refused; dropped", item.id, item.name, self.lease.request_id)
-        self.consumed.append(item.id)
+        self._use(item)
         return True
+
+    def _use(self, item: InboxItem) -> None:
+        self.used.add(item.id)
+        self.consumed.append(item.id)
 
     async def take_answer(self, waiting: Waiting) -> bool:
         """Answer ``waiting`` from the inbox if its answer is there; whether it was."""
         items = await trio.to_thread.run_sync(self.store.inbox, self.lease.request_id)
         for item in items:
-            if item.id in self.consumed:
+            if item.id in self.used:
                 continue
             answers = item.name == waiting.response_event and item.payload.get("tool_call_id") == waiting.tool_call_id
             if answers and self.offer_item(item):
@@ -168,6 +177,12 @@ class DurableRun:
     def running_calls(self) -> set[str]:
         """Calls started and neither settled nor waiting unanswered."""
         return self.started - self.unanswered()
+
+    def settled(self, call_id: str) -> None:
+        """``call_id`` has its result: neither running nor waiting any more."""
+        self.started.discard(call_id)
+        self.waiting.pop(call_id, None)
+        self.answered.discard(call_id)
 
     def unanswered(self) -> set[str]:
         return set(self.waiting) - self.answered
@@ -217,7 +232,12 @@ class DurableExtension(AgentExtension):
             return
         name = event.name
         if name == "message_appended":
-            durable.messages.append(event.payload["message"])
+            message = event.payload["message"]
+            durable.messages.append(message)
+            if isinstance(message, ToolMessage):
+                # The result is recorded in this commit: the call is no longer an intent without a result,
+                # even if the worker stops before its settled event is committed.
+                durable.settled(message.tool_call_id)
             if context.states.get("phase") == "setup":
                 durable.input_recorded = True
             await durable.commit()
@@ -225,10 +245,7 @@ class DurableExtension(AgentExtension):
             durable.started.add(event.payload["call"].id)
             await durable.commit()
         elif name in _SETTLED_EVENTS:
-            call_id = event.payload["call"].id
-            durable.started.discard(call_id)
-            durable.waiting.pop(call_id, None)
-            durable.answered.discard(call_id)
+            durable.settled(event.payload["call"].id)
             durable.park_if_idle()
         elif name in _FINAL_EVENTS:
             await durable.commit(_FINAL_EVENTS[name])

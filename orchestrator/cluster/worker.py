@@ -198,7 +198,7 @@ class Worker:
                 lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
             )
             for item in items:
-                if item.id in durable.consumed:
+                if item.id in durable.used:
                     continue
                 if durable.offer_item(item):
                     durable.seen_inbox = max(durable.seen_inbox, item.id)

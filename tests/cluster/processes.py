@@ -1,0 +1,146 @@
+"""Worker and web node processes for the multi-process cluster tests.
+
+``Cluster`` starts ``python -m orchestrator worker`` and ``python -m orchestrator serve``
+as subprocesses on one run store URL, each logging to a file in ``directory``,
+and kills what is still running when it is closed. A web node's URL is read
+from its "serving on" line; a worker is ready once it printed "carrying runs".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.cluster.apps:approval_agent"
+START_SECONDS = 60.0
+SERVING = re.compile(r"serving on (http://\S+?)[ ,]")
+
+
+@dataclass
+class Node:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    url: str = ""
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self) -> None:
+        """``kill -9``: no clean-up of any kind in the process."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+
+@dataclass
+class Cluster:
+    dsn: str
+    directory: Path
+    marks: Path
+    nodes: list[Node] = field(default_factory=list)
+
+    def _spawn(self, name: str, *args: str) -> Node:
+        log = self.directory / f"{name}.log"
+        env = {**os.environ, "ORCHESTRATOR_TEST_MARKS": str(self.marks), "PYTHONPATH": str(ROOT)}
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        node = Node(name, process, log)
+        self.nodes.append(node)
+        return node
+
+    def _wait_for(self, node: Node, pattern: re.Pattern[str]) -> re.Match[str]:
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            found = pattern.search(node.output())
+            if found:
+                return found
+            if node.process.poll() is not None:
+                raise RuntimeError(f"{node.name} exited with {node.process.returncode}:\n{node.output()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"{node.name} did not start in {START_SECONDS:g} s:\n{node.output()}")
+
+    def worker(self, name: str, *, lease_seconds: float = 2.0, app: str = APP, capacity: int = 16) -> Node:
+        node = self._spawn(
+            name,
+            "worker",
+            "--app",
+            app,
+            "--db",
+            self.dsn,
+            "--name",
+            name,
+            "--lease-seconds",
+            str(lease_seconds),
+            "--capacity",
+            str(capacity),
+        )
+        self._wait_for(node, re.compile(r"carrying runs"))
+        return node
+
+    def web(self, name: str) -> Node:
+        node = self._spawn(name, "serve", "--db", self.dsn, "--port", "0")
+        node.url = self._wait_for(node, SERVING).group(1)
+        return node
+
+    def records(self) -> list[str]:
+        """The labels ``record`` calls wrote, one per call that ran."""
+        log = self.marks / "record.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+    def query(self, sql: str, *params: object) -> list[tuple[object, ...]]:
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            return connection.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    def logs(self) -> str:
+        """The processes' output and the store's unfinished runs with their last events and inbox, to debug with."""
+        text = [f"--- {node.name}\n{node.output()[-3000:]}" for node in self.nodes]
+        try:
+            runs = self.query(
+                "SELECT request_id, session_id, status, version, last_seq, lease_owner, lease_expires, checkpoint"
+                " FROM orchestrator_runs WHERE status <> 'completed'"
+            )
+            for row in runs:
+                text.append(f"--- run {row[:7]}\ncheckpoint {str(row[7])[:1500]}")
+                events = self.query(
+                    "SELECT seq, type, body FROM orchestrator_run_events WHERE request_id = %s"
+                    " ORDER BY seq DESC LIMIT 40",
+                    row[0],
+                )
+                text += [f"  event {seq} {kind} {str(body)[:160]}" for seq, kind, body in reversed(events)]
+                inbox = self.query(
+                    "SELECT id, name, payload, idempotency_key, consumed FROM orchestrator_inbox WHERE request_id = %s",
+                    row[0],
+                )
+                text += [f"  inbox {item}" for item in inbox]
+        except Exception as error:  # debugging output only
+            text.append(f"(store not readable: {error!r})")
+        return "\n".join(text)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            if node.process.poll() is None:
+                node.process.terminate()
+        for node in self.nodes:
+            try:
+                node.process.wait(10)
+            except subprocess.TimeoutExpired:
+                node.kill()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,50 @@
+"""DurableRun against a real (SQLite) run store: what it records when lookups and commits interleave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.cluster.durable import DurableExtension, DurableRun
+from orchestrator.events import MessageAppendedEvent
+from orchestrator.messages import ToolMessage
+from orchestrator.store.runs import NewInboxItem
+from orchestrator.store.runs_sql import sqlite_run_store
+
+
+def _claimed(tmp_path: Path) -> DurableRun:
+    store = sqlite_run_store(str(tmp_path / "runs.db"))
+    store.create_run("s1", "r1", {"role": "user", "content": "hi"})
+    (lease,) = store.claim("w1", 30.0)
+    return DurableRun(store, lease, lambda event, config: False, started=("c1", "c2"))
+
+
+async def test_an_inbox_item_seen_again_after_the_commit_that_consumed_it_is_not_consumed_twice(tmp_path: Path) -> None:
+    durable = _claimed(tmp_path)
+    item, _ = durable.store.post(NewInboxItem("s1", "r1", "steering", {"content": "stale"}))
+    assert durable.offer_item(item)  # refused by every extension: used up, consumed at the next commit
+    await durable.commit()
+    # A poll that read the inbox before that commit hands the same item over again.
+    assert durable.offer_item(item)
+    await durable.commit()  # consuming it twice would fail this commit (and with it the run)
+    assert not durable.lost
+    assert durable.store.inbox("r1") == []
+
+
+async def test_a_call_whose_result_is_committed_is_no_longer_an_intent_without_result(tmp_path: Path) -> None:
+    durable = _claimed(tmp_path)
+    extension = DurableExtension()
+    extension.attach(durable)
+
+    class Context:
+        request_id = "r1"
+        states = {"phase": "awaiting_tool"}
+
+    result = ToolMessage("c1", "lookup", "value")
+    event = MessageAppendedEvent(session_id="s1", request_id="r1", seq=1, ts=0.0, message=result, index=1)
+    await extension.on_event(Context(), event)  # type: ignore[arg-type]
+    # The checkpoint of that commit no longer lists c1 as started: a worker taking over (before
+    # tool_completed was committed) neither waits for it nor answers it "worker stopped".
+    record = durable.store.run("r1")
+    assert record is not None and record.checkpoint is not None
+    assert record.checkpoint["started"] == ["c2"]
+    assert durable.running_calls() == {"c2"}
