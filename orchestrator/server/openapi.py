@@ -215,7 +215,9 @@ def _document() -> dict[str, Any]:
             "/runs/{request_id}/events": {
                 "get": _operation(
                     "the run's events as Server-Sent Events (id: seq, event: type, data: wire JSON), "
-                    "replayed after Last-Event-ID, then live; ends with the terminal event",
+                    "replayed after Last-Event-ID, then live; ends with the terminal event, or with an "
+                    "`event: error` frame ({type: error, error: {type, message}}) when the reader fell "
+                    "behind the retained events",
                     {
                         "200": {
                             "description": "event stream",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
@@ -28,6 +29,8 @@ from orchestrator.server.errors import HTTPRefusal, bad_request, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
 from orchestrator.server.openapi import openapi_document
 from orchestrator.trace import trace_mermaid
+
+logger = logging.getLogger(__name__)
 
 MAX_ID_LENGTH = 200
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -217,10 +220,26 @@ class Service:
         return self._diagrams[stem]
 
 
+def sse_error_frame(error: Exception) -> str:
+    """The last frame of a stream that cannot go on: ``event: error`` with the reason, no ``id``."""
+    data = json.dumps({"type": "error", "error": {"type": type(error).__name__, "message": str(error)}})
+    return f"event: error\ndata: {data}\n\n"
+
+
 async def _frames(batches: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[str]:
-    """SSE frames of a run's events, as many per chunk as are ready; ends after the terminal event."""
-    async for batch in batches:
-        yield "".join(sse_frame(event) for event in batch)
+    """SSE frames of a run's events, as many per chunk as are ready; ends after the terminal event.
+
+    A stream that cannot reach it (its reader fell behind the retained events,
+    or the backend failed) ends with an error frame instead of a cut response.
+    """
+    try:
+        async for batch in batches:
+            yield "".join(sse_frame(event) for event in batch)
+    except EventsExpired as expired:
+        yield sse_error_frame(expired)
+    except Exception as error:
+        logger.exception("the event stream failed")
+        yield sse_error_frame(error)
 
 
 def _definition_json(definition: MachineDefinition) -> dict[str, Any]:
