@@ -49,6 +49,7 @@ class Cluster:
     directory: Path
     marks: Path
     nodes: list[Node] = field(default_factory=list)
+    debug_sessions: str = "%-wait"
 
     def _spawn(self, name: str, *args: str) -> Node:
         log = self.directory / f"{name}.log"
@@ -108,9 +109,11 @@ class Cluster:
         """The processes' output and the store's unfinished runs with their last events and inbox, to debug with."""
         text = [f"--- {node.name}\n{node.output()[-3000:]}" for node in self.nodes]
         try:
+            text.append(f"--- runs {self.query('SELECT session_id, status FROM orchestrator_runs')}")
             runs = self.query(
                 "SELECT request_id, session_id, status, version, last_seq, lease_owner, lease_expires, checkpoint"
-                " FROM orchestrator_runs WHERE status <> 'completed'"
+                " FROM orchestrator_runs WHERE status <> 'completed' OR session_id LIKE %s",
+                self.debug_sessions,
             )
             for row in runs:
                 text.append(f"--- run {row[:7]}\ncheckpoint {str(row[7])[:1500]}")
