@@ -2,9 +2,11 @@
 
 Start a run on the scripted model, see the request machine's diagram highlight
 awaiting_approval, approve, see plan_active highlighted, reload mid-run and see
-every event exactly once, approve the plan and see the answer streamed. The
-screenshot is kept as a test artefact (``.artifacts/console.png``);
-``ORCHESTRATOR_UPDATE_SCREENSHOT=1`` also writes README's ``docs/console.png``.
+every event exactly once, approve the plan and see the answer streamed; decline
+a proposal; with a token, answer ask_user by its option buttons, steer a working
+run and cancel another. The screenshot is kept as a test artefact
+(``.artifacts/console.png``); ``ORCHESTRATOR_UPDATE_SCREENSHOT=1`` also writes
+README's ``docs/console.png``.
 """
 
 from __future__ import annotations
@@ -192,3 +194,34 @@ def test_the_console_with_a_token_answers_by_option_steers_a_working_run_and_can
         page.click("#cancel-button")
         page.locator(".notice.end", has_text="run cancelled").wait_for()
         assert page.is_disabled("#steer-input")
+
+
+def test_the_console_declines_a_plan_mode_proposal_and_the_run_goes_on(
+    browser_page,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    async def make_client():  # type: ignore[no-untyped-def]
+        model = ScriptedModel(
+            [
+                asks(call("c1", "enter_plan_mode", reason="the change is large")),
+                AssistantMessage("Carrying on without a plan."),
+            ]
+        )
+        return await create_agent(model, extensions=[PlanModeExtension(root=tmp_path)])
+
+    page = browser_page
+    page.set_default_timeout(15_000)
+    with ServerThread(make_client) as server:
+        page.goto(server.url + "/")
+        page.fill("#session-input", "decline-session")
+        page.fill("#prompt-input", "Refactor everything")
+        page.click("#start-button")
+        page.wait_for_selector('#diagram g.node.current[data-state="awaiting_approval"]')
+        page.click('.question[data-event="enter_plan_mode"] button.decline')
+        page.locator(".notice.end", has_text="run completed").wait_for()
+        transcript = page.inner_text("#transcript")
+        assert "Carrying on without a plan." in transcript
+        assert "enter_plan_mode" in transcript and "failed" in transcript
+        assert "plan_active" not in page.eval_on_selector_all(
+            "#diagram g.node.current", "ns => ns.map(n => n.dataset.state)"
+        )
