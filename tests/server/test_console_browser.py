@@ -225,3 +225,37 @@ def test_the_console_declines_a_plan_mode_proposal_and_the_run_goes_on(
         assert "plan_active" not in page.eval_on_selector_all(
             "#diagram g.node.current", "ns => ns.map(n => n.dataset.state)"
         )
+
+
+def test_the_console_shows_why_a_stream_ended_early_and_keeps_its_place(
+    browser_page,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    from orchestrator.handle import EventsExpired
+    from orchestrator.server.backend import LocalBackend
+    from tests.server.test_sse_end import FallsBehind
+
+    async def make_backend():  # type: ignore[no-untyped-def]
+        client = await create_agent(ScriptedModel([AssistantMessage("hello")]))
+        return FallsBehind(LocalBackend(client), EventsExpired("r", 2, 40))
+
+    page = browser_page
+    page.set_default_timeout(15_000)
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.headers.get("last-event-id", "")))
+    with ServerThread(make_backend) as server:
+        page.goto(server.url + "/")
+        page.fill("#session-input", "behind")
+        page.fill("#prompt-input", "hi")
+        page.click("#start-button")
+        notice = page.locator(".stream-error").first
+        notice.wait_for()
+        assert "EventsExpired" in notice.inner_text() and "no longer retained" in notice.inner_text()
+        for _ in range(150):  # the console reconnects from where it was (after seq 2)
+            if "2" in requests:
+                break
+            page.wait_for_timeout(100)
+        assert "2" in requests, requests
+        seqs = page.eval_on_selector_all("#event-log li", "items => items.map(i => i.dataset.seq)")
+    assert seqs[:2] == ["1", "2"] and all(seq.isdigit() for seq in seqs)
+    assert "undefined" not in requests and "NaN" not in requests

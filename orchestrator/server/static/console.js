@@ -161,7 +161,10 @@ async function connect() {
         const frame = buffer.slice(0, cut);
         buffer = buffer.slice(cut + 2);
         const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
-        if (data && requestId === run.id) apply(JSON.parse(data), true);
+        if (!data || requestId !== run.id) continue;
+        const event = JSON.parse(data);
+        if (event.type === "error" && event.seq === undefined) streamError(event.error);
+        else apply(event, true);
       }
     }
   } catch (error) {
@@ -174,6 +177,12 @@ async function connect() {
   } else {
     setConnection("ended", false);
   }
+}
+
+// The server ends a stream it cannot carry on (e.g. this reader fell behind the retained events).
+function streamError(error) {
+  const why = error ? `${error.type}: ${error.message}` : "unknown error";
+  $("transcript").append(el("div", { class: "notice error stream-error" }, `event stream ended early: ${why}`));
 }
 
 // ---- applying events (each seq exactly once) --------------------------------
