@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from bench import imports, readme, sse
+from bench import cluster, imports, readme, sse
 from bench.measure import Summary, default_cpu, pin
 from bench.report import LABELS, render, targets, usable
 
@@ -309,6 +309,7 @@ BENCHES: dict[str, Callable[[Plan, Sequence[str], Progress], list[dict[str, Any]
     "imports": bench_imports,
     "profile": bench_profile,
     "sse": sse.bench,
+    "cluster": cluster.bench,  # only with --only cluster: it needs a PostgreSQL server
 }
 
 
@@ -345,7 +346,9 @@ def machine() -> dict[str, Any]:
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of well under a minute")
-    parser.add_argument("--only", action="append", choices=WORKLOADS, help="run only this workload (repeatable)")
+    parser.add_argument(
+        "--only", action="append", choices=(*WORKLOADS, "cluster"), help="run only this workload (repeatable)"
+    )
     parser.add_argument("--runtime", action="append", choices=RUNTIMES, help="run only this runtime (repeatable)")
     parser.add_argument(
         "--parking", help="comma-separated session counts of the parking workload (default 5000,10000,50000)"
@@ -373,8 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtimes = tuple(args.runtime or RUNTIMES)
     workloads = tuple(args.only or WORKLOADS)
     sse_only = set(workloads) == {"sse"}
+    cluster_only = set(workloads) == {"cluster"}
     every = set(workloads) == set(WORKLOADS)
-    if args.readme and (plan != FULL or not (every or sse_only) or set(runtimes) != set(RUNTIMES)):
+    if args.readme and (plan != FULL or not (every or sse_only or cluster_only) or set(runtimes) != set(RUNTIMES)):
         print("--readme takes only a full run of every workload and runtime (or of --only sse)", file=sys.stderr)
         return 2
     started = time.perf_counter()
@@ -403,15 +407,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     if "sse" in results:
         print(sse.render(results["sse"]))
+    if "cluster" in results:
+        print(cluster.render(results["cluster"]))
     print("\n" + readme.machine_note(document))
     output = args.output or RESULTS / f"{when:%Y%m%d-%H%M%S}-{plan.name}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(document, indent=1))
     print(f"figures written to {output}")
-    if args.readme and not sse_only:
+    if args.readme and not (sse_only or cluster_only):
         readme.write(document, text)
         print(f"results section of {readme.README} replaced")
     if args.readme and "sse" in results:
         sse.write_readme(document)
         print(f"SSE results section of {sse.README} replaced")
+    if args.readme and "cluster" in results:
+        cluster.write_readme(document)
+        print(f"cluster results section of {cluster.README} replaced")
     return 0

@@ -1,0 +1,269 @@
+"""The ``cluster`` workload of ``python -m bench``: runs carried by worker processes on PostgreSQL beside in-process.
+
+``runs`` runs start at once; each calls an idempotent lookup tool, then asks
+the user (``ask_user``), is answered, and answers. Two ways:
+
+- **in-process**: one agent, ``client.start(...)`` per run, every event read
+  with ``handle.events()``; the answer is ``client.deliver(...)`` as soon as
+  the question is read;
+- **cluster**: ``workers`` processes of ``python -m orchestrator worker`` on a
+  throwaway PostgreSQL server (started like the test suite's, ``tests/pg.py``),
+  on every CPU (the benchmark's pinning to one is lifted for them);
+  the driver inserts the runs and posts each answer to the run store's inbox
+  as soon as it sees the run parked, as a web node does.
+
+Reported: runs per second (runs / wall time from the first start to the last
+end) and the approval-to-resume latency (from the answer's posting to the
+``tool_completed`` event of the answered call, timestamped by the process that
+carried the run), median and p99. Results go to their own block of
+bench/README.md (``python -m bench --only cluster --readme``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "bench" / "README.md"
+BEGIN = "<!-- cluster results: written by `python -m bench --only cluster --readme`; do not edit by hand -->"
+END = "<!-- end of cluster results -->"
+APP = "bench.cluster_app:approval_agent"
+ANSWERED_CALL = "q1"
+HEADING = """## Scaling out: workers on PostgreSQL
+
+`python -m bench --only cluster` (`bench/cluster.py`): runs started at once, each calling a lookup tool,
+then asking the user and, once answered, answering; carried in-process (`client.start` + `client.deliver`)
+and by 2 `python -m orchestrator worker` processes (default capacity 16 runs each) on a throwaway
+PostgreSQL server, answers posted to the run store's inbox as soon as a run is seen parked. Runs per
+second: runs / wall time from the first start to the last end. Approval-to-resume: from the answer's
+posting to the `tool_completed` event of the answered call; on workers it includes the wait for a free
+slot while new runs still fill them.
+
+"""
+
+
+@attrs.frozen
+class ClusterPlan:
+    runs: int
+    workers: int
+    timeout: float
+
+
+PLANS = {
+    "full": ClusterPlan(runs=300, workers=2, timeout=600.0),
+    "quick": ClusterPlan(runs=20, workers=2, timeout=120.0),
+}
+
+
+def _summary(kind: str, runs: int, seconds: float, latencies: list[float]) -> dict[str, Any]:
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else None
+    return {
+        "kind": kind,
+        "runs": runs,
+        "completed": len(latencies),
+        "seconds": seconds,
+        "runs_per_second": runs / seconds if seconds else None,
+        "resume_median_ms": statistics.median(ordered) * 1000 if ordered else None,
+        "resume_p99_ms": p99 * 1000 if p99 is not None else None,
+    }
+
+
+# in-process ---------------------------------------------------------------------------
+
+
+async def _in_process(runs: int) -> dict[str, Any]:
+    from bench.cluster_app import approval_agent
+    from orchestrator import AgentRunConfig, ExternalEvent
+
+    client = await approval_agent()
+    latencies: list[float] = []
+
+    async def one(index: int) -> None:
+        config = AgentRunConfig(session_id=f"s{index}")
+        handle = await client.start("go", config=config)
+        answered = 0.0
+        async for event in handle.events():
+            if event.name == "ask_user":
+                answered = time.time()
+                payload = {"tool_call_id": event.payload["tool_call_id"], "answer": "yes"}
+                delivery = client.deliver(ExternalEvent("ask_user_response", payload), config=config)
+                assert delivery.accepted, delivery
+            elif event.name == "tool_completed" and event.payload["call"].id == ANSWERED_CALL:
+                latencies.append(event.ts - answered)
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index in range(runs):
+            nursery.start_soon(one, index)
+    return _summary("in-process", runs, time.perf_counter() - started, latencies)
+
+
+def in_process(runs: int) -> dict[str, Any]:
+    result: dict[str, Any] = trio.run(_in_process, runs)
+    return result
+
+
+# cluster ------------------------------------------------------------------------------
+
+
+def _start_workers(dsn: str, count: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    processes = []
+    for index in range(count):
+        with (logs / f"worker-{index}.log").open("wb") as out:
+            command = [sys.executable, "-m", "orchestrator", "worker", "--app", APP, "--db", dsn, "--name", f"w{index}"]
+            processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + 60
+    for index, process in enumerate(processes):
+        log = logs / f"worker-{index}.log"
+        while "carrying runs" not in log.read_text(errors="replace"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker {index} did not start: {log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.05)
+    return processes
+
+
+def through_workers(dsn: str, runs: int, workers: int, timeout: float, logs: Path) -> dict[str, Any]:
+    from orchestrator import UserMessage
+    from orchestrator.cluster.checkpoint import read
+    from orchestrator.store.runs import NewInboxItem
+    from orchestrator.store.runs_sql import open_run_store
+    from orchestrator.wire import encode_message
+
+    store = open_run_store(dsn)
+    processes = _start_workers(dsn, workers, logs)
+    try:
+        ids = [uuid.uuid4().hex for _ in range(runs)]
+        started = time.perf_counter()
+        for index, request_id in enumerate(ids):
+            store.create_run(f"s{index}", request_id, encode_message(UserMessage("go")))
+        answered: dict[str, float] = {}
+        ended: set[str] = set()
+        deadline = time.monotonic() + timeout
+        while len(ended) < runs:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{runs - len(ended)} runs did not end within {timeout:g} s")
+            for record in store.runs():
+                if record.final:
+                    ended.add(record.request_id)
+                elif record.status == "parked" and record.request_id not in answered:
+                    checkpoint = read(record.checkpoint)
+                    for wait in checkpoint.waiting if checkpoint else ():
+                        payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
+                        item = NewInboxItem(record.session_id, record.request_id, wait.response_event, payload)
+                        answered[record.request_id] = time.time()
+                        store.post(item)
+            time.sleep(0.005)
+        seconds = time.perf_counter() - started
+        latencies = []
+        for request_id in ids:
+            for event in store.events(request_id, 0, 10_000):
+                body = event.body
+                if event.type == "tool_completed" and body["call"]["id"] == ANSWERED_CALL:
+                    latencies.append(float(body["ts"]) - answered[request_id])
+        statuses = {record.status for record in store.runs()}
+        result = _summary(f"{workers} worker processes, PostgreSQL", runs, seconds, latencies)
+        result["statuses"] = sorted(statuses)
+        return result
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(10)
+        store.close()
+
+
+def cluster(runs: int, workers: int, timeout: float, logs: Path) -> dict[str, Any]:
+    """The cluster measurement on a throwaway PostgreSQL server, or why it is not available."""
+    sys.path.insert(0, str(ROOT))
+    from tests import pg
+
+    # The benchmark pins itself to one CPU; the server and the workers get every CPU of the machine.
+    pinned = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    try:
+        return _on_server(pg, runs, workers, timeout, logs)
+    finally:
+        os.sched_setaffinity(0, pinned)
+
+
+def _on_server(pg: Any, runs: int, workers: int, timeout: float, logs: Path) -> dict[str, Any]:
+    server = pg._start()
+    if isinstance(server, str):
+        return {"kind": "cluster", "unavailable": server}
+    try:
+        import psycopg
+
+        name = f"bench_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        return through_workers(server.dsn(name), runs, workers, timeout, logs)
+    finally:
+        pg._stop(server)
+
+
+# the workload -------------------------------------------------------------------------
+
+
+def bench(plan: Any, runtimes: Sequence[str], progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    sizes = PLANS[plan.name]
+    progress(f"cluster: {sizes.runs} runs in-process")
+    rows = [in_process(sizes.runs)]
+    progress(f"cluster: {sizes.runs} runs on {sizes.workers} worker processes")
+    logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-cluster-{os.getpid()}"
+    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        rows.append(cluster(sizes.runs, sizes.workers, sizes.timeout, logs))
+    except Exception as error:  # the rest of the run goes on; the row says why
+        rows.append({"kind": "cluster", "failed": f"{type(error).__name__}: {error}"})
+    return rows
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """The cluster figures as a plain-text table."""
+    lines = [
+        "Runs with a tool call and an approval: runs per second and approval-to-resume latency",
+        f"{'carried by':<40} {'runs':>6} {'runs/s':>8} {'resume median ms':>17} {'resume p99 ms':>14}",
+    ]
+    for row in rows:
+        problem = row.get("unavailable") or row.get("failed")
+        if problem:
+            lines.append(f"{row['kind']:<40} not available: {problem}")
+            continue
+        lines.append(
+            f"{row['kind']:<40} {row['runs']:>6} {_fmt(row['runs_per_second']):>8}"
+            f" {_fmt(row['resume_median_ms']):>17} {_fmt(row['resume_p99_ms']):>14}"
+        )
+    return "\n".join(lines)
+
+
+def write_readme(document: dict[str, Any]) -> None:
+    """Replace (or add) the cluster block of bench/README.md with this run's figures."""
+    from bench.readme import machine_note
+
+    block = "\n".join(
+        [BEGIN, "", machine_note(document), "", "```text", render(document["results"]["cluster"]), "```", "", END]
+    )
+    text = README.read_text(encoding="utf-8")
+    if BEGIN in text:
+        start, end = text.index(BEGIN), text.index(END) + len(END)
+        text = text[:start] + block + text[end:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + HEADING + block + "\n"
+    README.write_text(text, encoding="utf-8")
