@@ -48,7 +48,8 @@ and by 2 `python -m orchestrator worker` processes (default capacity 16 runs eac
 PostgreSQL server, answers posted to the run store's inbox as soon as a run is seen parked. Runs per
 second: runs / wall time from the first start to the last end. Approval-to-resume: from the answer's
 posting to the `tool_completed` event of the answered call; on workers it includes the wait for a free
-slot while new runs still fill them.
+slot while new runs still fill them. The in-process row runs on the benchmark's pinned CPU; the
+workers and the server run on every CPU.
 
 """
 
