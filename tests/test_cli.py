@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 import trio
 from support import asks, call
 
@@ -224,6 +225,16 @@ def test_bad_arguments_exit_with_usage_error(capsys: object) -> None:
     assert main([]) == 2
     assert main(["hi", "--root", "/no/such/folder"]) == 2
     assert main(["hi", "--session", "a", "-c"]) == 2
+
+
+def test_a_session_id_that_is_not_utf8_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from orchestrator.cli.main import command
+
+    odd = os.fsdecode(b"bad\xff")  # as argv carries bytes that are not UTF-8
+    assert main(["hi", "--session", odd, "--root", str(tmp_path), "--db", str(tmp_path / "s.db")]) == 2
+    assert "is not valid UTF-8" in capsys.readouterr().err
+    assert command("sessions", ["show", odd, "--db", str(tmp_path / "s.db")]) == 2
+    assert "is not valid UTF-8" in capsys.readouterr().err
 
 
 # in-process: steering and ask_user -------------------------------------------

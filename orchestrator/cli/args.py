@@ -58,7 +58,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_session_id(parser: argparse.ArgumentParser, session: str | None) -> None:
+    """A session id from the command line (bytes that are not UTF-8 arrive as lone surrogates)."""
+    if session is not None and not session.isascii():
+        try:
+            session.encode("utf-8")
+        except UnicodeEncodeError:
+            parser.error(f"the session id {session!r} is not valid UTF-8")
+
+
 def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: str | None) -> Options:
+    _check_session_id(parser, args.session)
     if args.model is not None and not args.model.startswith(("openai:", "anthropic:")):
         parser.error(f"unknown --model {args.model!r}: use openai:NAME or anthropic:NAME (or leave it out)")
     if args.session and args.continue_last:
@@ -121,4 +131,5 @@ def parse_sessions(argv: list[str]) -> SessionsCommand:
         sub.add_argument("session", help="the session id")
         sub.add_argument("--db", dest="sub_db", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    _check_session_id(parser, getattr(args, "session", None))
     return SessionsCommand(args.action, getattr(args, "session", None), args.sub_db or args.db or default_db())
