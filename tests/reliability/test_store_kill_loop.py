@@ -67,7 +67,9 @@ CHILD = textwrap.dedent(
 
         async def on_event(self, context, event):
             if isinstance(event, MessageAppendedEvent):
-                print("ACK", encode_message(event.message), flush=True)
+                # one write per line (print writes its pieces one by one when unbuffered)
+                sys.stdout.write("ACK " + encode_message(event.message) + "\\n")
+                sys.stdout.flush()
 
     def step(request):
         turn = sum(isinstance(m, UserMessage) for m in request.messages)
@@ -122,7 +124,7 @@ def run_child_until(script: Path, db: Path, trial: int, acks: int) -> list[Messa
             if line is None:
                 error = child.stderr.read() if child.stderr else ""
                 raise AssertionError(f"trial {trial}: the child ended after {len(acknowledged)} acks:\n{error}")
-            if line.startswith("ACK "):
+            if is_ack(line):
                 acknowledged.append(decode_message(line[4:]))
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=CHILD_SECONDS) == -signal.SIGKILL
@@ -132,9 +134,14 @@ def run_child_until(script: Path, db: Path, trial: int, acks: int) -> list[Messa
         child.wait()
     # What it printed after the last counted ack was committed too (the kill came later).
     while (line := lines.get(timeout=CHILD_SECONDS)) is not None:
-        if line.startswith("ACK "):
+        if is_ack(line):
             acknowledged.append(decode_message(line[4:]))
     return acknowledged
+
+
+def is_ack(line: str) -> bool:
+    """A whole acknowledgement line: one the kill cut short (no newline yet) acknowledged nothing."""
+    return line.startswith("ACK ") and line.endswith("\n")
 
 
 def lost(acknowledged: list[Message], stored: list[Message]) -> list[Message]:
