@@ -129,6 +129,12 @@ class DurableRun:
             except LeaseLost as lost:
                 log.warning("%s; the run stops here without writing more", lost)
                 self.lose()
+            except BaseException:
+                # Nothing was written: keep it for the next commit (the run's failure is committed with it).
+                self.messages[:0] = change.messages
+                self.events[:0] = change.events
+                self.consumed[:0] = change.consumed
+                raise
 
     async def flush(self) -> None:
         """Commit streamed events that wait (text deltas between other commits)."""

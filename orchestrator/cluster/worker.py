@@ -19,6 +19,7 @@ import socket
 import time
 import uuid
 
+import attrs
 import trio
 
 from orchestrator.agent import AgentClient
@@ -71,6 +72,8 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self.retention_seconds = retention_seconds
+        # Heartbeats get threads of their own: inbox polls and commits never make them wait for one.
+        self._heartbeats = trio.CapacityLimiter(max(2, capacity // 4))
         self.durable = DurableExtension()
         self.history = StoreHistory()
         self.agent.history = self.history
@@ -176,18 +179,21 @@ class Worker:
     async def _heartbeat(self, durable: DurableRun) -> None:
         while True:
             await trio.sleep(self.lease_seconds / 3)
-            async with durable.lock:
-                if durable.lost:
-                    return
-                try:
-                    with trio.CancelScope(shield=True):
-                        durable.lease = await trio.to_thread.run_sync(
-                            self.store.renew, durable.lease, self.lease_seconds
-                        )
-                except LeaseLost as lost:
-                    log.warning("%s", lost)
-                    durable.lose()
-                    return
+            if durable.lost:
+                return
+            try:
+                with trio.CancelScope(shield=True):
+                    renewed = await trio.to_thread.run_sync(
+                        self.store.renew, durable.lease, self.lease_seconds, limiter=self._heartbeats
+                    )
+            except LeaseLost as lost:
+                log.warning("%s", lost)
+                durable.lose()
+                return
+            # A commit may have moved the version meanwhile: keep its lease, take the new expiry.
+            durable.lease = attrs.evolve(
+                durable.lease, expires=renewed.expires, cancel_requested=renewed.cancel_requested
+            )
             if durable.lease.cancel_requested and durable.run is not None:
                 durable.scope.cancel()
                 return

@@ -7,11 +7,11 @@ of a durable inbox. Every method blocks and is safe to call from any thread
 (callers under trio use ``trio.to_thread``); each is one transaction.
 
 Fencing: a worker holds a run through a ``Lease`` (owner, token, version). Every
-write it makes (``commit``, ``renew``, ``release``) names the lease and
-succeeds only while the row still carries that token and version; otherwise
-it raises ``LeaseLost`` and changes nothing, so a worker that lost its lease
-(it stalled past the expiry and another took the run) can never write a
-duplicate result or event.
+write it makes (``commit``) names the lease and succeeds only while the row
+still carries that token and version; otherwise it raises ``LeaseLost`` and
+changes nothing, so a worker that lost its lease (it stalled past the expiry
+and another took the run) can never write a duplicate result or event. A
+heartbeat (``renew``) is checked by the token alone.
 
 Statuses: ``queued`` (runnable, held by nobody), ``running`` (leased),
 ``parked`` (waits for an answer and holds no worker; posting to its inbox makes
@@ -180,7 +180,10 @@ class RunStore(abc.ABC):
 
     @abc.abstractmethod
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
-        """Extend the lease (the heartbeat); LeaseLost when it is not this holder's any more."""
+        """Extend the lease (the heartbeat); LeaseLost when it is not this holder's any more.
+
+        Only the token is checked: a heartbeat may overlap the holder's own commits, which move
+        the version (writes are fenced by both)."""
 
     @abc.abstractmethod
     def commit(self, lease: Lease, change: RunCommit) -> Lease:

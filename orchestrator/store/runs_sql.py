@@ -327,8 +327,8 @@ class SQLRunStore(RunStore):
         with self._transaction() as db:
             db.execute(
                 "UPDATE orchestrator_runs SET lease_expires = ? WHERE request_id = ? AND lease_token = ?"
-                " AND version = ? AND status = 'running' RETURNING cancel_requested",
-                (now + lease_seconds, lease.request_id, lease.token, lease.version),
+                " AND status = 'running' RETURNING cancel_requested",
+                (now + lease_seconds, lease.request_id, lease.token),
             )
             row = db.fetchone()
             if row is None:

@@ -48,3 +48,30 @@ async def test_a_call_whose_result_is_committed_is_no_longer_an_intent_without_r
     assert record is not None and record.checkpoint is not None
     assert record.checkpoint["started"] == ["c2"]
     assert durable.running_calls() == {"c2"}
+
+
+async def test_a_commit_that_fails_keeps_what_it_did_not_write_for_the_next(tmp_path: Path) -> None:
+    import pytest
+
+    from orchestrator.messages import AssistantMessage
+    from orchestrator.store.errors import StoreError
+    from orchestrator.store.runs import StoredEvent
+
+    durable = _claimed(tmp_path)
+    real_commit = durable.store.commit
+    failures = [StoreError("the database went away")]
+
+    def flaky(lease, change):  # type: ignore[no-untyped-def]
+        if failures:
+            raise failures.pop()
+        return real_commit(lease, change)
+
+    durable.store.commit = flaky  # type: ignore[method-assign]
+    durable.messages.append(AssistantMessage("kept"))
+    durable.events.append(StoredEvent("r1", 1, "text_delta", {"type": "text_delta", "seq": 1}))
+    with pytest.raises(StoreError):
+        await durable.commit()
+    durable.events.append(StoredEvent("r1", 2, "run_failed", {"type": "run_failed", "seq": 2}))
+    await durable.commit("failed")
+    assert [e.seq for e in durable.store.events("r1")] == [1, 2]
+    assert [m.content for m in durable.store.history("s1")] == ["kept"]

@@ -157,3 +157,14 @@ def test_final_runs_are_pruned_with_their_events(store: RunStore) -> None:
     assert store.prune(time.time() + 1) == 1
     assert store.run("r1") is None and store.events("r1") == []
     assert store.run("r2") is not None
+
+
+def test_a_heartbeat_may_overlap_the_holders_own_commits(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [lease] = store.claim("w1", 30)
+    moved = store.commit(lease, RunCommit(events=(event("r1", 1),)))
+    renewed = store.renew(lease, 60)  # read before the commit moved the version
+    assert renewed.expires > lease.expires
+    store.commit(moved, RunCommit(events=(event("r1", 2),)))
+    with pytest.raises(LeaseLost):
+        store.commit(lease, RunCommit(events=(event("r1", 3),)))
