@@ -195,6 +195,18 @@ async def test_openai_chunks_that_carry_nothing_do_not_keep_a_started_stream_ali
     assert trio.current_time() - began == pytest.approx(30)
 
 
+async def test_openai_delta_fields_the_adapter_does_not_read_still_reset_the_idle_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    head = chunk({"role": "assistant", "content": ""}).encode()
+    tail = (chunk({"content": "42"}) + chunk({}, finish="stop") + "data: [DONE]\n\n").encode()
+    thinking = chunk({"reasoning_content": "hmm"}).encode()  # a reasoning model thinking for a long time
+    stream = Trickle(head, thinking, every=20, times=10, tail=tail)
+    with trio.fail_after(3600):
+        events = await collect(openai_model(Server(httpx.Response(200, stream=stream)), idle_timeout=30), HELLO)
+    assert completed(events).content == "42"
+
+
 async def test_anthropic_event_types_it_ignores_do_not_keep_a_started_stream_alive(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -132,7 +132,8 @@ class _Assembler:
         self.finished = False
         self.saw_choice = False
         self.carried_content = False
-        """Whether the chunk fed last carried anything (text, a tool-call fragment, a finish, usage)."""
+        """Whether the chunk fed last carried anything: a non-empty delta field (text, a tool-call
+        fragment, reasoning the adapter does not read), a finish, usage."""
 
     def _announce(self, index: int) -> ToolCallStreamEvent:
         call = self.calls[index]
@@ -166,6 +167,8 @@ class _Assembler:
                 continue
             self.saw_choice = True
             delta = choice.obj("delta")
+            if any(value for key, value in delta.data.items() if key != "role"):
+                self.carried_content = True  # also what this adapter does not read (reasoning_content)
             content = delta.text("content")
             if content:
                 self.carried_content = True
