@@ -28,7 +28,7 @@ from orchestrator.messages import (
 )
 from orchestrator.text import clean_text
 
-__all__ = ["UndecodableMessage", "decode_message", "encode_message", "placeholder"]
+__all__ = ["UndecodableMessage", "decode_message", "encode_message", "json_default", "json_object", "placeholder"]
 
 
 class UndecodableMessage(ValueError):
@@ -153,3 +153,21 @@ def decode_message(text: str) -> Message:
 def placeholder(row_id: int, reason: str) -> UserMessage:
     """What stands in the history for a stored row that could not be read."""
     return UserMessage(f"[unreadable stored message (row {row_id}) left out: {reason}]")
+
+
+def json_object(text: str | None) -> dict[str, Any] | None:
+    """A stored JSON object (an approval's payload or answer), or None when it is absent or not one."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def json_default(value: object) -> object:
+    """``json.dumps``'s fallback for payload values: collections as arrays, anything else as its text."""
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    return str(value)

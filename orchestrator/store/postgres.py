@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from orchestrator.messages import ToolMessage
-from orchestrator.store.codec import encode_message
+from orchestrator.store.codec import encode_message, json_default, json_object
 from orchestrator.store.errors import SchemaTooNew, SessionLocked, StoreError
 from orchestrator.store.interface import (
     PendingApproval,
@@ -90,9 +90,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
 SCHEMA_VERSION = len(_MIGRATIONS)
 _MIGRATION_LOCK = int.from_bytes(b"orchmigr", "big") & 0x7FFFFFFFFFFFFFFF
 
-_INSERT = (
-    "INSERT INTO orchestrator_messages (session_id, position, role, body, created) VALUES (%s, %s, %s, %s, %s)"
-)
+_INSERT = "INSERT INTO orchestrator_messages (session_id, position, role, body, created) VALUES (%s, %s, %s, %s, %s)"
 
 
 def _lock_key(session_id: str) -> int:
@@ -277,12 +275,14 @@ class PostgresStore(SessionStore):
         with self._transaction(session_id) as db:
             rows = db.execute(query + " ORDER BY created, seq", params).fetchall()
         return [
-            PendingApproval(sid, rid, call_id, event, response_event, _loads(payload) or {}, _loads(response), created)
+            PendingApproval(
+                sid, rid, call_id, event, response_event, json_object(payload) or {}, json_object(response), created
+            )
             for sid, rid, call_id, event, response_event, payload, response, created in rows
         ]
 
     def record_wait(self, wait: PendingApproval) -> None:
-        body = clean_text(json.dumps(dict(wait.payload), default=_plain, ensure_ascii=False))
+        body = clean_text(json.dumps(dict(wait.payload), default=json_default, ensure_ascii=False))
         with self._transaction(wait.session_id) as db:
             db.execute(
                 "INSERT INTO orchestrator_pending_approvals "
@@ -305,7 +305,7 @@ class PostgresStore(SessionStore):
     def record_response(
         self, session_id: str, tool_call_id: str, response_event: str, response: Mapping[str, Any]
     ) -> bool:
-        body = clean_text(json.dumps(dict(response), default=_plain, ensure_ascii=False))
+        body = clean_text(json.dumps(dict(response), default=json_default, ensure_ascii=False))
         with self._transaction(session_id) as db:
             changed = db.execute(
                 "UPDATE orchestrator_pending_approvals SET response = %s WHERE session_id = %s "
@@ -371,19 +371,3 @@ class PostgresStore(SessionStore):
                 self._db.execute("SELECT pg_advisory_unlock(%s)", (key,))
             except psycopg.Error as failed:
                 raise StoreError(f"{self.where}: {failed}") from failed
-
-
-def _loads(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, (tuple, set, frozenset)):
-        return list(value)
-    return str(value)

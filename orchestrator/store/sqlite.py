@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from orchestrator.messages import ToolMessage
-from orchestrator.store.codec import encode_message
+from orchestrator.store.codec import encode_message, json_default, json_object
 from orchestrator.store.errors import SchemaTooNew, StoreError
 from orchestrator.store.interface import (
     PendingApproval,
@@ -231,14 +231,14 @@ class SQLiteStore(SessionStore):
             rows = self._db.execute(query + " ORDER BY created, rowid", params).fetchall()
         found = []
         for sid, rid, call_id, event, response_event, payload, response, created in rows:
-            asked = _loads(payload)
+            asked = json_object(payload)
             found.append(
-                PendingApproval(sid, rid, call_id, event, response_event, asked or {}, _loads(response), created)
+                PendingApproval(sid, rid, call_id, event, response_event, asked or {}, json_object(response), created)
             )
         return found
 
     def record_wait(self, wait: PendingApproval) -> None:
-        body = json.dumps(dict(wait.payload), default=_plain, ensure_ascii=False)
+        body = json.dumps(dict(wait.payload), default=json_default, ensure_ascii=False)
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO pending_approvals "
@@ -261,7 +261,7 @@ class SQLiteStore(SessionStore):
     def record_response(
         self, session_id: str, tool_call_id: str, response_event: str, response: Mapping[str, Any]
     ) -> bool:
-        body = clean_text(json.dumps(dict(response), default=_plain, ensure_ascii=False))
+        body = clean_text(json.dumps(dict(response), default=json_default, ensure_ascii=False))
         with self._transaction() as db:
             changed = db.execute(
                 "UPDATE pending_approvals SET response = ? WHERE session_id = ? AND tool_call_id = ? "
@@ -286,19 +286,3 @@ class SQLiteStore(SessionStore):
 
     def lock_session(self, session_id: str) -> SessionLock:
         return self._locks.acquire(session_id)
-
-
-def _loads(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, (tuple, set, frozenset)):
-        return list(value)
-    return str(value)
