@@ -31,7 +31,7 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import Model, ModelRequest, ScriptedModel
-from orchestrator.pending import ResponseRouter
+from orchestrator.pending import PendingCall, ResponseRouter
 from orchestrator.stream import RunStream
 from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, tool
 from orchestrator.wire import (
@@ -69,6 +69,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelRequest",
+    "PendingCall",
     "Refusal",
     "RemoteError",
     "ResponseRouter",

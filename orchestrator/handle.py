@@ -88,6 +88,8 @@ class EventLog:
     """
 
     def __init__(self, request_id: str, limit: int = RETAINED_EVENTS) -> None:
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise TypeError(f"retain_events must be an int, got {type(limit).__name__}")
         if limit < 1:
             raise ValueError("a run's log must keep at least one event")
         self.request_id = request_id

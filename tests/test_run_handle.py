@@ -246,3 +246,15 @@ async def test_a_reused_request_id_attaches_to_the_latest_run() -> None:
         first.cancel()
         await first.wait()
         assert client.attach("same") is second  # the earlier run ending does not take the id back
+
+
+async def test_retain_events_must_be_a_whole_number() -> None:
+    import pytest
+
+    from orchestrator import AssistantMessage, ScriptedModel, create_agent
+
+    client = await create_agent(ScriptedModel([AssistantMessage("ok")]))
+    for bad in ("10", None, 2.5):
+        with pytest.raises(TypeError, match="retain_events must be an int"):
+            await client.start("hi", retain_events=bad)  # type: ignore[arg-type]
+    assert client.agent.running() == []
