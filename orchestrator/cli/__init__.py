@@ -18,9 +18,9 @@ from orchestrator.cli.main import command, main
 
 if TYPE_CHECKING:
     from orchestrator.cli.args import Options
-    from orchestrator.cli.models import choose as build_model
     from orchestrator.cli.oneshot import run
-    from orchestrator.cli.scripted import word_count
+    from orchestrator.model_choice import choose as build_model
+    from orchestrator.scenarios import word_count
 
 __all__ = ["Options", "build_model", "command", "main", "run", "word_count"]
 
@@ -35,11 +35,11 @@ def __getattr__(name: str) -> Any:
 
         return run
     if name == "build_model":
-        from orchestrator.cli.models import choose
+        from orchestrator.model_choice import choose
 
         return choose
     if name == "word_count":
-        from orchestrator.cli.scripted import word_count
+        from orchestrator.scenarios import word_count
 
         return word_count
     raise AttributeError(name)

@@ -19,7 +19,6 @@ from orchestrator.cli.args import DEFAULT_TOOLS_TO_ASK, Options
 from orchestrator.cli.conversation import Conversation
 from orchestrator.cli.lines import LineRouter, LineSource, ReadLine, StreamLines, TerminalLines, read_stdin_line
 from orchestrator.cli.render import Screen, Write, WriteFile
-from orchestrator.cli.scripted import PLAN_REQUEST, scripted_tools
 from orchestrator.cli.sessions import last_session, remember_last
 from orchestrator.config import AgentRunConfig
 from orchestrator.extensions.ask_user import AskUserExtension
@@ -32,6 +31,7 @@ from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.extensions.tool_approval import ToolApprovalExtension, ToolPolicy, Verdict
 from orchestrator.model import Model
+from orchestrator.scenarios import PLAN_REQUEST, scripted_tools
 from orchestrator.tools import ToolDefinition
 
 SYSTEM_PROMPT = "You are a helpful assistant working in a terminal. Be concise."

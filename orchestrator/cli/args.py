@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 import attrs
 
+from orchestrator.model_choice import default_db
+
 MODEL_HELP = "openai:NAME or anthropic:NAME (default: the scripted model, which needs no key)"
 DEFAULT_TOOLS_TO_ASK = ("write_file", "edit_file", "bash")
-
-
-def default_db() -> str:
-    """``$XDG_DATA_HOME/orchestrator/sessions.db`` (``~/.local/share`` when unset): outside any --root."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
-    return os.path.join(base, "orchestrator", "sessions.db")
 
 
 @attrs.frozen

@@ -21,7 +21,7 @@ def build_default_model(spec: str | None, err: Callable[[str], None]) -> Model:
 
     An explicit provider that cannot be used exits with 2 (SystemExit), as in the CLI.
     """
-    from orchestrator.cli.models import choose
+    from orchestrator.model_choice import choose
 
     model, _ = choose(spec or "scripted", True, err)
     return model
@@ -32,7 +32,7 @@ def _warn(text: str) -> None:
 
 
 async def default_client(model_spec: str | None, db: str | None, root: str) -> AgentClient:
-    from orchestrator.cli.args import default_db
+    from orchestrator.model_choice import default_db
 
     model = build_default_model(model_spec, _warn)
     path = Path(db or default_db())

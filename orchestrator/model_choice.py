@@ -1,12 +1,13 @@
-"""The model a command line names; no silent fallback to the scripted one."""
+"""The model a command line names (``run``, ``chat``, ``serve``, ``worker``); no silent fallback to the scripted one."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
-from orchestrator.cli.scripted import scripted_model
 from orchestrator.model import Model
+from orchestrator.scenarios import scripted_model
 
 SCRIPTED_NOTICE = "no --model given: running on the scripted model (try --model openai:NAME or anthropic:NAME)"
 
@@ -56,3 +57,9 @@ def choose(spec: str, plan_mode: bool, err: Callable[[str], None]) -> tuple[Mode
     except ModelUnavailable as problem:
         err(f"error: {problem}\n")
         raise SystemExit(2) from None
+
+
+def default_db() -> str:
+    """``$XDG_DATA_HOME/orchestrator/sessions.db`` (``~/.local/share`` when unset): outside any --root."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return os.path.join(base, "orchestrator", "sessions.db")
