@@ -440,3 +440,20 @@ def test_the_console_draws_the_committed_request_diagram() -> None:
     assert console.read_bytes() == (root / "diagrams" / "request.svg").read_bytes(), (
         "regenerate with `python -m orchestrator diagrams`"
     )
+
+
+async def test_a_machine_diagram_is_served_as_svg_where_graphviz_is_installed_and_refused_with_the_reason_elsewhere(
+    http: httpx.AsyncClient,
+) -> None:
+    from orchestrator.diagrams import dot_program
+
+    client = await ask_user_client()
+    async with serving(client) as base:
+        svg = await http.get(f"{base}/machines/run_lease.svg")
+    if dot_program() is None:
+        assert svg.status_code == 404
+        assert "Graphviz" in svg.json()["error"]["message"]
+    else:
+        assert svg.status_code == 200
+        assert svg.headers["content-type"].startswith("image/svg+xml")
+        assert "<svg" in svg.text and ">parked<" in svg.text
