@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from orchestrator.messages import (
     AssistantMessage,
     ContentPart,
@@ -26,9 +28,14 @@ from orchestrator.messages import (
     ToolStatus,
     UserMessage,
 )
+from orchestrator.store.errors import StoreError
+from orchestrator.store.interface import SessionChange, Unreadable
 from orchestrator.text import clean_text
 
-__all__ = ["UndecodableMessage", "decode_message", "encode_message", "json_default", "json_object", "placeholder"]
+__all__ = [
+    "ChangeRows",
+    "UndecodableMessage",
+    "change_rows", "decode_message", "encode_message", "json_default", "json_object", "placeholder"]
 
 
 class UndecodableMessage(ValueError):
@@ -171,3 +178,32 @@ def json_default(value: object) -> object:
     if isinstance(value, (tuple, set, frozenset)):
         return list(value)
     return str(value)
+
+
+@attrs.frozen
+class ChangeRows:
+    """A ``SessionChange`` as the rows a store writes: ``(session_id, position, role, body, created)``.
+
+    ``replace`` is None when the change keeps the history; ``quarantine`` pairs each unreadable
+    row with its placeholder's body; ``ended`` names the calls whose waits are over (dropped, or
+    given a result by an appended message).
+    """
+
+    replace: list[tuple[str, int, str, str, float]] | None
+    append: list[tuple[str, int, str, str, float]]
+    quarantine: list[tuple[Unreadable, str]]
+    ended: frozenset[str]
+
+
+def change_rows(session_id: str, change: SessionChange, now: float) -> ChangeRows:
+    """Encode ``change`` before any transaction starts; StoreError (nothing written) when a message cannot be."""
+    try:
+        replace = None
+        if change.replace is not None:
+            replace = [(session_id, i, m.role, encode_message(m), now) for i, m in enumerate(change.replace)]
+        append = [(session_id, p, m.role, encode_message(m), now) for p, m in change.append]
+        quarantine = [(u, encode_message(u.placeholder)) for u in change.quarantine]
+    except (TypeError, ValueError) as bad:
+        raise StoreError(f"a message of session {session_id!r} cannot be stored: {bad}") from bad
+    results = {m.tool_call_id for _, m in change.append if isinstance(m, ToolMessage)}
+    return ChangeRows(replace, append, quarantine, frozenset(change.drop_approvals) | results)

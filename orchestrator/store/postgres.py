@@ -24,15 +24,14 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from orchestrator.messages import ToolMessage
-from orchestrator.store.codec import encode_message, json_default, json_object
+from orchestrator.store.codec import change_rows, json_default, json_object
 from orchestrator.store.errors import SchemaTooNew, SessionLocked, StoreError
 from orchestrator.store.interface import (
     PendingApproval,
@@ -220,18 +219,9 @@ class PostgresStore(SessionStore):
 
     def apply(self, session_id: str, change: SessionChange) -> None:
         now = time.time()
-        try:
-            replacing: Sequence[tuple[Any, ...]] | None = None
-            if change.replace is not None:
-                replacing = [(session_id, i, m.role, encode_message(m), now) for i, m in enumerate(change.replace)]
-            appending = [(session_id, p, m.role, encode_message(m), now) for p, m in change.append]
-            quarantine = [(u, encode_message(u.placeholder)) for u in change.quarantine]
-        except (TypeError, ValueError) as bad:
-            raise StoreError(f"a message of session {session_id!r} cannot be stored: {bad}") from bad
-        ended = set(change.drop_approvals)
-        ended.update(m.tool_call_id for _, m in change.append if isinstance(m, ToolMessage))
+        rows = change_rows(session_id, change, now)
         with self._transaction(session_id) as db, db.cursor() as cursor:
-            for unreadable, body in quarantine:
+            for unreadable, body in rows.quarantine:
                 cursor.execute(
                     "INSERT INTO orchestrator_unreadable_rows (row_id, session_id, position, body, reason, found) "
                     "SELECT row_id, session_id, position, body, %s, %s FROM orchestrator_messages "
@@ -242,16 +232,16 @@ class PostgresStore(SessionStore):
                     "UPDATE orchestrator_messages SET body = %s WHERE row_id = %s AND session_id = %s",
                     (body, unreadable.row_id, session_id),
                 )
-            if replacing is not None:
+            if rows.replace is not None:
                 cursor.execute("DELETE FROM orchestrator_messages WHERE session_id = %s", (session_id,))
-                if replacing:
-                    cursor.executemany(_INSERT, replacing)
-            if appending:
-                cursor.executemany(_INSERT, appending)
-            if ended:
+                if rows.replace:
+                    cursor.executemany(_INSERT, rows.replace)
+            if rows.append:
+                cursor.executemany(_INSERT, rows.append)
+            if rows.ended:
                 cursor.execute(
                     "DELETE FROM orchestrator_pending_approvals WHERE session_id = %s AND tool_call_id = ANY(%s)",
-                    (session_id, sorted(ended)),
+                    (session_id, sorted(rows.ended)),
                 )
             if change.plan_mode == "normal":
                 cursor.execute("DELETE FROM orchestrator_session_modes WHERE session_id = %s", (session_id,))

@@ -19,8 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from orchestrator.messages import ToolMessage
-from orchestrator.store.codec import encode_message, json_default, json_object
+from orchestrator.store.codec import change_rows, json_default, json_object
 from orchestrator.store.errors import SchemaTooNew, StoreError
 from orchestrator.store.interface import (
     PendingApproval,
@@ -173,19 +172,10 @@ class SQLiteStore(SessionStore):
 
     def apply(self, session_id: str, change: SessionChange) -> None:
         now = time.time()
-        try:
-            replacing = None
-            if change.replace is not None:
-                replacing = [(session_id, i, m.role, encode_message(m), now) for i, m in enumerate(change.replace)]
-            appending = [(session_id, p, m.role, encode_message(m), now) for p, m in change.append]
-            quarantine = [(u, encode_message(u.placeholder)) for u in change.quarantine]
-        except (TypeError, ValueError) as bad:
-            raise StoreError(f"a message of session {session_id!r} cannot be stored: {bad}") from bad
-        ended = set(change.drop_approvals)
-        ended.update(m.tool_call_id for _, m in change.append if isinstance(m, ToolMessage))
+        rows = change_rows(session_id, change, now)
         try:
             with self._transaction() as db:
-                for unreadable, body in quarantine:
+                for unreadable, body in rows.quarantine:
                     db.execute(
                         "INSERT INTO unreadable_rows (row_id, session_id, position, body, reason, found) "
                         "SELECT rowid, session_id, position, body, ?, ? FROM messages "
@@ -196,13 +186,13 @@ class SQLiteStore(SessionStore):
                         "UPDATE messages SET body = ? WHERE rowid = ? AND session_id = ?",
                         (body, unreadable.row_id, session_id),
                     )
-                if replacing is not None:
+                if rows.replace is not None:
                     db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-                    db.executemany(_INSERT, replacing)
-                db.executemany(_INSERT, appending)
+                    db.executemany(_INSERT, rows.replace)
+                db.executemany(_INSERT, rows.append)
                 db.executemany(
                     "DELETE FROM pending_approvals WHERE session_id = ? AND tool_call_id = ?",
-                    [(session_id, call_id) for call_id in ended],
+                    [(session_id, call_id) for call_id in rows.ended],
                 )
                 if change.plan_mode == "normal":
                     db.execute("DELETE FROM session_modes WHERE session_id = ?", (session_id,))
