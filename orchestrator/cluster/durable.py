@@ -19,7 +19,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import attrs
 import trio
 
 from orchestrator import wire
@@ -210,27 +209,22 @@ def _is_question(event: AgentEvent) -> bool:
     return isinstance(payload.get("tool_call_id"), str) and isinstance(payload.get("response_event"), str)
 
 
-@attrs.define
-class _Registry:
-    by_request: dict[str, DurableRun] = attrs.field(factory=dict)
-
-
 class DurableExtension(AgentExtension):
     """Keeps each DurableRun of a worker's agent current: commits, intents, waits, parking."""
 
     priority = -1000  # before other extensions: nothing happens before it is recorded
 
     def __init__(self) -> None:
-        self._runs = _Registry()
+        self._runs: dict[str, DurableRun] = {}
 
     def attach(self, durable: DurableRun) -> None:
-        self._runs.by_request[durable.lease.request_id] = durable
+        self._runs[durable.lease.request_id] = durable
 
     def detach(self, durable: DurableRun) -> None:
-        self._runs.by_request.pop(durable.lease.request_id, None)
+        self._runs.pop(durable.lease.request_id, None)
 
     def _durable(self, context: AgentRunContext) -> DurableRun | None:
-        return self._runs.by_request.get(context.request_id)
+        return self._runs.get(context.request_id)
 
     async def on_event(self, context: AgentRunContext, event: AgentEvent) -> None:
         durable = self._durable(context)
