@@ -23,6 +23,7 @@ from orchestrator.messages import (
     AssistantMessage,
     ImagePart,
     Message,
+    ReasoningBlock,
     SystemMessage,
     TextPart,
     ToolCall,
@@ -30,7 +31,7 @@ from orchestrator.messages import (
     ToolStatus,
     UserMessage,
 )
-from orchestrator.model import Model, ModelRequest, ScriptedModel
+from orchestrator.model import Model, ModelRequest, ScriptedModel, StopReason, Usage
 from orchestrator.pending import PendingCall, ResponseRouter
 from orchestrator.stream import RunStream
 from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, tool
@@ -70,6 +71,7 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "PendingCall",
+    "ReasoningBlock",
     "Refusal",
     "RemoteError",
     "ResponseRouter",
@@ -79,6 +81,7 @@ __all__ = [
     "ScriptedModel",
     "ServerToolDefinition",
     "SessionBusy",
+    "StopReason",
     "SystemMessage",
     "TextPart",
     "ToolArgumentsError",
@@ -89,6 +92,7 @@ __all__ = [
     "ToolResult",
     "ToolStatus",
     "UnknownRun",
+    "Usage",
     "UserMessage",
     "WireFormatError",
     "create_agent",

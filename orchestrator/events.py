@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from orchestrator.model import Usage
+from orchestrator.model import StopReason, Usage, implied_stop_reason
 
 _ENVELOPE_FIELDS = frozenset({"session_id", "request_id", "seq", "ts"})
 
@@ -96,12 +96,31 @@ class TextDeltaEvent(AgentEvent):
 
 
 @attrs.frozen(kw_only=True, repr=False)
+class ReasoningDeltaEvent(AgentEvent):
+    """A piece of the model's streamed reasoning (thinking) text."""
+
+    kind: ClassVar[str] = "reasoning_delta"
+    text: str
+
+
+def _implied_stop_reason(event: ModelCompletedEvent) -> StopReason:
+    return implied_stop_reason(event.message)
+
+
+@attrs.frozen(kw_only=True, repr=False)
 class ModelCompletedEvent(AgentEvent):
-    """The model's complete response, with token usage when the provider reported it."""
+    """The model's complete response, why it ended, and token usage when the provider reported it.
+
+    ``stop_reason`` is the normalised reason (``end_turn``, ``tool_use``,
+    ``max_tokens``, ``content_filter``, ``refusal``, ``other``);
+    ``raw_stop_reason`` the provider's own value, when it gave one.
+    """
 
     kind: ClassVar[str] = "model_completed"
     message: AssistantMessage
     usage: Usage | None = None  # token counts, when the provider reported them
+    stop_reason: StopReason = attrs.field(default=attrs.Factory(_implied_stop_reason, takes_self=True))
+    raw_stop_reason: str | None = None
 
 
 @attrs.frozen(kw_only=True, repr=False)

@@ -104,12 +104,37 @@ class ToolCall:
 
 
 @attrs.frozen
+class ReasoningBlock:
+    """One piece of a model's reasoning, kept so it can be sent back on later turns.
+
+    ``text`` is the reasoning the provider showed (may be empty or a summary),
+    ``signature`` the provider's proof that the text is its own (Anthropic
+    ``thinking`` blocks), ``data`` an opaque payload the provider wants back
+    unchanged (Anthropic ``redacted_thinking``, OpenAI encrypted reasoning),
+    ``id`` the provider's id for the item, when it has one.
+    """
+
+    text: str = ""
+    signature: str | None = None
+    data: str | None = None
+    id: str | None = None
+
+
+@attrs.frozen
 class AssistantMessage:
-    """A model response: text and the tool calls it requests."""
+    """A model response: text, the tool calls it requests, and the reasoning that came before them.
+
+    ``reasoning`` holds the provider's reasoning blocks in the order they
+    arrived; adapters send them back with the message on later turns where the
+    provider requires it.
+    """
 
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple[ToolCall, ...])
     role: str = attrs.field(default="assistant", init=False)
+    reasoning: tuple[ReasoningBlock, ...] = attrs.field(
+        default=(), converter=tuple[ReasoningBlock, ...], kw_only=True
+    )
 
 
 @attrs.frozen
@@ -145,9 +170,24 @@ def clean_message(message: Message) -> Message:
         return message if cleaned is message.content else UserMessage(cleaned)
     calls = tuple([_clean_call(call) for call in message.tool_calls])
     content = clean_text(message.content)
-    if content is message.content and _same_items(calls, message.tool_calls):
+    reasoning = tuple([_clean_reasoning(block) for block in message.reasoning])
+    if (
+        content is message.content
+        and _same_items(calls, message.tool_calls)
+        and _same_items(reasoning, message.reasoning)
+    ):
         return message
-    return AssistantMessage(content, calls)
+    return attrs.evolve(message, content=content, tool_calls=calls, reasoning=reasoning)
+
+
+def _clean_reasoning(block: ReasoningBlock) -> ReasoningBlock:
+    text = clean_text(block.text)
+    signature = None if block.signature is None else clean_text(block.signature)
+    data = None if block.data is None else clean_text(block.data)
+    block_id = None if block.id is None else clean_text(block.id)
+    if text is block.text and signature is block.signature and data is block.data and block_id is block.id:
+        return block
+    return ReasoningBlock(text, signature, data, block_id)
 
 
 def _same_items(cleaned: tuple[Any, ...], original: tuple[Any, ...]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import attrs
 
@@ -22,17 +22,45 @@ class ModelRequest:
     server_tools: tuple[ServerToolDefinition, ...] = attrs.field(default=(), converter=tuple[ServerToolDefinition, ...])
 
 
+StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "content_filter", "refusal", "other"]
+"""Why a response ended, the same words for every provider.
+
+``end_turn``: the model finished (or reached a stop sequence); ``tool_use``: it
+stopped to have tools called; ``max_tokens``: it hit the output token limit
+mid-response; ``content_filter``: the provider's filter withheld or cut it;
+``refusal``: the model declined for safety reasons; ``other``: anything else
+(a provider value this library does not know, a paused turn).
+"""
+
+STOP_REASONS: tuple[StopReason, ...] = get_args(StopReason)
+
+
 @attrs.frozen
 class Usage:
-    """Token counts reported by a provider."""
+    """Token counts reported by a provider.
+
+    ``input_tokens`` counts every input token, cached ones included;
+    ``cache_read_tokens`` (read from the provider's prompt cache) and
+    ``cache_write_tokens`` (written to it) are the parts of it the provider
+    reported, None when it did not report them.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 @attrs.frozen
 class TextDeltaEvent:
     """A piece of streamed assistant text."""
+
+    text: str
+
+
+@attrs.frozen
+class ReasoningDeltaEvent:
+    """A piece of the model's streamed reasoning (thinking) text."""
 
     text: str
 
@@ -47,13 +75,25 @@ class ToolCallStreamEvent:
 
 @attrs.frozen
 class ResponseCompletedEvent:
-    """The complete assistant message; always the last event of a stream."""
+    """The complete assistant message; always the last event of a stream.
+
+    ``stop_reason`` says why the response ended (None: the runtime decides from
+    the message: ``tool_use`` when it has tool calls, else ``end_turn``);
+    ``raw_stop_reason`` is the provider's own word for it.
+    """
 
     message: AssistantMessage
     usage: Usage | None = None
+    stop_reason: StopReason | None = None
+    raw_stop_reason: str | None = None
 
 
-ModelEvent: TypeAlias = TextDeltaEvent | ToolCallStreamEvent | ResponseCompletedEvent
+ModelEvent: TypeAlias = TextDeltaEvent | ReasoningDeltaEvent | ToolCallStreamEvent | ResponseCompletedEvent
+
+
+def implied_stop_reason(message: AssistantMessage) -> StopReason:
+    """The stop reason a response without one has: ``tool_use`` when it calls tools, else ``end_turn``."""
+    return "tool_use" if message.tool_calls else "end_turn"
 
 
 @runtime_checkable
@@ -63,10 +103,11 @@ class Model(Protocol):
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...
 
 
+ScriptReply: TypeAlias = AssistantMessage | ResponseCompletedEvent
+"""What one step answers: a message, or a whole completion (message, usage, stop reason)."""
+
 ScriptStep: TypeAlias = (
-    AssistantMessage
-    | Callable[[ModelRequest], AssistantMessage]
-    | Callable[[ModelRequest], Awaitable[AssistantMessage]]
+    ScriptReply | Callable[[ModelRequest], ScriptReply] | Callable[[ModelRequest], Awaitable[ScriptReply]]
 )
 
 
@@ -77,8 +118,10 @@ class ScriptExhausted(ModelError):
 class ScriptedModel:
     """Answers each call with the next step of a script and records the requests.
 
-    A step is an AssistantMessage, or a callable (sync or async) that receives
-    the ModelRequest and returns one. Text is streamed word by word.
+    A step is an AssistantMessage or a ResponseCompletedEvent (to give usage
+    and a stop reason too), or a callable (sync or async) that receives the
+    ModelRequest and returns one. The message's reasoning text is streamed
+    first, then its text word by word, then its tool calls.
     """
 
     def __init__(self, steps: Sequence[ScriptStep] = (), *, repeat_last: bool = False) -> None:
@@ -89,7 +132,7 @@ class ScriptedModel:
     def add(self, *steps: ScriptStep) -> None:
         self.steps.extend(steps)
 
-    async def _next_message(self, request: ModelRequest) -> AssistantMessage:
+    async def _next_reply(self, request: ModelRequest) -> ResponseCompletedEvent:
         index = len(self.requests)
         self.requests.append(request)
         if index >= len(self.steps):
@@ -98,19 +141,29 @@ class ScriptedModel:
             index = len(self.steps) - 1
         step = self.steps[index]
         if isinstance(step, AssistantMessage):
+            return ResponseCompletedEvent(step)
+        if isinstance(step, ResponseCompletedEvent):
             return step
         produced = step(request)
-        message = await produced if inspect.isawaitable(produced) else produced
-        if not isinstance(message, AssistantMessage):
-            raise ModelError(f"script step returned {type(message).__name__}, not AssistantMessage")
-        return message
+        reply = await produced if inspect.isawaitable(produced) else produced
+        if isinstance(reply, AssistantMessage):
+            return ResponseCompletedEvent(reply)
+        if not isinstance(reply, ResponseCompletedEvent):
+            raise ModelError(
+                f"script step returned {type(reply).__name__}, not AssistantMessage or ResponseCompletedEvent"
+            )
+        return reply
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        message = await self._next_message(request)
+        reply = await self._next_reply(request)
+        message = reply.message
+        for block in message.reasoning:
+            if block.text:
+                yield ReasoningDeltaEvent(block.text)
         if message.content:
             words = message.content.split(" ")
             for position, word in enumerate(words):
                 yield TextDeltaEvent(word if position == 0 else " " + word)
         for call in message.tool_calls:
             yield ToolCallStreamEvent(call.id, call.name)
-        yield ResponseCompletedEvent(message)
+        yield reply

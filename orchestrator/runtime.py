@@ -36,7 +36,17 @@ from orchestrator.messages import (
     UserMessage,
     clean_message,
 )
-from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent, Usage
+from orchestrator.model import (
+    STOP_REASONS,
+    ModelEvent,
+    ModelRequest,
+    ReasoningDeltaEvent,
+    ResponseCompletedEvent,
+    StopReason,
+    TextDeltaEvent,
+    Usage,
+    implied_stop_reason,
+)
 from orchestrator.sinks import DropSink, EventSink
 from orchestrator.text import SurrogateJoiner, clean_text
 from orchestrator.tool_runner import ToolRunner, result_text
@@ -110,6 +120,9 @@ class RequestRun:
         self.request: ModelRequest | None = None
         self.response: AssistantMessage | None = None
         self.usage: Usage | None = None
+        # Why the last response ended (normalised, and the provider's own word).
+        self.stop_reason: StopReason = "end_turn"
+        self.raw_stop_reason: str | None = None
         self.open_calls: dict[str, ToolCall] = {}
         self.approvals: int = 0
         # seq of the last event streamed; the next one gets seq + 1.
@@ -462,6 +475,7 @@ class RequestRun:
         await self._emit_new(ev.ModelStartedEvent, iteration=self.iterations)
         completed: ResponseCompletedEvent | None = None
         text = SurrogateJoiner()
+        reasoning = SurrogateJoiner()
         stream = self._model_stream(self.request)
         offer, heard = self._sink.offer, self._heard(ev.TextDeltaEvent.kind)
         delivered = self._delivers(ev.TextDeltaEvent.kind)
@@ -485,21 +499,36 @@ class RequestRun:
                         await self._send_in_turn(delta)
                     if delivered:
                         await self._deliver(delta)
+                elif isinstance(event, ReasoningDeltaEvent):
+                    if not isinstance(event.text, str):
+                        raise ModelError(f"the model streamed reasoning of type {type(event.text).__name__}")
+                    thought = reasoning.feed(event.text)
+                    if thought:
+                        await self._emit_new(ev.ReasoningDeltaEvent, text=thought)
                 elif isinstance(event, ResponseCompletedEvent):
                     completed = event
         finally:
             closer = getattr(stream, "aclose", None)
             if closer is not None:
                 await closer()
+        if reasoning.pending:
+            await self._emit_new(ev.ReasoningDeltaEvent, text=reasoning.flush())
         if text.pending:
             await self._emit_new(ev.TextDeltaEvent, text=text.flush())
         if completed is None:
             raise ModelError("model stream ended without a completed response")
         message = _checked_response(completed.message)
+        stop_reason, raw_stop_reason = _checked_stop(completed, message)
         await trio.lowlevel.checkpoint()
         self.response = message
         self.usage = completed.usage
+        self.stop_reason, self.raw_stop_reason = stop_reason, raw_stop_reason
         return message
+
+    @property
+    def cut_off(self) -> bool:
+        """Whether the last response hit the output token limit: none of its tool calls may run."""
+        return self.stop_reason == "max_tokens"
 
     def assemble(self) -> ModelRequest:
         tools = tuple(self.context.tools.values())
@@ -650,7 +679,13 @@ class RequestRun:
     async def _cb_append_response(self) -> None:
         assert self.response is not None
         await self.append(self.response)
-        await self._emit_new(ev.ModelCompletedEvent, message=self.response, usage=self.usage)
+        await self._emit_new(
+            ev.ModelCompletedEvent,
+            message=self.response,
+            usage=self.usage,
+            stop_reason=self.stop_reason,
+            raw_stop_reason=self.raw_stop_reason,
+        )
 
     async def _cb_after_model(self) -> None:
         assert self.response is not None
@@ -785,6 +820,19 @@ def _checked_response(message: Any) -> AssistantMessage:
         raise ModelError("the model returned tool-call arguments nested too deeply to handle") from None
     assert isinstance(cleaned_message, AssistantMessage)
     return cleaned_message
+
+
+def _checked_stop(completed: ResponseCompletedEvent, message: AssistantMessage) -> tuple[StopReason, str | None]:
+    """The response's stop reason (implied from the message when the model gave none) and its raw value."""
+    stop_reason = completed.stop_reason
+    if stop_reason is None:
+        stop_reason = implied_stop_reason(message)
+    elif stop_reason not in STOP_REASONS:
+        raise ModelError(f"the model completed with stop_reason {stop_reason!r}, not one of {list(STOP_REASONS)}")
+    raw = completed.raw_stop_reason
+    if raw is not None and not isinstance(raw, str):
+        raise ModelError(f"the model's raw_stop_reason is a {type(raw).__name__}, not a str")
+    return stop_reason, None if raw is None else clean_text(raw)
 
 
 _DROP = DropSink()

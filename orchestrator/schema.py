@@ -90,9 +90,24 @@ def _value_definitions() -> dict[str, Any]:
                 "role": {"const": "assistant"},
                 "content": string,
                 "tool_calls": {"type": "array", "items": {"$ref": ref + "ToolCall"}},
+                "reasoning": {
+                    "type": "array",
+                    "items": {"$ref": ref + "ReasoningBlock"},
+                    "description": "the provider's reasoning blocks, in order (left out when there are none)",
+                },
             },
             ["role", "content", "tool_calls"],
-            "a model response: text and the tool calls it requests",
+            "a model response: text, the tool calls it requests, and the reasoning before them",
+        ),
+        "ReasoningBlock": _text(
+            {
+                "text": string,
+                "signature": {"type": "string", "description": "the provider's signature of the text"},
+                "data": {"type": "string", "description": "an opaque payload the provider wants back unchanged"},
+                "id": {"type": "string", "description": "the provider's id of the item"},
+            },
+            ["text"],
+            "one piece of a model's reasoning, kept to be sent back on later turns",
         ),
         "ToolMessage": _text(
             {
@@ -119,7 +134,18 @@ def _value_definitions() -> dict[str, Any]:
             "a tool invocation requested by the model",
         ),
         "Usage": _text(
-            {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}},
+            {
+                "input_tokens": {"type": "integer", "description": "every input token, cached ones included"},
+                "output_tokens": {"type": "integer"},
+                "cache_read_tokens": {
+                    "type": "integer",
+                    "description": "input tokens read from the prompt cache (left out when not reported)",
+                },
+                "cache_write_tokens": {
+                    "type": "integer",
+                    "description": "input tokens written to the prompt cache (left out when not reported)",
+                },
+            },
             ["input_tokens", "output_tokens"],
             "token counts reported by a provider",
         ),

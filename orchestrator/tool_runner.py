@@ -4,6 +4,9 @@ Calls of one message run concurrently in a trio nursery, except a tool declared
 ``serial``, which runs alone. Each call goes ``before_tool`` -> the
 ``admit_tool`` guard of the request machine -> ``on_tool_call`` middleware ->
 the handler -> ``after_tool`` -> its one ToolMessage, then steering is polled.
+The calls of a response cut off at the output token limit (``max_tokens``)
+never run: each gets a failed result saying so (``before_tool`` and the
+middleware are not asked).
 Whatever a tool or hook returns becomes text that encodes as UTF-8. When hooks
 of several concurrent calls fail, the request gets one plain exception: the
 first error, the others described in its notes.
@@ -31,6 +34,11 @@ if TYPE_CHECKING:
 INVALID_ARGUMENTS_QUOTE = 2000
 
 SKIPPED = "skipped: new user input arrived before this call ran"
+
+CUT_OFF = (
+    "not run: the response hit the output token limit (max_tokens) while its tool calls were being written, "
+    "so this call may be incomplete; send it again, shorter if need be"
+)
 
 
 class ToolRunner:
@@ -75,29 +83,33 @@ class ToolRunner:
         call = attrs.evolve(requested, arguments=dict(requested.arguments))
         await run._emit_new(ev.ToolStartedEvent, call=call)
         error: BaseException | None = None
-        try:
-            if run.hooks["before_tool"]:
-                await run._run_hook("before_tool", call)
-        except ToolRejected as rejected:
-            error = rejected
-            result = ToolResult(f"rejected: {rejected}", "failed")
+        if run.cut_off:
+            result = ToolResult(CUT_OFF, "failed")
         else:
-            admitted = run.machine.try_fire("admit_tool", call=call)
-            if admitted is None:
-                result = ToolResult(f"tool {call.name!r} is not available in this request", "failed")
-            else:
-                await run._announce(admitted[0])
-                try:
-                    result = await self._chain(0, call)
-                except Exception as failure:
-                    error = failure
-                    result = ToolResult(f"{type(failure).__name__}: {failure}", "failed")
+            result, error = await self._admit_and_run(call)
         result.content = result_text(result.content)
         if run.hooks["after_tool"]:
             await run._run_hook("after_tool", call, result, error)
         await run.settle(call, ToolStatus(result.status), result.content)
         await run._announce_steering()
         run._poll_steering()
+
+    async def _admit_and_run(self, call: ToolCall) -> tuple[ToolResult, BaseException | None]:
+        """``before_tool``, the ``admit_tool`` guard, then the middleware chain: the result and any error."""
+        run = self.run_of
+        try:
+            if run.hooks["before_tool"]:
+                await run._run_hook("before_tool", call)
+        except ToolRejected as rejected:
+            return ToolResult(f"rejected: {rejected}", "failed"), rejected
+        admitted = run.machine.try_fire("admit_tool", call=call)
+        if admitted is None:
+            return ToolResult(f"tool {call.name!r} is not available in this request", "failed"), None
+        await run._announce(admitted[0])
+        try:
+            return await self._chain(0, call), None
+        except Exception as failure:
+            return ToolResult(f"{type(failure).__name__}: {failure}", "failed"), failure
 
     async def _chain(self, index: int, call: ToolCall) -> ToolResult:
         """Each layer's plain return value (a wrapper's as much as the handler's) becomes a ToolResult."""

@@ -39,6 +39,7 @@ from orchestrator.messages import (
     ContentPart,
     ImagePart,
     Message,
+    ReasoningBlock,
     SystemMessage,
     TextPart,
     ToolCall,
@@ -181,6 +182,24 @@ def _decode_call(data: JSON, path: str) -> ToolCall:
     )
 
 
+_REASONING_EXTRAS = ("signature", "data", "id")
+
+
+def _encode_reasoning(block: ReasoningBlock) -> dict[str, Any]:
+    encoded: dict[str, Any] = {"text": block.text}
+    for key in _REASONING_EXTRAS:
+        value = getattr(block, key)
+        if value is not None:
+            encoded[key] = value
+    return encoded
+
+
+def _decode_reasoning(data: JSON, path: str) -> ReasoningBlock:
+    body = _object(data, path)
+    extras = {key: _optional_string(body.get(key), f"{path}.{key}") for key in _REASONING_EXTRAS}
+    return ReasoningBlock(_string(body.get("text", ""), f"{path}.text"), **extras)
+
+
 def encode_message(message: Message) -> dict[str, Any]:
     """A message as a JSON object with its ``role`` first."""
     if isinstance(message, SystemMessage):
@@ -189,11 +208,14 @@ def encode_message(message: Message) -> dict[str, Any]:
         content = message.content
         return {"role": "user", "content": content if isinstance(content, str) else [_encode_part(p) for p in content]}
     if isinstance(message, AssistantMessage):
-        return {
+        encoded: dict[str, Any] = {
             "role": "assistant",
             "content": message.content,
             "tool_calls": [_encode_call(call) for call in message.tool_calls],
         }
+        if message.reasoning:
+            encoded["reasoning"] = [_encode_reasoning(block) for block in message.reasoning]
+        return encoded
     if isinstance(message, ToolMessage):
         return {
             "role": "tool",
@@ -219,9 +241,11 @@ def decode_message(data: JSON, path: str = "message") -> Message:
         return UserMessage(tuple(_decode_part(p, f"{path}.content[{i}]") for i, p in enumerate(parts)))
     if role == "assistant":
         calls = _array(body.get("tool_calls", []), f"{path}.tool_calls")
+        reasoning = _array(body.get("reasoning", []), f"{path}.reasoning")
         return AssistantMessage(
             _string(body.get("content", ""), f"{path}.content"),
             tuple(_decode_call(c, f"{path}.tool_calls[{i}]") for i, c in enumerate(calls)),
+            reasoning=tuple(_decode_reasoning(r, f"{path}.reasoning[{i}]") for i, r in enumerate(reasoning)),
         )
     if role == "tool":
         status = _string(body.get("status", "succeeded"), f"{path}.status")
@@ -236,15 +260,25 @@ def decode_message(data: JSON, path: str = "message") -> Message:
     raise WireFormatError(f"{path}.role", f"expected 'system', 'user', 'assistant' or 'tool', got {role!r}")
 
 
+_CACHE_COUNTS = ("cache_read_tokens", "cache_write_tokens")
+
+
 def _encode_usage(usage: Usage) -> dict[str, int]:
-    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    encoded = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    for key in _CACHE_COUNTS:
+        value = getattr(usage, key)
+        if value is not None:
+            encoded[key] = value
+    return encoded
 
 
 def _decode_usage(data: JSON, path: str) -> Usage:
     body = _object(data, path)
+    cache = {key: None if body.get(key) is None else _integer(body[key], f"{path}.{key}") for key in _CACHE_COUNTS}
     return Usage(
         _integer(body.get("input_tokens", 0), f"{path}.input_tokens"),
         _integer(body.get("output_tokens", 0), f"{path}.output_tokens"),
+        **cache,
     )
 
 
@@ -279,6 +313,8 @@ def json_value(value: Any) -> JSON:
         return encode_message(value)
     if isinstance(value, ToolCall):
         return _encode_call(value)
+    if isinstance(value, ReasoningBlock):
+        return _encode_reasoning(value)
     if isinstance(value, Usage):
         return _encode_usage(value)
     if isinstance(value, BaseException):

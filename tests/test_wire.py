@@ -21,6 +21,7 @@ from orchestrator import (
     AgentRunContext,
     AssistantMessage,
     ImagePart,
+    ReasoningBlock,
     ScriptedModel,
     SystemMessage,
     TextPart,
@@ -57,6 +58,15 @@ LINKED = UserMessage((TextPart("and"), ImagePart(url="https://example.org/a.png"
 CALL = ToolCall("c1", "read_file", {"path": "ä.txt", "limits": [1, 2], "nested": {"deep": None}})
 RESULT = ToolMessage("c1", "read_file", "contents", ToolStatus.SUCCEEDED)
 ANSWER = AssistantMessage("Hé, done", (CALL, ToolCall("c2", "bash", {})))
+THOUGHTFUL = AssistantMessage(
+    "",
+    (CALL,),
+    reasoning=(
+        ReasoningBlock("Let me réad it.", signature="EqQBCkYIARgCKkB="),
+        ReasoningBlock(data="EmwKAhgBEgy3va3pzix/LafPsn4a"),
+        ReasoningBlock("summary", id="rs_1", data="gAAAAB..."),
+    ),
+)
 
 # One rich instance of every event class: a class missing here fails test_every_event_class_has_a_sample.
 SAMPLES: list[ev.AgentEvent] = [
@@ -66,6 +76,15 @@ SAMPLES: list[ev.AgentEvent] = [
     ev.TextDeltaEvent(**IDS, text=" wörld\n"),
     ev.ModelCompletedEvent(**IDS, message=ANSWER, usage=Usage(12, 5)),
     ev.ModelCompletedEvent(**IDS, message=AssistantMessage("plain")),
+    ev.ModelCompletedEvent(
+        **IDS,
+        message=THOUGHTFUL,
+        usage=Usage(1200, 80, cache_read_tokens=1000, cache_write_tokens=0),
+        stop_reason="max_tokens",
+        raw_stop_reason="max_tokens",
+    ),
+    ev.ModelCompletedEvent(**IDS, message=AssistantMessage("x"), stop_reason="other", raw_stop_reason="pause_turn"),
+    ev.ReasoningDeltaEvent(**IDS, text="Hmm, the file ö"),
     ev.ToolStartedEvent(**IDS, call=CALL),
     ev.ToolCompletedEvent(**IDS, call=CALL, result=RESULT),
     ev.ToolFailedEvent(**IDS, call=CALL, result=ToolMessage("c1", "read_file", "boom", ToolStatus.FAILED)),
@@ -73,7 +92,7 @@ SAMPLES: list[ev.AgentEvent] = [
     ev.ToolCancelledEvent(**IDS, call=CALL, result=ToolMessage("c1", "read_file", "x", ToolStatus.CANCELLED)),
     ev.MessageAppendedEvent(**IDS, message=SystemMessage("be brief"), index=0),
     ev.MessageAppendedEvent(**IDS, message=RESULT, index=4),
-    ev.HistoryReplacedEvent(**IDS, messages=(SystemMessage("s"), PICTURE, LINKED, ANSWER, RESULT)),
+    ev.HistoryReplacedEvent(**IDS, messages=(SystemMessage("s"), PICTURE, LINKED, ANSWER, RESULT, THOUGHTFUL)),
     ev.RunCompletedEvent(**IDS, result=AssistantMessage("bye")),
     ev.RunFailedEvent(**IDS, error=wire.RemoteError("ModelError", "stream ended")),
     ev.RunCancelledEvent(**IDS),
@@ -228,12 +247,52 @@ def test_extension_payload_values_without_json_form_are_written_as_text() -> Non
             {"type": "model_completed", "message": {"role": "assistant"}, "usage": {"input_tokens": "1"}},
             "model_completed.usage",
         ),
+        (
+            {"type": "model_completed", "message": {"role": "assistant"}, "usage": {"cache_read_tokens": "9"}},
+            "model_completed.usage",
+        ),
+        (
+            {"type": "model_completed", "message": {"role": "assistant"}, "stop_reason": "stop"},
+            "model_completed.stop_reason",
+        ),
+        (
+            {"type": "model_completed", "message": {"role": "assistant"}, "raw_stop_reason": 3},
+            "model_completed.raw_stop_reason",
+        ),
+        (
+            {"type": "model_completed", "message": {"role": "assistant", "reasoning": [{"signature": 5}]}},
+            "model_completed.message.reasoning[0].signature",
+        ),
+        (
+            {"type": "model_completed", "message": {"role": "assistant", "reasoning": "thought"}},
+            "model_completed.message.reasoning",
+        ),
+        ({"type": "reasoning_delta", "text": None}, "reasoning_delta.text"),
     ],
 )
 def test_malformed_input_is_refused_with_the_place_named(data: Any, path: str) -> None:
     with pytest.raises(wire.WireFormatError) as refused:
         wire.decode_event(data)
     assert refused.value.path == path
+
+
+def test_a_model_completed_without_a_stop_reason_gets_the_one_its_message_implies() -> None:
+    calls = wire.decode_event({"type": "model_completed", "message": wire.encode_message(ANSWER)})
+    plain = wire.decode_event({"type": "model_completed", "message": {"role": "assistant", "content": "hi"}})
+    assert isinstance(calls, ev.ModelCompletedEvent) and isinstance(plain, ev.ModelCompletedEvent)
+    assert (calls.stop_reason, calls.raw_stop_reason) == ("tool_use", None)
+    assert (plain.stop_reason, plain.raw_stop_reason) == ("end_turn", None)
+
+
+def test_reasoning_and_cache_counts_are_left_out_when_absent() -> None:
+    assert "reasoning" not in wire.encode_message(ANSWER)
+    assert wire.json_value(Usage(3, 4)) == {"input_tokens": 3, "output_tokens": 4}
+    assert wire.encode_message(THOUGHTFUL)["reasoning"] == [
+        {"text": "Let me réad it.", "signature": "EqQBCkYIARgCKkB="},
+        {"text": "", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+        {"text": "summary", "data": "gAAAAB...", "id": "rs_1"},
+    ]
+    assert wire.decode_message(wire.encode_message(THOUGHTFUL)) == THOUGHTFUL
 
 
 def test_loads_refuses_text_that_is_not_json() -> None:

@@ -21,6 +21,7 @@ from orchestrator.messages import (
     ContentPart,
     ImagePart,
     Message,
+    ReasoningBlock,
     SystemMessage,
     TextPart,
     ToolCall,
@@ -56,6 +57,15 @@ def _call_to_json(call: ToolCall) -> dict[str, Any]:
     return data
 
 
+_REASONING_EXTRAS = ("signature", "data", "id")
+
+
+def _reasoning_to_json(block: ReasoningBlock) -> dict[str, Any]:
+    data: dict[str, Any] = {"text": block.text}
+    data.update((key, getattr(block, key)) for key in _REASONING_EXTRAS if getattr(block, key) is not None)
+    return data
+
+
 def encode_message(message: Message) -> str:
     """A message as JSON text that always encodes as UTF-8.
 
@@ -71,6 +81,8 @@ def encode_message(message: Message) -> str:
     elif isinstance(message, AssistantMessage):
         calls = [_call_to_json(c) for c in message.tool_calls]
         body = {"content": message.content, "tool_calls": calls}
+        if message.reasoning:
+            body["reasoning"] = [_reasoning_to_json(r) for r in message.reasoning]
     else:
         body = {
             "tool_call_id": message.tool_call_id,
@@ -126,6 +138,21 @@ def _call_from_json(data: object) -> ToolCall:
     return ToolCall(_field(data, "id", str), _field(data, "name", str), arguments, invalid)
 
 
+def _reasoning_from_json(data: object) -> ReasoningBlock:
+    if not isinstance(data, dict):
+        raise UndecodableMessage("a reasoning block must be an object")
+    extras: dict[str, str | None] = {}
+    for key in _REASONING_EXTRAS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise UndecodableMessage(f"reasoning {key!r} must be a str, got {type(value).__name__}")
+        extras[key] = value
+    text = data.get("text", "")
+    if not isinstance(text, str):
+        raise UndecodableMessage(f"reasoning 'text' must be a str, got {type(text).__name__}")
+    return ReasoningBlock(text, **extras)
+
+
 def decode_message(text: str) -> Message:
     """The message ``encode_message`` wrote; UndecodableMessage for anything else."""
     try:
@@ -146,7 +173,11 @@ def decode_message(text: str) -> Message:
         raise UndecodableMessage("user content must be text or a list of parts")
     if role == "assistant":
         calls = tuple(_call_from_json(c) for c in _field(data, "tool_calls", list))
-        return AssistantMessage(_field(data, "content", str), calls)
+        stored = data.get("reasoning", [])
+        if not isinstance(stored, list):
+            raise UndecodableMessage(f"'reasoning' must be a list, got {type(stored).__name__}")
+        reasoning = tuple(_reasoning_from_json(r) for r in stored)
+        return AssistantMessage(_field(data, "content", str), calls, reasoning=reasoning)
     if role == "tool":
         status = _field(data, "status", str)
         if status not in {s.value for s in ToolStatus}:
