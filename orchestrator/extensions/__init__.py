@@ -1,7 +1,8 @@
 """Extensions that hook into the request lifecycle.
 
 The concrete extensions live in their own modules (``plan_mode``, ``steering``,
-``ask_user``, ``filesystem``, ``bash``) and are imported from there.
+``ask_user``, ``filesystem``, ``bash``, ``agents_md``, ``skills``, ...) and are
+imported from there.
 """
 
 from orchestrator.extensions.base import AgentExtension
