@@ -30,6 +30,7 @@ from orchestrator.messages import (
     ToolMessage,
     ToolStatus,
     UserMessage,
+    describe_parts,
 )
 from orchestrator.model import Model, ModelRequest, ScriptedModel, StopReason, Usage
 from orchestrator.pending import PendingCall, ResponseRouter
@@ -98,6 +99,7 @@ __all__ = [
     "create_agent",
     "decode_event",
     "decode_message",
+    "describe_parts",
     "dumps",
     "encode_error",
     "encode_event",

@@ -63,6 +63,31 @@ def text_of(content: str | tuple[ContentPart, ...]) -> str:
     return "".join(part.text for part in content if isinstance(part, TextPart))
 
 
+def describe_image(part: ImagePart) -> str:
+    """An image as text: ``[image: image/png, 1234 bytes]``, or ``[image: image/png, <url>]``."""
+    if part.data is not None:
+        return f"[image: {part.media_type}, {len(part.data)} bytes]"
+    return f"[image: {part.media_type}, {part.url}]"
+
+
+def describe_parts(content: str | tuple[ContentPart, ...]) -> str:
+    """A content value as text, each image replaced by its description (``describe_image``).
+
+    What a reader that cannot see images gets: a model whose API takes no
+    images in that place, a summary, a terminal.
+    """
+    if isinstance(content, str):
+        return content
+    return "".join(part.text if isinstance(part, TextPart) else describe_image(part) for part in content)
+
+
+def images_of(content: str | tuple[ContentPart, ...]) -> tuple[ImagePart, ...]:
+    """The image parts of a content value, in order."""
+    if isinstance(content, str):
+        return ()
+    return tuple(part for part in content if isinstance(part, ImagePart))
+
+
 @attrs.frozen
 class SystemMessage:
     """Instructions for the model."""
@@ -139,13 +164,18 @@ class AssistantMessage:
 
 @attrs.frozen
 class ToolMessage:
-    """The one result of one tool call."""
+    """The one result of one tool call: text, or text and image parts."""
 
     tool_call_id: str
     name: str
-    content: str
+    content: str | tuple[ContentPart, ...] = attrs.field(converter=_content)
     status: ToolStatus = attrs.field(default=ToolStatus.SUCCEEDED, converter=ToolStatus)
     role: str = attrs.field(default="tool", init=False)
+
+    @property
+    def text(self) -> str:
+        """The text parts joined (images left out; ``describe_parts`` describes them)."""
+        return text_of(self.content)
 
 
 Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage
@@ -157,14 +187,15 @@ def clean_message(message: Message) -> Message:
     Lone surrogates become U+FFFD and split pairs are joined (``clean_text``); a
     message with nothing to clean is returned unchanged (the same object).
     """
-    if isinstance(message, (SystemMessage, ToolMessage)):
+    if isinstance(message, SystemMessage):
         content = clean_text(message.content)
-        extra: dict[str, Any] = {}
-        if isinstance(message, ToolMessage):
-            extra = {"tool_call_id": clean_text(message.tool_call_id), "name": clean_text(message.name)}
-            if extra["tool_call_id"] is message.tool_call_id and extra["name"] is message.name:
-                extra = {}
-        return message if content is message.content and not extra else attrs.evolve(message, content=content, **extra)
+        return message if content is message.content else SystemMessage(content)
+    if isinstance(message, ToolMessage):
+        parts = _clean_content(message.content)
+        call_id, name = clean_text(message.tool_call_id), clean_text(message.name)
+        if parts is message.content and call_id is message.tool_call_id and name is message.name:
+            return message
+        return ToolMessage(call_id, name, parts, message.status)
     if isinstance(message, UserMessage):
         cleaned = _clean_content(message.content)
         return message if cleaned is message.content else UserMessage(cleaned)

@@ -49,7 +49,8 @@ from orchestrator.model import (
 )
 from orchestrator.sinks import DropSink, EventSink
 from orchestrator.text import SurrogateJoiner, clean_text
-from orchestrator.tool_runner import ToolRunner, result_text
+from orchestrator.tool_content import ToolResultContent, tool_content
+from orchestrator.tool_runner import ToolRunner
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
@@ -348,9 +349,9 @@ class RequestRun:
         )
         return message
 
-    async def settle(self, call: ToolCall, status: ToolStatus, content: str) -> ToolMessage:
-        """Append the one result of ``call`` and stream its outcome."""
-        appended = await self.append(ToolMessage(call.id, call.name, result_text(content), status))
+    async def settle(self, call: ToolCall, status: ToolStatus, content: ToolResultContent) -> ToolMessage:
+        """Append the one result of ``call`` (text, or parts as ``tool_content`` makes them) and stream its outcome."""
+        appended = await self.append(ToolMessage(call.id, call.name, tool_content(content), status))
         assert isinstance(appended, ToolMessage)
         await self._emit_new(_TOOL_EVENTS[status], call=call, result=appended)
         return appended

@@ -91,7 +91,7 @@ def _plan(prompt: str, turn: list[Message], call_id: str) -> AssistantMessage:
     listed = _result(turn, "list_files")
     if listed is None:
         return AssistantMessage("Looking around.", [ToolCall(call_id, "list_files", {"path": "."})])
-    entries = len(listed.content.splitlines())
+    entries = len(listed.text.splitlines())
     task = _task(prompt)
     plan = f"1. Review the {entries} entries of the workspace.\n2. Make the change for: {task}\n3. Test it."
     return AssistantMessage("Here is my plan.", [ToolCall(call_id, "exit_plan_mode", {"plan": plan})])
@@ -104,7 +104,7 @@ def _ask(turn: list[Message], call_id: str) -> AssistantMessage:
         return AssistantMessage("One question first.", [ToolCall(call_id, "ask_user", question)])
     if answered.status != ToolStatus.SUCCEEDED:
         return AssistantMessage("No answer; stopping here.")
-    return AssistantMessage(f"You chose **{answered.content}**.")
+    return AssistantMessage(f"You chose **{answered.text}**.")
 
 
 def _write(prompt: str, turn: list[Message], call_id: str) -> AssistantMessage:
@@ -115,14 +115,14 @@ def _write(prompt: str, turn: list[Message], call_id: str) -> AssistantMessage:
         return AssistantMessage("Writing it down.", [ToolCall(call_id, "write_file", arguments)])
     if written.status == ToolStatus.SUCCEEDED:
         return AssistantMessage("Wrote `notes.txt`.")
-    return AssistantMessage(f"I did not write `notes.txt` ({written.content}).")
+    return AssistantMessage(f"I did not write `notes.txt` ({written.text}).")
 
 
 def _slow(turn: list[Message], call_id: str) -> AssistantMessage:
     done = _result(turn, "slow_step")
     if done is None:
         return AssistantMessage("This takes a moment.", [ToolCall(call_id, "slow_step", {"label": "slow work"})])
-    return AssistantMessage(f"Finished ({done.content}).")
+    return AssistantMessage(f"Finished ({done.text}).")
 
 
 def scripted_step(plan_mode: bool) -> Callable[[ModelRequest], AssistantMessage]:
@@ -143,13 +143,13 @@ def scripted_step(plan_mode: bool) -> Callable[[ModelRequest], AssistantMessage]
         counted = _result(turn, "word_count")
         if counted is None:
             return AssistantMessage("Let me count.", [ToolCall(call_id, "word_count", {"text": prompt})])
-        return AssistantMessage(f"Your message has {counted.content} words.")
+        return AssistantMessage(f"Your message has {counted.text} words.")
 
     return step
 
 
 def _chars(messages: tuple[Message, ...]) -> int:
-    return sum(len(m.text) if isinstance(m, UserMessage) else len(m.content) for m in messages)
+    return sum(len(m.text) if isinstance(m, (UserMessage, ToolMessage)) else len(m.content) for m in messages)
 
 
 class ScenarioModel(ScriptedModel):

@@ -68,7 +68,9 @@ def _value_definitions() -> dict[str, Any]:
             ),
         ]
     }
+    content = {"anyOf": [string, {"type": "array", "items": {"$ref": ref + "ContentPart"}}]}
     return {
+        "ContentPart": part,
         "Message": {
             "oneOf": [
                 {"$ref": ref + "SystemMessage"},
@@ -81,7 +83,7 @@ def _value_definitions() -> dict[str, Any]:
             {"role": {"const": "system"}, "content": string}, ["role", "content"], "instructions for the model"
         ),
         "UserMessage": _text(
-            {"role": {"const": "user"}, "content": {"anyOf": [string, {"type": "array", "items": part}]}},
+            {"role": {"const": "user"}, "content": content},
             ["role", "content"],
             "input from the user: text, or text and image parts",
         ),
@@ -114,11 +116,11 @@ def _value_definitions() -> dict[str, Any]:
                 "role": {"const": "tool"},
                 "tool_call_id": string,
                 "name": string,
-                "content": string,
+                "content": content,
                 "status": {"enum": [status.value for status in ToolStatus]},
             },
             ["role", "tool_call_id", "name", "content", "status"],
-            "the one result of one tool call",
+            "the one result of one tool call: text, or text and image parts",
         ),
         "ToolCall": _text(
             {

@@ -7,14 +7,14 @@ the handler -> ``after_tool`` -> its one ToolMessage, then steering is polled.
 The calls of a response cut off at the output token limit (``max_tokens``)
 never run: each gets a failed result saying so (``before_tool`` and the
 middleware are not asked).
-Whatever a tool or hook returns becomes text that encodes as UTF-8. When hooks
+Whatever a tool or hook returns becomes text, or text and image parts, that
+encode as UTF-8 (``tool_content``); a value that cannot fails the call. When hooks
 of several concurrent calls fail, the request gets one plain exception: the
 first error, the others described in its notes.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ import trio
 from orchestrator import events as ev
 from orchestrator.errors import ToolArgumentsError, ToolRejected
 from orchestrator.messages import ToolCall, ToolStatus
-from orchestrator.text import clean_text
+from orchestrator.tool_content import UnsupportedToolResult, tool_content
 from orchestrator.tools import ToolResult
 
 if TYPE_CHECKING:
@@ -87,9 +87,10 @@ class ToolRunner:
             result = ToolResult(CUT_OFF, "failed")
         else:
             result, error = await self._admit_and_run(call)
-        result.content = result_text(result.content)
+        result = settled(result)
         if run.hooks["after_tool"]:
             await run._run_hook("after_tool", call, result, error)
+            result = settled(result)
         await run.settle(call, ToolStatus(result.status), result.content)
         await run._announce_steering()
         run._poll_steering()
@@ -127,7 +128,16 @@ class ToolRunner:
                 value = await definition.invoke(call.arguments, {"context": context, "call": call})
             except ToolArgumentsError as invalid:
                 return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
-        return value if isinstance(value, ToolResult) else ToolResult(as_text(value))
+        return value if isinstance(value, ToolResult) else ToolResult(value)
+
+
+def settled(result: ToolResult) -> ToolResult:
+    """``result`` with its content made a message's (``tool_content``), or a failed result saying why it cannot be."""
+    try:
+        result.content = tool_content(result.content)
+    except UnsupportedToolResult as unsupported:
+        return ToolResult(f"unsupported tool result: {unsupported.reason}", "failed")
+    return result
 
 
 def batches(calls: tuple[ToolCall, ...], serial: Callable[[ToolCall], bool]) -> list[list[ToolCall]]:
@@ -141,47 +151,11 @@ def batches(calls: tuple[ToolCall, ...], serial: Callable[[ToolCall], bool]) -> 
     return found
 
 
-def as_text(value: Any) -> str:
-    """What the model sees of a tool's plain return value.
-
-    Text as it is; bytes decoded as UTF-8; None as nothing; anything else as
-    JSON (non-ASCII kept), with sets and tuples as arrays and other objects as
-    their ``str``.
-    """
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    try:
-        return json.dumps(value, default=_jsonable, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def result_text(content: Any) -> str:
-    """A tool result's content as text that encodes as UTF-8, whatever a tool or hook put there."""
-    return clean_text(as_text(content))
-
-
 def quote(text: str, limit: int) -> str:
     """``text`` as a Python literal, cut to ``limit`` characters (saying so)."""
     if len(text) <= limit:
         return repr(text)
     return f"{text[:limit]!r} (cut: {len(text)} characters in all)"
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON's fallback for what it cannot encode (tuples it already writes as arrays)."""
-    if isinstance(value, (set, frozenset)):
-        try:
-            return sorted(value)
-        except TypeError:
-            return list(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    return str(value)
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -16,6 +16,7 @@ import trio
 
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.messages import ToolStatus
+from orchestrator.tool_content import ToolResultContent
 
 Handler = Callable[..., Any]
 
@@ -40,11 +41,13 @@ _STATUSES = tuple(status.value for status in ToolStatus)
 class ToolResult:
     """What a tool call produced; hooks may change it before it is appended.
 
+    ``content`` is text, or an ``ImagePart`` / ``TextPart`` or a list of them
+    and strings (the message then has image parts; see ``tool_content``).
     ``status`` is one of ToolStatus's values, checked when the result is made
     and whenever a hook assigns it, so a wrong status fails where it is set.
     """
 
-    content: str
+    content: ToolResultContent
     status: str = attrs.field(default="succeeded", validator=_known_status)
 
     @property

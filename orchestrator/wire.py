@@ -164,6 +164,19 @@ def _decode_part(data: JSON, path: str) -> ContentPart:
         raise WireFormatError(path, str(invalid)) from None
 
 
+def _encode_content(content: str | tuple[ContentPart, ...]) -> str | list[dict[str, Any]]:
+    return content if isinstance(content, str) else [_encode_part(part) for part in content]
+
+
+def _decode_content(data: JSON, path: str) -> str | tuple[ContentPart, ...]:
+    """Text, or an array of parts."""
+    if isinstance(data, str):
+        return data
+    if not isinstance(data, list):
+        raise WireFormatError(path, f"expected a string or an array of parts, got {_json_kind(data)}")
+    return tuple(_decode_part(part, f"{path}[{index}]") for index, part in enumerate(data))
+
+
 def _encode_call(call: ToolCall) -> dict[str, Any]:
     encoded = {"id": call.id, "name": call.name, "arguments": json_value(call.arguments)}
     if call.invalid_arguments is not None:
@@ -205,8 +218,7 @@ def encode_message(message: Message) -> dict[str, Any]:
     if isinstance(message, SystemMessage):
         return {"role": "system", "content": message.content}
     if isinstance(message, UserMessage):
-        content = message.content
-        return {"role": "user", "content": content if isinstance(content, str) else [_encode_part(p) for p in content]}
+        return {"role": "user", "content": _encode_content(message.content)}
     if isinstance(message, AssistantMessage):
         encoded: dict[str, Any] = {
             "role": "assistant",
@@ -221,7 +233,7 @@ def encode_message(message: Message) -> dict[str, Any]:
             "role": "tool",
             "tool_call_id": message.tool_call_id,
             "name": message.name,
-            "content": message.content,
+            "content": _encode_content(message.content),
             "status": message.status.value,
         }
     raise TypeError(f"not a message: {type(message).__name__}")
@@ -234,11 +246,7 @@ def decode_message(data: JSON, path: str = "message") -> Message:
     if role == "system":
         return SystemMessage(_string(body.get("content"), f"{path}.content"))
     if role == "user":
-        content = body.get("content")
-        if isinstance(content, str):
-            return UserMessage(content)
-        parts = _array(content, f"{path}.content")
-        return UserMessage(tuple(_decode_part(p, f"{path}.content[{i}]") for i, p in enumerate(parts)))
+        return UserMessage(_decode_content(body.get("content"), f"{path}.content"))
     if role == "assistant":
         calls = _array(body.get("tool_calls", []), f"{path}.tool_calls")
         reasoning = _array(body.get("reasoning", []), f"{path}.reasoning")
@@ -254,7 +262,7 @@ def decode_message(data: JSON, path: str = "message") -> Message:
         return ToolMessage(
             _string(body.get("tool_call_id"), f"{path}.tool_call_id"),
             _string(body.get("name"), f"{path}.name"),
-            _string(body.get("content"), f"{path}.content"),
+            _decode_content(body.get("content"), f"{path}.content"),
             ToolStatus(status),
         )
     raise WireFormatError(f"{path}.role", f"expected 'system', 'user', 'assistant' or 'tool', got {role!r}")

@@ -27,8 +27,10 @@ from orchestrator import (
     AgentRunConfig,
     AssistantMessage,
     ExternalEvent,
+    ImagePart,
     Message,
     ScriptedModel,
+    TextPart,
     ToolCall,
     ToolMessage,
     ToolStatus,
@@ -186,6 +188,18 @@ def test_text_is_stored_as_valid_utf8_and_round_trips(backend: Backend) -> None:
         AssistantMessage("żółw 🐢", [ToolCall("c1", "look", {"path": "ünï/😀", "n": [1, 2.5, None, True]})]),
         ToolMessage("c1", "look", "ok", ToolStatus.FAILED),
     ]
+
+
+def test_a_tool_result_with_images_round_trips_and_a_text_row_written_before_parts_still_reads(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    image = ImagePart(data=b"\x89PNG\r\n\x1a\n\x00\xff", media_type="image/png")
+    result = ToolMessage("c1", "shot", (TextPart("page:"), image, ImagePart(url="https://example.test/b.gif")))
+    append(store, "s", AssistantMessage("", [ToolCall("c1", "shot", {})]), result)
+    older = '{"role": "tool", "tool_call_id": "c0", "name": "shot", "content": "plain", "status": "failed"}'
+    backend.corrupt("s", store.rows("s")[0].row_id, older)
+    assert messages(store, "s") == [ToolMessage("c0", "shot", "plain", ToolStatus.FAILED), result]
 
 
 def test_a_message_json_cannot_hold_is_refused_and_changes_nothing(backend: Backend) -> None:

@@ -21,7 +21,7 @@ from rich.markdown import Markdown
 from rich.spinner import Spinner
 from rich.text import Text
 
-from orchestrator.messages import ToolCall, ToolMessage, ToolStatus
+from orchestrator.messages import ToolCall, ToolMessage, ToolStatus, describe_parts
 
 Write = Callable[[str], None]
 
@@ -63,7 +63,7 @@ def call_line(call: ToolCall, limit: int = 100) -> str:
 
 def result_line(result: ToolMessage, limit: int = 100) -> str:
     """``name status: first line (N lines)``."""
-    lines = result.content.splitlines() or [""]
+    lines = describe_parts(result.content).splitlines() or [""]
     more = f" ({len(lines)} lines)" if len(lines) > 1 else ""
     return f"{result.name} {result.status}: {shorten(lines[0], limit)}{more}"
 

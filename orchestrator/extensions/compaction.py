@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING
 
 from orchestrator.events import CompactionCompletedEvent, CompactionStartedEvent
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage, text_of
+from orchestrator.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+    describe_parts,
+    images_of,
+    text_of,
+)
 from orchestrator.model import Model, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
 
 if TYPE_CHECKING:
@@ -37,19 +46,25 @@ DEFAULT_PROMPT = (
 SUMMARY_PREFIX = "Summary of earlier conversation: "
 
 
+#: What one image counts for in ``estimate_tokens``: about what providers charge for an image of
+#: a megapixel or so (Anthropic: width x height / 750 tokens, images scaled to about 1.15 MP).
+IMAGE_TOKENS = 1600
+
+
 def message_text(message: Message) -> str:
     """The text a message contributes to a model request (images left out)."""
     if isinstance(message, AssistantMessage):
         calls = " ".join(f"{c.name}({json.dumps(c.arguments, default=str)})" for c in message.tool_calls)
         return f"{message.content} {calls}".strip()
-    if isinstance(message, UserMessage):
+    if isinstance(message, (UserMessage, ToolMessage)):
         return text_of(message.content)
     return message.content
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
-    """A rough token count: characters divided by four."""
-    return sum(len(message_text(m)) for m in messages) // 4
+    """A rough token count: characters divided by four, plus ``IMAGE_TOKENS`` for each image."""
+    images = sum(len(images_of(m.content)) for m in messages if isinstance(m, (UserMessage, ToolMessage)))
+    return sum(len(message_text(m)) for m in messages) // 4 + images * IMAGE_TOKENS
 
 
 def transcript(messages: Sequence[Message]) -> str:
@@ -57,7 +72,9 @@ def transcript(messages: Sequence[Message]) -> str:
     lines: list[str] = []
     for message in messages:
         if isinstance(message, ToolMessage):
-            lines.append(f"[tool result {message.name} ({message.status})]: {message.content}")
+            lines.append(f"[tool result {message.name} ({message.status})]: {describe_parts(message.content)}")
+        elif isinstance(message, UserMessage):
+            lines.append(f"[user]: {describe_parts(message.content)}")
         else:
             lines.append(f"[{message.role}]: {message_text(message)}")
     return "\n\n".join(lines)

@@ -12,6 +12,7 @@ import attrs
 
 from orchestrator.messages import (
     AssistantMessage,
+    ContentPart,
     ImagePart,
     Message,
     SystemMessage,
@@ -54,14 +55,18 @@ def _image_block(part: ImagePart) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "base64", "media_type": part.media_type, "data": data}}
 
 
+def _part_blocks(parts: tuple[ContentPart, ...]) -> list[dict[str, Any]]:
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else _image_block(part)
+        for part in parts
+        if not (isinstance(part, TextPart) and not part.text)
+    ]
+
+
 def _user_blocks(message: UserMessage) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"type": "text", "text": message.content}] if message.content else []
-    return [
-        {"type": "text", "text": part.text} if isinstance(part, TextPart) else _image_block(part)
-        for part in message.content
-        if not (isinstance(part, TextPart) and not part.text)
-    ]
+    return _part_blocks(message.content)
 
 
 def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
@@ -74,7 +79,9 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
 
 
 def _tool_result(message: ToolMessage) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
+    # A result with images sends them as image blocks inside its tool_result.
+    content = message.content if isinstance(message.content, str) else _part_blocks(message.content)
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": content}
     if message.status is not ToolStatus.SUCCEEDED:
         block["is_error"] = True
     return block

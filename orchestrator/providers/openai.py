@@ -20,6 +20,8 @@ from orchestrator.messages import (
     ToolCall,
     ToolMessage,
     UserMessage,
+    describe_parts,
+    images_of,
 )
 from orchestrator.model import (
     ModelEvent,
@@ -79,7 +81,7 @@ def _message(message: Message) -> dict[str, Any]:
     if isinstance(message, UserMessage):
         return {"role": "user", "content": _user_content(message)}
     if isinstance(message, ToolMessage):
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": describe_parts(message.content)}
     encoded: dict[str, Any] = {"role": "assistant", "content": message.content or None}
     if message.tool_calls:
         encoded["tool_calls"] = [
@@ -89,9 +91,35 @@ def _message(message: Message) -> dict[str, Any]:
     return encoded
 
 
+def _tool_images(results: list[ToolMessage]) -> dict[str, Any]:
+    """One user message showing the images of ``results``, each group introduced by the call it came from."""
+    parts: list[dict[str, Any]] = []
+    for result in results:
+        parts.append({"type": "text", "text": f"Images returned by tool call {result.tool_call_id} ({result.name}):"})
+        parts.extend({"type": "image_url", "image_url": {"url": image_url(part)}} for part in images_of(result.content))
+    return {"role": "user", "content": parts}
+
+
 def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    """Our messages in Chat Completions form."""
-    return [_message(message) for message in messages]
+    """Our messages in Chat Completions form.
+
+    A tool message takes only text, so a result with images says ``[image: ...]``
+    where each image was (``describe_parts``), and the images themselves follow
+    all the results of that turn in one user message (a user message between
+    the results of one turn would be refused).
+    """
+    encoded: list[dict[str, Any]] = []
+    with_images: list[ToolMessage] = []
+    for message in messages:
+        if with_images and not isinstance(message, ToolMessage):
+            encoded.append(_tool_images(with_images))
+            with_images = []
+        encoded.append(_message(message))
+        if isinstance(message, ToolMessage) and images_of(message.content):
+            with_images.append(message)
+    if with_images:
+        encoded.append(_tool_images(with_images))
+    return encoded
 
 
 def openai_tools(tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:

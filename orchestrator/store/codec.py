@@ -50,6 +50,20 @@ def _part_to_json(part: ContentPart) -> dict[str, Any]:
     return {"type": "image", "url": part.url, "data": encoded, "media_type": part.media_type}
 
 
+def _content_to_json(content: str | tuple[ContentPart, ...]) -> str | list[dict[str, Any]]:
+    return content if isinstance(content, str) else [_part_to_json(part) for part in content]
+
+
+def _content_from_json(data: Mapping[str, Any], role: str) -> str | tuple[ContentPart, ...]:
+    """Text (every row written before results had parts holds text), or a list of parts."""
+    content = data.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return tuple(_part_from_json(part) for part in content)
+    raise UndecodableMessage(f"{role} content must be text or a list of parts, got {type(content).__name__}")
+
+
 def _call_to_json(call: ToolCall) -> dict[str, Any]:
     data: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
     if call.invalid_arguments is not None:
@@ -76,8 +90,7 @@ def encode_message(message: Message) -> str:
     if isinstance(message, SystemMessage):
         body = {"content": message.content}
     elif isinstance(message, UserMessage):
-        content = message.content
-        body = {"content": content if isinstance(content, str) else [_part_to_json(p) for p in content]}
+        body = {"content": _content_to_json(message.content)}
     elif isinstance(message, AssistantMessage):
         calls = [_call_to_json(c) for c in message.tool_calls]
         body = {"content": message.content, "tool_calls": calls}
@@ -87,7 +100,7 @@ def encode_message(message: Message) -> str:
         body = {
             "tool_call_id": message.tool_call_id,
             "name": message.name,
-            "content": message.content,
+            "content": _content_to_json(message.content),
             "status": str(message.status),
         }
     # JSON's own syntax is ASCII, so cleaning the whole text only touches the strings in it.
@@ -165,12 +178,7 @@ def decode_message(text: str) -> Message:
     if role == "system":
         return SystemMessage(_field(data, "content", str))
     if role == "user":
-        content = data.get("content")
-        if isinstance(content, str):
-            return UserMessage(content)
-        if isinstance(content, list):
-            return UserMessage(tuple(_part_from_json(p) for p in content))
-        raise UndecodableMessage("user content must be text or a list of parts")
+        return UserMessage(_content_from_json(data, "user"))
     if role == "assistant":
         calls = tuple(_call_from_json(c) for c in _field(data, "tool_calls", list))
         stored = data.get("reasoning", [])
@@ -183,7 +191,7 @@ def decode_message(text: str) -> Message:
         if status not in {s.value for s in ToolStatus}:
             raise UndecodableMessage(f"unknown tool status {status!r}")
         return ToolMessage(
-            _field(data, "tool_call_id", str), _field(data, "name", str), _field(data, "content", str), status
+            _field(data, "tool_call_id", str), _field(data, "name", str), _content_from_json(data, "tool"), status
         )
     raise UndecodableMessage(f"unknown message role {role!r}")
 

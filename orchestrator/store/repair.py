@@ -21,7 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolStatus, UserMessage
+from orchestrator.messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolMessage,
+    ToolStatus,
+    UserMessage,
+    describe_parts,
+)
 
 __all__ = ["STOPPED", "problems", "repair"]
 
@@ -31,7 +39,7 @@ STOPPED = "not completed: the process stopped"
 def _stray(result: ToolMessage) -> UserMessage:
     return UserMessage(
         f"[result of tool call {result.tool_call_id} ({result.name}), whose call is not in the history: "
-        f"{result.content}]"
+        f"{describe_parts(result.content)}]"
     )
 
 

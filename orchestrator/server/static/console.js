@@ -233,7 +233,7 @@ function render(event) {
       const status = TOOL_ENDS[event.type];
       if (line) {
         line.className = `tool ${status}`;
-        line.querySelector(".status").textContent = `${status}: ${short(event.result.content, 120)}`;
+        line.querySelector(".status").textContent = `${status}: ${short(describedOf(event.result), 120)}`;
       }
       resolveQuestion(event.call.id);
       break;
@@ -265,6 +265,18 @@ function textOf(message) {
   if (typeof message.content === "string") return message.content;
   if (Array.isArray(message.content)) return message.content.filter((p) => p.type === "text").map((p) => p.text).join("");
   return message.text || "";
+}
+
+// A message's text with each image part described as the server's describe_parts does.
+function describedOf(message) {
+  if (!message || !Array.isArray(message.content)) return textOf(message);
+  return message.content.map((part) => (part.type === "text" ? part.text : describeImage(part))).join("");
+}
+
+function describeImage(part) {
+  if (typeof part.data !== "string") return `[image: ${part.media_type}, ${part.url}]`;
+  const padding = part.data.endsWith("==") ? 2 : part.data.endsWith("=") ? 1 : 0;
+  return `[image: ${part.media_type}, ${(part.data.length / 4) * 3 - padding} bytes]`;
 }
 
 function setRunning(running) {
