@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from orchestrator.server.backend import DEFAULT_RETAINED_RUNS
+
 if TYPE_CHECKING:
     from hypercorn.config import Config
 
@@ -35,6 +37,7 @@ class ServeOptions:
     token: str | None
     app: str | None
     backlog: int = DEFAULT_BACKLOG
+    retained_runs: int = DEFAULT_RETAINED_RUNS
 
 
 def parse(argv: Sequence[str]) -> ServeOptions:
@@ -60,6 +63,13 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         default=DEFAULT_BACKLOG,
         help=f"connections the listening socket queues before accepting (default {DEFAULT_BACKLOG})",
     )
+    parser.add_argument(
+        "--retained-runs",
+        type=_positive,
+        default=DEFAULT_RETAINED_RUNS,
+        help=f"finished runs that stay reachable (events, state, trace) before the oldest answer 404"
+        f" (default {DEFAULT_RETAINED_RUNS}; a web node keeps runs in its run store instead)",
+    )
     args = parser.parse_args(list(argv))
     from orchestrator.store.runs_sql import is_run_store_url
 
@@ -68,7 +78,11 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         parser.error("--app brings its own agent: --model and a session --db do not apply")
     if web_node and args.model:
         parser.error("a web node runs no model: the workers do (python -m orchestrator worker)")
-    return ServeOptions(args.model, args.db, args.root, args.host, args.port, args.token, args.app, args.backlog)
+    if web_node and args.retained_runs != DEFAULT_RETAINED_RUNS:
+        parser.error("a web node keeps runs in its run store: --retained-runs does not apply")
+    return ServeOptions(
+        args.model, args.db, args.root, args.host, args.port, args.token, args.app, args.backlog, args.retained_runs
+    )
 
 
 def _positive(text: str) -> int:
@@ -109,9 +123,10 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
     elif options.app:
         from orchestrator.apploader import load_agent
 
-        backend = LocalBackend(await load_agent(options.app))
+        backend = LocalBackend(await load_agent(options.app), retained_runs=options.retained_runs)
     else:
-        backend = LocalBackend(await default_client(options.model, options.db, options.root))
+        client = await default_client(options.model, options.db, options.root)
+        backend = LocalBackend(client, retained_runs=options.retained_runs)
     config = hypercorn_config(options)
     app = create_app(backend, token=options.token)
 

@@ -122,6 +122,33 @@ def test_serve_listens_with_a_backlog_of_1024_by_default_and_takes_backlog() -> 
         assert _listen_backlog(url) == 777
 
 
+def test_serve_retained_runs_bounds_the_finished_runs_still_reachable() -> None:
+    with served("--retained-runs", "1", "--app", "tests.server.sample_app:agent") as url, httpx.Client(timeout=10) as http:
+        first = _run_to_end(http, url, "one")
+        second = _run_to_end(http, url, "two")
+        assert first[-1]["type"] == second[-1]["type"] == "run_completed"
+        gone = http.get(f"{url}/runs/{first[-1]['request_id']}")
+        kept = http.get(f"{url}/runs/{second[-1]['request_id']}")
+    assert gone.status_code == 404, gone.text
+    assert kept.status_code == 200, kept.text
+
+
+def test_serve_refuses_retained_runs_below_one_and_on_a_web_node() -> None:
+    for args, reason in (
+        (["--retained-runs", "0"], "not at least 1"),
+        (["--retained-runs", "5", "--db", "sqlite:///nowhere.db"], "--retained-runs does not apply"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "serve", "--port", "0", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 2, done.stderr
+        assert reason in done.stderr
+
+
 def test_serve_refuses_a_backlog_below_one() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator", "serve", "--port", "0", "--backlog", "0"],
