@@ -1,51 +1,59 @@
 """Agent requests as explicit state machines under trio."""
 
 import logging
+from typing import TYPE_CHECKING
 
-from orchestrator.agent import Agent, AgentClient, create_agent
-from orchestrator.config import AgentRunConfig, ExternalEvent
-from orchestrator.context import AgentRunContext
-from orchestrator.delivery import Delivery, Refusal
-from orchestrator.errors import (
-    AgentError,
-    GuardRefused,
-    IllegalTransition,
-    MaxIterationsExceeded,
-    ModelError,
-    SessionBusy,
-    ToolArgumentsError,
-    ToolRejected,
-)
-from orchestrator.events import AgentEvent, ExtensionEvent
-from orchestrator.extensions.base import AgentExtension
-from orchestrator.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
-from orchestrator.messages import (
-    AssistantMessage,
-    ImagePart,
-    Message,
-    ReasoningBlock,
-    SystemMessage,
-    TextPart,
-    ToolCall,
-    ToolMessage,
-    ToolStatus,
-    UserMessage,
-    describe_parts,
-)
-from orchestrator.model import Model, ModelRequest, ScriptedModel, StopReason, Usage
-from orchestrator.pending import PendingCall, ResponseRouter
-from orchestrator.stream import RunStream
-from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, tool
-from orchestrator.wire import (
-    RemoteError,
-    WireFormatError,
-    decode_event,
-    decode_message,
-    dumps,
-    encode_error,
-    encode_event,
-    encode_message,
-)
+from orchestrator import _loading  # pauses the cycle collector until the package has loaded
+
+try:
+    from orchestrator.agent import Agent, AgentClient, create_agent
+    from orchestrator.config import AgentRunConfig, ExternalEvent
+    from orchestrator.context import AgentRunContext
+    from orchestrator.delivery import Delivery, Refusal
+    from orchestrator.errors import (
+        AgentError,
+        GuardRefused,
+        IllegalTransition,
+        MaxIterationsExceeded,
+        ModelError,
+        SessionBusy,
+        ToolArgumentsError,
+        ToolRejected,
+    )
+    from orchestrator.events import AgentEvent, ExtensionEvent
+    from orchestrator.extensions.base import AgentExtension
+    from orchestrator.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
+    from orchestrator.messages import (
+        AssistantMessage,
+        ImagePart,
+        Message,
+        ReasoningBlock,
+        SystemMessage,
+        TextPart,
+        ToolCall,
+        ToolMessage,
+        ToolStatus,
+        UserMessage,
+        describe_parts,
+    )
+    from orchestrator.model import Model, ModelRequest, ScriptedModel, StopReason, Usage
+    from orchestrator.pending import PendingCall, ResponseRouter
+    from orchestrator.stream import RunStream
+    from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, tool
+finally:
+    _loading.resume()
+
+if TYPE_CHECKING:
+    from orchestrator.wire import (
+        RemoteError,
+        WireFormatError,
+        decode_event,
+        decode_message,
+        dumps,
+        encode_error,
+        encode_event,
+        encode_message,
+    )
 
 # A library logs; the application decides where to (nothing reaches stderr unless it configures logging).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -108,10 +116,30 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """``AgentHost`` and ``HostedRun`` load on first use: they bring asyncio, which trio code does not need."""
-    if name in ("AgentHost", "HostedRun"):
-        from orchestrator import host
+#: Names loaded on first use, by the module that defines them: running a request needs none of them.
+_LAZY = {
+    # They bring asyncio, which trio code does not need.
+    "AgentHost": "host",
+    "HostedRun": "host",
+    # The wire codecs (JSON encoding of events, messages and errors).
+    "RemoteError": "wire",
+    "WireFormatError": "wire",
+    "decode_event": "wire",
+    "decode_message": "wire",
+    "dumps": "wire",
+    "encode_error": "wire",
+    "encode_event": "wire",
+    "encode_message": "wire",
+}
 
-        return getattr(host, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    """The names of ``_LAZY``, imported from their module the first time they are asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Iterable, Sequence
 
 from machines.build import Step
@@ -28,6 +28,14 @@ from orchestrator.tools import ToolDefinition
 log = logging.getLogger("orchestrator.agent")
 
 _DEFAULT = object()
+
+
+def _new_request_id() -> str:
+    """A random version-4 UUID as 32 hex digits (what ``uuid.uuid4().hex`` gives, without importing uuid)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return raw.hex()
 
 
 def _order(extensions: Iterable[AgentExtension]) -> list[AgentExtension]:
@@ -156,7 +164,7 @@ class Agent:
             live = self._live.get(config.session_id)
         if live is not None:
             raise SessionBusy(config.session_id)
-        request_id = config.request_id or uuid.uuid4().hex
+        request_id = config.request_id or _new_request_id()
         run = RequestRun(self, config, request_id, message, sink, restored)
         self._live[config.session_id] = run
         self._last[config.session_id] = run.machine.history

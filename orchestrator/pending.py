@@ -31,7 +31,6 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
-from orchestrator.wire import json_value
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
@@ -201,6 +200,8 @@ class PendingResponse:
         return self.machine.state()
 
     def as_call(self) -> PendingCall:
+        from orchestrator.wire import json_value  # the wire codecs load on first use
+
         question = self.question
         return PendingCall(
             self.session_id,

@@ -11,7 +11,6 @@ arrives in pieces, so a pair split between two pieces is kept whole.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 __all__ = ["REPLACEMENT_CHARACTER", "SurrogateJoiner", "clean_json", "clean_text", "clean_value"]
@@ -41,6 +40,8 @@ def clean_text(text: str) -> str:
 def clean_json(value: Any) -> Any:
     """A JSON value (as ``json.loads`` returns it) with ``clean_text`` applied to every
     string in it, keys included. A value that is already clean is returned unchanged."""
+    import json  # loaded on first use: running a request does not need it
+
     encoded = json.dumps(value, ensure_ascii=False)
     cleaned = clean_text(encoded)
     return value if cleaned is encoded else json.loads(cleaned)

@@ -20,7 +20,6 @@ A result whose parts hold no image (left) is plain text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,6 +74,8 @@ def as_text(value: Any) -> str:
         return ""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", errors="replace")
+    import json  # loaded on first use: text results, the common case, do not need it
+
     try:
         return json.dumps(value, default=_jsonable, ensure_ascii=False)
     except (TypeError, ValueError):

@@ -1,0 +1,61 @@
+"""What ``import orchestrator`` loads and leaves behind, checked in fresh interpreters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _fresh(code: str) -> object:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_package_loads_no_wire_codecs_json_or_uuid() -> None:
+    loaded = _fresh(
+        "import sys, json as _j; before = set(sys.modules) - {'json', 'json.decoder', 'json.encoder', 'json.scanner',"
+        " '_json'}\n"
+        "for name in ('json', 'json.decoder', 'json.encoder', 'json.scanner', '_json'): sys.modules.pop(name, None)\n"
+        "import orchestrator\n"
+        "print(_j.dumps(sorted(set(sys.modules) - before)))"
+    )
+    assert isinstance(loaded, list)
+    for module in ("orchestrator.wire", "orchestrator.schema", "orchestrator.host", "json", "uuid", "asyncio"):
+        assert module not in loaded, f"import orchestrator loaded {module}"
+    assert "orchestrator.runtime" in loaded
+
+
+def test_wire_names_load_on_first_use_and_are_the_wire_modules_own() -> None:
+    import orchestrator
+    from orchestrator import wire
+
+    for name in ("dumps", "encode_event", "decode_event", "encode_message", "decode_message", "encode_error"):
+        assert getattr(orchestrator, name) is getattr(wire, name)
+    assert orchestrator.WireFormatError is wire.WireFormatError
+    assert orchestrator.RemoteError is wire.RemoteError
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        orchestrator.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cycle_collector_is_left_as_the_package_found_it(enabled: bool) -> None:
+    switch = "gc.enable()" if enabled else "gc.disable()"
+    after = _fresh(f"import gc, json; {switch}\nimport orchestrator\nprint(json.dumps(gc.isenabled()))")
+    assert after is enabled
+
+
+def test_a_new_request_id_is_a_version_4_uuid_in_hex() -> None:
+    import uuid
+
+    from orchestrator.agent import _new_request_id
+
+    seen = {_new_request_id() for _ in range(200)}
+    assert len(seen) == 200
+    for hex_id in seen:
+        parsed = uuid.UUID(hex=hex_id)
+        assert parsed.hex == hex_id
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
