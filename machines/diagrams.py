@@ -53,6 +53,7 @@ LINKS: tuple[Link, ...] = (
     Link("steering_inbox", "holding", "phase", "steering_interrupt", "moves the request to"),
     Link("steering_inbox", "closed", "phase", "answered", "is reached when nothing waits in"),
     Link("agent_host", "closing", "phase", "cancelled", "sends every running request to"),
+    Link("mcp_connection", "connecting", "phase", "setup", "is started (or restarted) in"),
 )
 """How the other machines attach to the request machine in the composed view."""
 

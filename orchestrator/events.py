@@ -259,3 +259,34 @@ class CompactionCompletedEvent(AgentEvent):
     tokens_before: int
     tokens_after: int
     messages_replaced: int
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class MCPServerStartedEvent(AgentEvent):
+    """An MCP server answered its handshake; ``tools`` are the names its tools are offered under.
+
+    Streamed by the request that started (or restarted) it; ``restarts`` counts
+    the restarts before this start (0 for the first).
+    """
+
+    kind: ClassVar[str] = "mcp_server_started"
+    server: str
+    tools: tuple[str, ...]
+    server_info: str = ""  # the name and version the server gave, when it gave them
+    protocol_version: str = ""
+    restarts: int = 0
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class MCPServerFailedEvent(AgentEvent):
+    """An MCP server could not start, crashed, dropped its connection or did not answer in time.
+
+    ``stage`` says when: ``connect`` (starting it), ``call`` (during a tool
+    call) or ``idle`` (between requests; streamed by the next request that
+    needs it). The next request that needs it restarts it.
+    """
+
+    kind: ClassVar[str] = "mcp_server_failed"
+    server: str
+    error: str
+    stage: Literal["connect", "call", "idle"]

@@ -114,6 +114,10 @@ SAMPLES: list[ev.AgentEvent] = [
     ApprovalResumedEvent(**IDS, tool_call_id="c1", response_event="ask_user_response"),
     PlanModeRestoredEvent(**IDS),
     StoredMessageUnreadableEvent(**IDS, row_id=7, reason="not JSON"),
+    ev.MCPServerStartedEvent(
+        **IDS, server="files", tools=("files__read", "files__write"), server_info="fs 1.0", protocol_version="v", restarts=2
+    ),
+    ev.MCPServerFailedEvent(**IDS, server="files", error="did not start within 30 s", stage="connect"),
 ]
 
 

@@ -1,0 +1,378 @@
+"""One MCP server's connection: its machine, the task that holds the session, its tools and calls.
+
+The session lives in a task of the extension's nursery (the SDK's task groups
+must be entered and left by one task); requests call its tools from their own
+tasks. Every wait is bounded: starting by ``connect_timeout``, each call by
+``call_timeout``. A server that fails is left failed (its calls get failed
+results) until the next request that needs it restarts it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+from collections.abc import Mapping
+from contextlib import nullcontext
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+import mcp_types
+import pydantic
+import trio
+from mcp import Client, MCPError
+from mcp_types import CONNECTION_CLOSED
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from machines.build import BoundMachine, Step
+from machines.mcp_connection import MCP_CONNECTION
+from orchestrator.events import MCPServerFailedEvent, MCPServerStartedEvent, TransitionEvent
+from orchestrator.extensions.mcp.results import MAX_RESULT_CHARS, as_text, result_parts
+from orchestrator.extensions.mcp.servers import MCPServer, StdioServer
+from orchestrator.extensions.mcp.transport import watched_transport
+from orchestrator.tools import ToolDefinition, ToolResult
+
+if TYPE_CHECKING:
+    from orchestrator.context import AgentRunContext
+
+log = logging.getLogger("orchestrator.mcp")
+
+#: How many bytes of a stdio server's stderr a failure quotes (its last ones).
+STDERR_QUOTE = 2000
+#: At most this many pages of a tool listing are read.
+MAX_TOOL_PAGES = 100
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_-]")
+_CONTEXT = " context"  # the handler's injected parameter: no tool argument can be named so
+
+CLIENT_INFO = mcp_types.Implementation(name="orchestrator", version="0.1.0")
+
+
+def describe_error(error: BaseException) -> str:
+    """One line about ``error``: the first real failure inside exception groups, cancellations left out."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            if not isinstance(inner, trio.Cancelled):
+                return describe_error(inner)
+    if isinstance(error, MCPError):
+        return f"MCP error {error.code}: {error.message}"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def offered_name(prefix: str, name: str) -> str:
+    """The name a server's tool is offered under: the prefix and its name, cut to what providers accept."""
+    full = prefix + name
+    if _TOOL_NAME.fullmatch(full):
+        return full
+    return _NOT_IN_NAME.sub("_", full)[:64] or "_"
+
+
+class Session:
+    """One start of a server: the task that holds its client, its tools, and how it ended."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+        self.scope = trio.CancelScope()
+        self.ended = trio.Event()
+        self.client: Client | None = None
+        self.tools: dict[str, mcp_types.Tool] = {}  # offered name -> the server's tool
+        self.stale = False  # the server said its tools changed
+        self.stderr: IO[bytes] | None = None
+        self.info = ""
+        self.protocol_version = ""
+        self._final_tail = ""
+
+    def stderr_tail(self) -> str:
+        """The last bytes the server wrote to stderr (as text), or ""."""
+        if self.stderr is None or self.stderr.closed:
+            return self._final_tail
+        try:
+            self.stderr.flush()
+            size = self.stderr.seek(0, 2)
+            self.stderr.seek(max(0, size - STDERR_QUOTE))
+            return self.stderr.read().decode("utf-8", errors="replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def explain(self, reason: str) -> str:
+        tail = self.stderr_tail()
+        return f"{reason}; its stderr ends with: {tail}" if tail else reason
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self.stale = True
+
+    async def _listen_for_tool_changes(self, client: Client) -> None:
+        """Mark the tools stale whenever the server says they changed (protocol 2026-07-28 and later).
+
+        Earlier versions send the notification unasked (see ``_on_message``). A
+        server that refuses or drops the subscription only loses this refresh.
+        """
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _ in changes:
+                    self.stale = True
+        except Exception as error:
+            log.debug("MCP server %s: no tool change subscription: %s", self.server.name, describe_error(error))
+
+    async def list_tools(self) -> None:
+        """Read the whole tool listing (bounded by MAX_TOOL_PAGES) into ``tools``."""
+        assert self.client is not None
+        found: dict[str, mcp_types.Tool] = {}
+        cursor: str | None = None
+        for _ in range(MAX_TOOL_PAGES):
+            page = await self.client.list_tools(cursor=cursor, cache_mode="refresh")
+            for tool in page.tools:
+                name = offered_name(self.server.tool_prefix, tool.name)
+                if name in found:
+                    log.warning("MCP server %s: tool %r clashes as %r", self.server.name, tool.name, name)
+                    continue
+                found[name] = tool
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        self.tools = found
+        self.stale = False
+
+    async def run(self, connection: MCPConnection, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Start the server and hold its session until it ends by itself or the scope is cancelled."""
+        with tempfile.TemporaryFile("w+b") if isinstance(self.server, StdioServer) else nullcontext() as stderr:
+            self.stderr = stderr
+            try:
+                reason = await self._hold(connection, task_status)
+                if reason is not None:
+                    connection.lost(self, self.explain(reason))
+            finally:
+                self._final_tail = self.stderr_tail()
+
+    async def _hold(self, connection: MCPConnection, task_status: Any) -> str | None:
+        """Why the session ended by itself, or None when it was stopped or has been reported already.
+
+        Before ``started`` every error reaches the caller (the start failed);
+        after it, none does: the extension's nursery must outlive any server.
+        """
+        started = False
+        try:
+            with self.scope:
+                client = Client(
+                    watched_transport(self.server, self.ended, self.stderr),
+                    client_info=CLIENT_INFO,
+                    message_handler=self._on_message,
+                    cache=None,
+                )
+                async with client:
+                    self.client = client
+                    info = client.server_info
+                    self.info = f"{info.name} {info.version}".strip() if info is not None else ""
+                    self.protocol_version = client.protocol_version
+                    await self.list_tools()
+                    started = True
+                    task_status.started()
+                    async with trio.open_nursery() as watching:
+                        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                            watching.start_soon(self._listen_for_tool_changes, client)
+                        await self.ended.wait()
+                        # told before the transport winds down (which may wait for the process to exit)
+                        connection.lost(self, self.explain("the server closed its connection"))
+                        watching.cancel_scope.cancel()
+        except Exception as error:  # what is left once the scope took its own cancellation out
+            if not started:
+                raise
+            return None if self.scope.cancel_called else describe_error(error)
+        finally:
+            self.client = None
+        return None
+
+
+class MCPConnection:
+    """One configured server: its connection machine, its current session, and the tools it offers."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+        self.machine = BoundMachine(MCP_CONNECTION, {}, host=self)
+        self.restarts = 0
+        self.last_error = ""
+        self.nursery: trio.Nursery | None = None
+        self._current: Session | None = None
+        self._unreported: tuple[str, Step] | None = None  # a failure (and its step) no request has streamed yet
+        self._lock = trio.Lock()
+        self._definitions: dict[str, ToolDefinition] = {}
+
+    @property
+    def state(self) -> str:
+        return self.machine.state()
+
+    @property
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        """The tools offered while the server is ready (none otherwise)."""
+        return tuple(self._definitions.values()) if self.state == "ready" else ()
+
+    async def _step(self, context: AgentRunContext | None, trigger: str) -> None:
+        step, _ = self.machine.fire(trigger)
+        if context is not None:
+            await context.emit(
+                TransitionEvent(
+                    machine=step.machine, region=step.region, source=step.source, trigger=step.trigger, dest=step.dest
+                )
+            )
+
+    async def ensure(self, context: AgentRunContext) -> bool:
+        """Make the server ready, starting or restarting it; whether it is ready.
+
+        The request streams what happens: a failure noticed since the last
+        request, the transitions, and ``mcp_server_started`` or ``mcp_server_failed``.
+        """
+        async with self._lock:
+            session = self._current
+            if self.state == "ready" and session is not None:
+                if session.stale:
+                    await self._refresh(context, session)
+                return self.state == "ready"
+            if self.state == "closed" or self.nursery is None:
+                return False
+            await self._report_unreported(context, "idle")
+            restarting = self.state == "failed"
+            await self._step(context, "restart" if restarting else "start")
+            if restarting:
+                self.restarts += 1
+            return await self._connect(context, self.nursery)
+
+    async def _connect(self, context: AgentRunContext, nursery: trio.Nursery) -> bool:
+        session = Session(self.server)
+        self._current = session
+        try:
+            with trio.fail_after(self.server.connect_timeout):
+                await nursery.start(session.run, self)
+        except trio.Cancelled:
+            # The request that was starting it was cancelled: the start is abandoned; the next request retries.
+            if self._current is session and self.state == "connecting":
+                self._current = None
+                self.last_error = "its start was cancelled"
+                self.machine.fire("fail")
+            raise
+        except trio.TooSlowError:
+            reason = session.explain(f"did not start within {self.server.connect_timeout:g} s")
+        except Exception as error:
+            reason = session.explain(f"could not start ({self.server.describe()}): {describe_error(error)}")
+        else:
+            if self.state != "connecting":
+                return False  # closed meanwhile
+            self._definitions = {name: self._definition(name, tool) for name, tool in session.tools.items()}
+            await self._step(context, "establish")
+            await context.emit(
+                MCPServerStartedEvent(
+                    server=self.server.name,
+                    tools=tuple(session.tools),
+                    server_info=session.info,
+                    protocol_version=session.protocol_version,
+                    restarts=self.restarts,
+                )
+            )
+            return True
+        self._current = None
+        if self.state != "connecting":
+            return False
+        self.last_error = reason
+        await self._step(context, "fail")
+        await context.emit(MCPServerFailedEvent(server=self.server.name, error=reason, stage="connect"))
+        return False
+
+    async def _refresh(self, context: AgentRunContext, session: Session) -> None:
+        """Re-read the tool listing after the server said it changed."""
+        with trio.move_on_after(self.server.call_timeout) as waited:
+            try:
+                await session.list_tools()
+            except Exception as error:
+                await self._fail(context, session, f"could not list its tools again: {describe_error(error)}")
+                return
+        if waited.cancelled_caught:
+            await self._fail(
+                context, session, f"did not list its tools within {self.server.call_timeout:g} s", quote=False
+            )
+            return
+        self._definitions = {name: self._definition(name, tool) for name, tool in session.tools.items()}
+
+    async def _report_unreported(self, context: AgentRunContext, stage: Literal["idle", "call"]) -> None:
+        """Stream a failure noticed while no request watched: its transition, then ``mcp_server_failed``."""
+        unreported, self._unreported = self._unreported, None
+        if unreported is not None:
+            reason, step = unreported
+            await context.emit(
+                TransitionEvent(
+                    machine=step.machine, region=step.region, source=step.source, trigger=step.trigger, dest=step.dest
+                )
+            )
+            await context.emit(MCPServerFailedEvent(server=self.server.name, error=reason, stage=stage))
+
+    def lost(self, session: Session, reason: str) -> None:
+        """The session ended by itself (the server exited or dropped the connection); no request is told yet."""
+        if self._current is not session or self.state != "ready":
+            return
+        self._current = None
+        self.last_error = reason
+        step, _ = self.machine.fire("fail")
+        self._unreported = (reason, step)
+
+    async def _fail(self, context: AgentRunContext, session: Session, reason: str, *, quote: bool = True) -> None:
+        """A request found the server failed: stop its session and stream why (once), quoting its stderr."""
+        if self._current is session and self.state == "ready":
+            self._current = None
+            self.last_error = session.explain(reason) if quote else reason
+            session.scope.cancel()
+            await self._step(context, "fail")
+            await context.emit(MCPServerFailedEvent(server=self.server.name, error=self.last_error, stage="call"))
+            return
+        await self._report_unreported(context, "call")
+
+    def _definition(self, name: str, tool: mcp_types.Tool) -> ToolDefinition:
+        async def run(**values: Any) -> ToolResult:
+            context: AgentRunContext = values.pop(_CONTEXT)
+            return await self.call(context, name, values)
+
+        description = tool.description or tool.title or f"{tool.name} (a tool of the MCP server {self.server.name})"
+        return ToolDefinition(
+            name=name,
+            description=description,
+            parameters=dict(tool.input_schema),
+            handler=run,
+            inject=((_CONTEXT, "context"),),
+        )
+
+    async def call(self, context: AgentRunContext, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """Call the tool offered as ``name``; every failure is a failed result, never a hang."""
+        if not await self.ensure(context):
+            return ToolResult(f"the MCP server {self.server.name!r} is not available: {self.last_error}", "failed")
+        session = self._current
+        tool = session.tools.get(name) if session is not None else None
+        if session is None or session.client is None or tool is None:
+            return ToolResult(f"the MCP server {self.server.name!r} no longer offers the tool {name!r}", "failed")
+        client = session.client
+        limit = self.server.call_timeout
+        with trio.move_on_after(limit) as waited:
+            try:
+                result = await client.call_tool(tool.name, dict(arguments))
+            except MCPError as error:
+                if error.code != CONNECTION_CLOSED:
+                    return ToolResult(f"the MCP server refused the call: {describe_error(error)}", "failed")
+                await self._fail(context, session, "the server closed its connection during the call")
+                return ToolResult(f"the MCP server {self.server.name!r} failed: {self.last_error}", "failed")
+            except pydantic.ValidationError as error:
+                first = error.errors()[0]["msg"] if error.errors() else str(error)
+                return ToolResult(f"the MCP server's answer is not a valid tool result: {first}", "failed")
+            except Exception as error:
+                await self._fail(context, session, f"the call broke the connection: {describe_error(error)}")
+                return ToolResult(f"the MCP server {self.server.name!r} failed: {self.last_error}", "failed")
+        if waited.cancelled_caught:
+            await self._fail(context, session, f"did not answer a call of {tool.name} within {limit:g} s", quote=False)
+            return ToolResult(f"the MCP server {self.server.name!r} failed: {self.last_error}", "failed")
+        text = as_text(result_parts(result), MAX_RESULT_CHARS)
+        return ToolResult(text, "failed" if result.is_error else "succeeded")
+
+    async def close(self) -> None:
+        """Close the connection from any state; its session (and process) stops."""
+        if self.state != "closed":
+            self.machine.fire("close")
+        session, self._current = self._current, None
+        if session is not None:
+            session.scope.cancel()
