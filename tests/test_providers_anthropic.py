@@ -81,7 +81,10 @@ def text_stream(text: str) -> str:
 
 
 def model(server: Server, sleeps: Sleeps | None = None, **options: Any) -> AnthropicModel:
+    """The model under test; these tests pin the plain encoding, so prompt caching is off
+    (tests/test_providers_anthropic_features.py covers it, on by default)."""
     options.setdefault("api_key", "sk-ant-test")
+    options.setdefault("prompt_caching", False)
     return AnthropicModel("claude-sonnet-4-20250514", client=server.client(), sleep=sleeps, **options)
 
 
@@ -104,7 +107,7 @@ async def test_text_streams_as_deltas_then_completes_with_usage() -> None:
     assert events == [
         TextDeltaEvent("Hello"),
         TextDeltaEvent("!"),
-        ResponseCompletedEvent(AssistantMessage("Hello!"), Usage(25, 15)),
+        ResponseCompletedEvent(AssistantMessage("Hello!"), Usage(25, 15, 0, 0), "end_turn", "end_turn"),
     ]
     [request] = server.requests
     assert str(request.url) == "https://api.anthropic.com/v1/messages"
@@ -141,6 +144,8 @@ async def test_tool_use_blocks_are_assembled_and_announced_at_block_stop() -> No
                 ),
             ),
             Usage(410, 92),
+            "tool_use",
+            "tool_use",
         ),
     ]
 
@@ -303,7 +308,7 @@ async def test_overloaded_error_event_before_any_output_is_retried() -> None:
     server = Server(sse(overloaded), sse(TEXT_STREAM))
     sleeps = Sleeps()
     events = await collect(model(server, sleeps), HELLO)
-    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello!"), Usage(25, 15))
+    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello!"), Usage(25, 15, 0, 0), "end_turn", "end_turn")
     assert len(server.requests) == 2 and len(sleeps.delays) == 1
 
 

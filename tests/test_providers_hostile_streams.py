@@ -430,7 +430,7 @@ async def test_server_errors_carry_their_retry_after() -> None:
 
 async def test_usage_still_reads_from_well_formed_streams() -> None:
     events = await collect(openai_model(Server(sse(OPENAI_TEXT))), HELLO)
-    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4))
+    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4, 0), "end_turn", "stop")
 
 
 async def test_error_messages_from_the_provider_are_cleaned() -> None:

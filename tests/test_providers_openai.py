@@ -108,7 +108,7 @@ async def test_text_streams_as_deltas_then_completes_with_usage() -> None:
         TextDeltaEvent("Hello"),
         TextDeltaEvent(", world"),
         TextDeltaEvent("!"),
-        ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4)),
+        ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4, 0), "end_turn", "stop"),
     ]
     [request] = server.requests
     assert request.method == "POST"
@@ -140,6 +140,8 @@ async def test_tool_calls_are_assembled_by_index_and_announced_when_complete() -
                 ),
             ),
             Usage(81, 17),
+            "tool_use",
+            "tool_calls",
         ),
     ]
 
@@ -299,7 +301,7 @@ async def test_rate_limit_waits_retry_after_then_succeeds() -> None:
     server = Server(limited, sse(TEXT_STREAM))
     sleeps = Sleeps()
     events = await collect(model(server, sleeps), HELLO)
-    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4))
+    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4, 0), "end_turn", "stop")
     assert sleeps.delays == [1.5]
     assert len(server.requests) == 2
 
@@ -453,7 +455,7 @@ async def test_real_http_over_loopback_under_trio() -> None:
         with trio.fail_after(10):
             events = await collect(local, HELLO)
         nursery.cancel_scope.cancel()
-    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4))
+    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4, 0), "end_turn", "stop")
     assert requests[0].startswith(b"POST /v1/chat/completions HTTP/1.1")
     assert json.loads(requests[0].partition(b"\r\n\r\n")[2])["model"] == "local-model"
 
@@ -490,10 +492,13 @@ async def test_a_stream_ending_after_its_finish_reason_without_done_completes() 
     tools = tool_call_stream(("c1", "get_weather", ['{"city":', '"Oslo"}'])).removesuffix("data: [DONE]\n\n")
     server = Server(sse(body + usage_chunk(5, 1)), sse(tools))
     events = await collect(model(server, Sleeps()), HELLO)
-    assert events == [TextDeltaEvent("Hi"), ResponseCompletedEvent(AssistantMessage("Hi"), Usage(5, 1))]
+    assert events == [
+        TextDeltaEvent("Hi"),
+        ResponseCompletedEvent(AssistantMessage("Hi"), Usage(5, 1), "end_turn", "stop"),
+    ]
     events = await collect(model(server, Sleeps()), HELLO)
     assert events[-1] == ResponseCompletedEvent(
-        AssistantMessage("", [ToolCall("c1", "get_weather", {"city": "Oslo"})]), Usage(81, 17)
+        AssistantMessage("", [ToolCall("c1", "get_weather", {"city": "Oslo"})]), Usage(81, 17), "tool_use", "tool_calls"
     )
     assert len(server.requests) == 2
 
@@ -530,7 +535,7 @@ async def test_timeouts_are_typed_and_retried_only_before_the_first_event() -> N
     sleeps = Sleeps()
     client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
     events = await collect(OpenAIChatModel("m", api_key="k", client=client, sleep=sleeps), HELLO)
-    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4))
+    assert events[-1] == ResponseCompletedEvent(AssistantMessage("Hello, world!"), Usage(19, 4, 0), "end_turn", "stop")
     assert len(attempts) == 3 and len(sleeps.delays) == 2
 
     head = (chunk({"role": "assistant", "content": ""}) + chunk({"content": "Hi"})).encode()

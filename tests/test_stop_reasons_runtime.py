@@ -179,3 +179,27 @@ async def test_reasoning_split_inside_a_surrogate_pair_is_joined_before_it_is_st
     client = await create_agent(Streams(*pieces, ResponseCompletedEvent(AssistantMessage("ok"))))
     events = await events_of(client, "go")
     assert "".join(e.text for e in events if isinstance(e, ev.ReasoningDeltaEvent)) == "a\U0001f600b"
+
+
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        ('{"role": "assistant", "content": "", "tool_calls": [], "reasoning": "x"}', "'reasoning' must be a list"),
+        ('{"role": "assistant", "content": "", "tool_calls": [], "reasoning": [1]}', "must be an object"),
+        ('{"role": "assistant", "content": "", "tool_calls": [], "reasoning": [{"text": 1}]}', "'text' must be a str"),
+        (
+            '{"role": "assistant", "content": "", "tool_calls": [], "reasoning": [{"signature": []}]}',
+            "'signature' must be a str",
+        ),
+    ],
+)
+def test_stored_reasoning_of_the_wrong_shape_is_undecodable_not_a_crash(stored: str, problem: str) -> None:
+    from orchestrator.store.codec import UndecodableMessage
+
+    with pytest.raises(UndecodableMessage, match=problem):
+        decode_message(stored)
+
+
+def test_a_stored_assistant_message_from_before_reasoning_existed_still_decodes() -> None:
+    assert decode_message('{"role": "assistant", "content": "hi", "tool_calls": []}') == AssistantMessage("hi")
+    assert "reasoning" not in encode_message(AssistantMessage("hi"))

@@ -15,6 +15,7 @@ from orchestrator.messages import (
     ContentPart,
     ImagePart,
     Message,
+    ReasoningBlock,
     SystemMessage,
     TextPart,
     ToolCall,
@@ -25,6 +26,7 @@ from orchestrator.messages import (
 from orchestrator.model import (
     ModelEvent,
     ModelRequest,
+    ReasoningDeltaEvent,
     ResponseCompletedEvent,
     TextDeltaEvent,
     ToolCallStreamEvent,
@@ -35,16 +37,26 @@ from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.fields import Fields, decode_object, stream_error
 from orchestrator.providers.retry import RetryPolicy, Sleep
+from orchestrator.providers.stops import ANTHROPIC_STOP_REASONS, normalised_stop
 from orchestrator.text import SurrogateJoiner, clean_json, clean_text
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ANTHROPIC_VERSION", "DEFAULT_ANTHROPIC_BASE_URL", "AnthropicModel", "anthropic_messages"]
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_ANTHROPIC_BASE_URL",
+    "AnthropicModel",
+    "anthropic_messages",
+    "mark_cache_breakpoints",
+]
 
 DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
+
+#: The smallest ``budget_tokens`` the API accepts for extended thinking.
+MIN_THINKING_BUDGET = 1024
 
 
 def _image_block(part: ImagePart) -> dict[str, Any]:
@@ -69,8 +81,22 @@ def _user_blocks(message: UserMessage) -> list[dict[str, Any]]:
     return _part_blocks(message.content)
 
 
-def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+def _reasoning_block(block: ReasoningBlock) -> dict[str, Any] | None:
+    """A ``thinking`` block (text and signature) or a ``redacted_thinking`` block (data), exactly as
+    they arrived; None for reasoning Anthropic did not sign (another provider's, or one cut short)."""
+    if block.signature is not None:
+        return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+    if block.data is not None and block.id is None:
+        return {"type": "redacted_thinking", "data": block.data}
+    return None
+
+
+def _assistant_blocks(message: AssistantMessage, *, thinking: bool) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if thinking:
+        blocks.extend(b for b in (_reasoning_block(r) for r in message.reasoning) if b is not None)
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
     blocks.extend(
         {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)}
         for call in message.tool_calls
@@ -87,13 +113,18 @@ def _tool_result(message: ToolMessage) -> dict[str, Any]:
     return block
 
 
-def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
+def anthropic_messages(
+    messages: tuple[Message, ...], *, thinking: bool = False
+) -> tuple[str, list[dict[str, Any]]]:
     """The ``system`` text and the ``messages`` list for our messages.
 
     System messages are joined into ``system``. Consecutive messages of one
     role are merged into one turn, so the tool results of one assistant turn
     become one user turn of ``tool_result`` blocks (steering input after them
-    joins that turn). Empty turns are left out.
+    joins that turn). Empty turns are left out. With ``thinking`` (the request
+    enables it), an assistant turn starts with the signed thinking and
+    redacted-thinking blocks its message kept, before its text and tool calls,
+    as the API requires; without it they are left out.
     """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
@@ -103,7 +134,7 @@ def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
                 system.append(message.content)
             continue
         if isinstance(message, AssistantMessage):
-            role, blocks = "assistant", _assistant_blocks(message)
+            role, blocks = "assistant", _assistant_blocks(message, thinking=thinking)
         elif isinstance(message, ToolMessage):
             role, blocks = "user", [_tool_result(message)]
         else:
@@ -139,6 +170,35 @@ def anthropic_tools(tools: tuple[ToolDefinition, ...], server_tools: tuple[Serve
     return encoded
 
 
+#: Blocks that cannot carry ``cache_control`` (the API refuses it on them).
+_UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
+
+EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+
+
+def mark_cache_breakpoints(body: dict[str, Any]) -> None:
+    """Put ``cache_control: {type: ephemeral}`` on the system prompt and on the newest message.
+
+    The system prompt (with the tools before it) is the prefix every call of a
+    session repeats; the newest message's last block ends the prefix the next
+    call repeats (it appends the answer and its results after it), so that call
+    reads the whole conversation so far from the cache. Two of the four
+    breakpoints a request may have; thinking blocks and empty text are skipped,
+    as the API refuses a breakpoint on them.
+    """
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": dict(EPHEMERAL)}]
+    turns = body.get("messages")
+    if not turns:
+        return
+    for block in reversed(turns[-1]["content"]):
+        if block.get("type") in _UNCACHEABLE or (block.get("type") == "text" and not block.get("text")):
+            continue
+        block["cache_control"] = dict(EPHEMERAL)
+        return
+
+
 #: Block types whose input streams as ``input_json_delta``.
 _INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 _CONTENT_EVENTS = frozenset(
@@ -163,6 +223,15 @@ class _Block:
     name: str = ""
     initial: dict[str, Any] = attrs.field(factory=dict)
     stopped: bool = False
+    signature: list[str] = attrs.field(factory=list)
+    data: str = ""
+
+    def reasoning(self) -> ReasoningBlock | None:
+        if self.kind == "redacted_thinking":
+            return ReasoningBlock(data=self.data)
+        if self.kind != "thinking":
+            return None
+        return ReasoningBlock("".join(self.text), signature="".join(self.signature) or None)
 
     def call(self) -> ToolCall:
         raw = "".join(self.text)
@@ -176,7 +245,8 @@ class _Assembler:
 
     A block index used twice, a delta or stop for a block that is unknown or
     already stopped, and a delta of the wrong kind for its block (``text_delta``
-    outside a text block, ``input_json_delta`` outside a tool-use block) are
+    outside a text block, ``input_json_delta`` outside a tool-use block,
+    ``thinking_delta`` or ``signature_delta`` outside a thinking block) are
     MalformedStreamError. Unknown event and delta types are skipped, as the API
     asks of clients.
     """
@@ -185,7 +255,10 @@ class _Assembler:
         self.blocks: dict[int, _Block] = {}
         self.call_ids: set[str] = set()
         self.input_tokens = 0
+        self.cache_read: int | None = None
+        self.cache_write: int | None = None
         self.output_tokens = 0
+        self.raw_stop: str | None = None
         self.started = False
         self.stopped = False
 
@@ -211,6 +284,9 @@ class _Assembler:
             return self._stop(self._open_block(data))
         if kind == "message_delta":
             self._usage(data.obj("usage"))
+            raw_stop = data.obj("delta").text("stop_reason")
+            if raw_stop:
+                self.raw_stop = clean_text(raw_stop)
         elif kind == "message_stop":
             self.stopped = True
             return [event for index in sorted(self.blocks) for event in self._stop(self.blocks[index])]
@@ -237,6 +313,11 @@ class _Assembler:
             block.id = call_id
         if kind == "text":
             return self._text(block, content.text("text") or "")
+        if kind == "thinking":
+            block.signature.append(content.text("signature") or "")
+            return self._text(block, content.text("thinking") or "", ReasoningDeltaEvent)
+        if kind == "redacted_thinking":
+            block.data = content.required_text("data")
         return []
 
     def _open_block(self, data: Fields) -> _Block:
@@ -260,15 +341,23 @@ class _Assembler:
             if block.kind not in _INPUT_BLOCKS:
                 raise MalformedStreamError(f"input_json_delta for a {block.kind} block")
             block.text.append(delta.required_text("partial_json"))
+        elif kind in ("thinking_delta", "signature_delta"):
+            if block.kind != "thinking":
+                raise MalformedStreamError(f"{kind} for a {block.kind} block")
+            if kind == "thinking_delta":
+                return self._text(block, delta.required_text("thinking"), ReasoningDeltaEvent)
+            block.signature.append(delta.required_text("signature"))
         return []
 
     @staticmethod
-    def _text(block: _Block, text: str) -> list[ModelEvent]:
+    def _text(
+        block: _Block, text: str, event: type[TextDeltaEvent | ReasoningDeltaEvent] = TextDeltaEvent
+    ) -> list[ModelEvent]:
         piece = block.joiner.feed(text)
         if not piece:
             return []
         block.text.append(piece)
-        return [TextDeltaEvent(piece)]
+        return [event(piece)]
 
     def _stop(self, block: _Block) -> list[ModelEvent]:
         if block.stopped:
@@ -276,23 +365,36 @@ class _Assembler:
         block.stopped = True
         if block.kind == "text":
             return self._text(block, block.joiner.flush())
+        if block.kind == "thinking":
+            return self._text(block, block.joiner.flush(), ReasoningDeltaEvent)
         if block.kind == "tool_use":
             return [ToolCallStreamEvent(block.id, block.name)]
         return []
 
     def _usage(self, usage: Fields) -> None:
+        """Counts as they are reported (``message_delta`` repeats them cumulatively, or leaves them out)."""
         if usage.has("input_tokens"):
-            self.input_tokens = sum(
-                usage.count(key) for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-            )
+            self.input_tokens = usage.count("input_tokens")
+        if usage.has("cache_read_input_tokens"):
+            self.cache_read = usage.count("cache_read_input_tokens")
+        if usage.has("cache_creation_input_tokens"):
+            self.cache_write = usage.count("cache_creation_input_tokens")
         if usage.has("output_tokens"):
             self.output_tokens = usage.count("output_tokens")
+
+    def usage(self) -> Usage:
+        """Input counts every input token: Anthropic reports the cached ones beside ``input_tokens``."""
+        total = self.input_tokens + (self.cache_read or 0) + (self.cache_write or 0)
+        return Usage(total, self.output_tokens, self.cache_read, self.cache_write)
 
     def completed(self) -> ResponseCompletedEvent:
         ordered = [self.blocks[index] for index in sorted(self.blocks)]
         text = "".join("".join(b.text) for b in ordered if b.kind == "text")
         calls = tuple(b.call() for b in ordered if b.kind == "tool_use")
-        return ResponseCompletedEvent(AssistantMessage(text, calls), Usage(self.input_tokens, self.output_tokens))
+        reasoning = tuple(r for r in (b.reasoning() for b in ordered) if r is not None)
+        message = AssistantMessage(text, calls, reasoning=reasoning)
+        stop = normalised_stop(self.raw_stop, ANTHROPIC_STOP_REASONS, has_calls=bool(calls))
+        return ResponseCompletedEvent(message, self.usage(), stop, self.raw_stop)
 
 
 class AnthropicModel(HTTPStreamingModel):
@@ -301,10 +403,17 @@ class AnthropicModel(HTTPStreamingModel):
     ``model`` defaults to ``$ANTHROPIC_MODEL``, ``api_key`` to
     ``$ANTHROPIC_API_KEY`` and ``base_url`` to ``$ANTHROPIC_BASE_URL`` (else
     the Anthropic API, where a key is required). ``extra_body`` is merged into
-    every request (``temperature``, ``thinking``, ...). Once a stream has
+    every request (``temperature``, ``top_k``, ...). Once a stream has
     started, ``idle_timeout`` seconds without a content event (``ping`` and
     event types the adapter ignores do not count) raise ProviderTimeoutError;
     None waits without bound.
+
+    ``thinking_budget`` turns extended thinking on (``thinking: {type:
+    enabled, budget_tokens}``; at least 1024 and below ``max_tokens``): the
+    thinking streams as reasoning deltas, and its signed blocks are kept in
+    the assistant message and sent back before its tool calls on later turns.
+    ``prompt_caching`` (on by default) marks the system prompt and the newest
+    message as cache breakpoints (see ``mark_cache_breakpoints``).
     """
 
     env_prefix: ClassVar[str] = "ANTHROPIC"
@@ -324,7 +433,17 @@ class AnthropicModel(HTTPStreamingModel):
         retry: RetryPolicy | None = None,
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
+        thinking_budget: int | None = None,
+        prompt_caching: bool = True,
     ) -> None:
+        if thinking_budget is not None:
+            if isinstance(thinking_budget, bool) or not isinstance(thinking_budget, int):
+                raise TypeError(f"thinking_budget must be an int, not {type(thinking_budget).__name__}")
+            if not MIN_THINKING_BUDGET <= thinking_budget < max_tokens:
+                raise ValueError(
+                    f"thinking_budget must be at least {MIN_THINKING_BUDGET} and below max_tokens ({max_tokens}), "
+                    f"not {thinking_budget}"
+                )
         super().__init__(
             model,
             api_key=api_key,
@@ -338,16 +457,33 @@ class AnthropicModel(HTTPStreamingModel):
             sleep=sleep,
         )
         self.max_tokens = max_tokens
+        self.thinking_budget = thinking_budget
+        self.prompt_caching = prompt_caching
+
+    def thinking(self) -> dict[str, Any] | None:
+        """The ``thinking`` setting requests carry (``extra_body`` may give its own)."""
+        given = self.extra_body.get("thinking")
+        if given is not None:
+            return dict(given) if isinstance(given, Mapping) else None
+        if self.thinking_budget is None:
+            return None
+        return {"type": "enabled", "budget_tokens": self.thinking_budget}
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
-        system, messages = anthropic_messages(request.messages)
+        thinking = self.thinking()
+        thinking_on = thinking is not None and thinking.get("type") not in (None, "disabled")
+        system, messages = anthropic_messages(request.messages, thinking=thinking_on)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "stream": True}
         if system:
             body["system"] = system
         body["messages"] = messages
         if request.tools or request.server_tools:
             body["tools"] = anthropic_tools(request.tools, request.server_tools)
+        if thinking is not None:
+            body["thinking"] = thinking
+        if self.prompt_caching:
+            mark_cache_breakpoints(body)
         body.update(self.extra_body)
         return body
 

@@ -15,6 +15,7 @@ from orchestrator.messages import (
     AssistantMessage,
     ImagePart,
     Message,
+    ReasoningBlock,
     SystemMessage,
     TextPart,
     ToolCall,
@@ -26,6 +27,7 @@ from orchestrator.messages import (
 from orchestrator.model import (
     ModelEvent,
     ModelRequest,
+    ReasoningDeltaEvent,
     ResponseCompletedEvent,
     TextDeltaEvent,
     ToolCallStreamEvent,
@@ -36,6 +38,7 @@ from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.fields import Fields, decode_object, stream_error
 from orchestrator.providers.retry import RetryPolicy, Sleep
+from orchestrator.providers.stops import OPENAI_FINISH_REASONS, normalised_stop
 from orchestrator.text import SurrogateJoiner, clean_text
 from orchestrator.tools import ToolDefinition
 
@@ -153,6 +156,9 @@ class _Assembler:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.joiner = SurrogateJoiner()
+        self.reasoning: list[str] = []
+        self.reasoning_joiner = SurrogateJoiner()
+        self.raw_stop: str | None = None
         self.calls: dict[int, _PendingCall] = {}
         self.latest: int | None = None
         self.announced_ids: set[str] = set()
@@ -161,7 +167,7 @@ class _Assembler:
         self.saw_choice = False
         self.carried_content = False
         """Whether the chunk fed last carried anything: a non-empty delta field (text, a tool-call
-        fragment, reasoning the adapter does not read), a finish, usage."""
+        fragment, reasoning, fields the adapter does not read), a finish, usage."""
 
     def _announce(self, index: int) -> ToolCallStreamEvent:
         call = self.calls[index]
@@ -189,14 +195,17 @@ class _Assembler:
         usage = chunk.obj("usage")
         self.carried_content = bool(usage)
         if usage:
-            self.usage = Usage(usage.count("prompt_tokens"), usage.count("completion_tokens"))
+            self.usage = self._usage(usage)
         for choice in choices:
             if (choice.index("index") or 0) != 0:
                 continue
             self.saw_choice = True
             delta = choice.obj("delta")
             if any(value for key, value in delta.data.items() if key != "role"):
-                self.carried_content = True  # also what this adapter does not read (reasoning_content)
+                self.carried_content = True  # also what this adapter does not read
+            thought = _reasoning_text(delta)
+            if thought:
+                events.extend(self._reasoning(self.reasoning_joiner.feed(thought)))
             content = delta.text("content")
             if content:
                 self.carried_content = True
@@ -204,12 +213,28 @@ class _Assembler:
             for fragment in delta.objects("tool_calls"):
                 self.carried_content = True
                 events.extend(self._tool_fragment(fragment))
-            if choice.text("finish_reason"):
+            finish_reason = choice.text("finish_reason")
+            if finish_reason:
                 self.carried_content = True
                 self.finished = True
+                self.raw_stop = clean_text(finish_reason)
+                events.extend(self._reasoning(self.reasoning_joiner.flush()))
                 events.extend(self._text(self.joiner.flush()))
                 events.extend(self.announce())
         return events
+
+    @staticmethod
+    def _usage(usage: Fields) -> Usage:
+        """Prompt tokens include the cached ones, reported in ``prompt_tokens_details.cached_tokens``."""
+        details = usage.obj("prompt_tokens_details")
+        cached = details.count("cached_tokens") if details.has("cached_tokens") else None
+        return Usage(usage.count("prompt_tokens"), usage.count("completion_tokens"), cache_read_tokens=cached)
+
+    def _reasoning(self, piece: str) -> list[ModelEvent]:
+        if not piece:
+            return []
+        self.reasoning.append(piece)
+        return [ReasoningDeltaEvent(piece)]
 
     def _text(self, piece: str) -> list[ModelEvent]:
         if not piece:
@@ -253,14 +278,28 @@ class _Assembler:
 
     def finish(self) -> list[ModelEvent]:
         """The text held back and the calls not yet announced, at the end of the stream."""
-        return self._text(self.joiner.flush()) + self.announce()
+        return self._reasoning(self.reasoning_joiner.flush()) + self._text(self.joiner.flush()) + self.announce()
 
     def completed(self) -> ResponseCompletedEvent:
         calls = tuple(
             ToolCall(str(call.id), clean_text(call.name), *parse_arguments("".join(call.arguments)))
             for call in (self.calls[index] for index in sorted(self.calls))
         )
-        return ResponseCompletedEvent(AssistantMessage("".join(self.text), calls), self.usage)
+        reasoning = (ReasoningBlock("".join(self.reasoning)),) if self.reasoning else ()
+        message = AssistantMessage("".join(self.text), calls, reasoning=reasoning)
+        stop = normalised_stop(self.raw_stop, OPENAI_FINISH_REASONS, has_calls=bool(calls))
+        return ResponseCompletedEvent(message, self.usage, stop, self.raw_stop)
+
+
+def _reasoning_text(delta: Fields) -> str | None:
+    """Reasoning text some compatible servers stream beside the content: ``reasoning_content``
+    (a string, else MalformedStreamError), or else ``reasoning`` when it is a string (servers use
+    that name for other shapes too, which are left alone)."""
+    official = delta.text("reasoning_content")
+    if official is not None:
+        return official
+    alias = delta.raw("reasoning")
+    return alias if isinstance(alias, str) else None
 
 
 class OpenAIChatModel(HTTPStreamingModel):
@@ -274,6 +313,12 @@ class OpenAIChatModel(HTTPStreamingModel):
     has started, ``idle_timeout`` seconds without a chunk that carries content
     (keepalive comments and chunks with nothing in them do not count) raise
     ProviderTimeoutError; None waits without bound.
+
+    ``reasoning_effort`` is sent as it is (``minimal``, ``low``, ``medium``,
+    ``high``, ... as the model accepts). Reasoning text a server streams
+    (``reasoning_content``, or ``reasoning``) becomes reasoning deltas and a
+    ReasoningBlock of the message; it is not sent back (Chat Completions has no
+    field for it).
     """
 
     env_prefix: ClassVar[str] = "OPENAI"
@@ -292,7 +337,10 @@ class OpenAIChatModel(HTTPStreamingModel):
         retry: RetryPolicy | None = None,
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
+        reasoning_effort: str | None = None,
     ) -> None:
+        if reasoning_effort is not None and (not isinstance(reasoning_effort, str) or not reasoning_effort):
+            raise ValueError(f"reasoning_effort must be a non-empty string or None, not {reasoning_effort!r}")
         super().__init__(
             model,
             api_key=api_key,
@@ -305,6 +353,7 @@ class OpenAIChatModel(HTTPStreamingModel):
             extra_body=extra_body,
             sleep=sleep,
         )
+        self.reasoning_effort = reasoning_effort
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
@@ -316,6 +365,8 @@ class OpenAIChatModel(HTTPStreamingModel):
         }
         if request.tools:
             body["tools"] = openai_tools(request.tools)
+        if self.reasoning_effort is not None:
+            body["reasoning_effort"] = self.reasoning_effort
         if request.server_tools:
             log.warning("Chat Completions has no server tools; ignoring %d", len(request.server_tools))
         body.update(self.extra_body)
