@@ -26,7 +26,8 @@ from orchestrator.providers import AnthropicModel, OpenAIChatModel
 
 
 def anthropic_model(server: Server) -> AnthropicModel:
-    return AnthropicModel("claude-sonnet-4-20250514", api_key="sk-ant-test", client=server.client())
+    # These tests pin how tool results are encoded; prompt caching (on by default) is tested on its own.
+    return AnthropicModel("claude-sonnet-4-20250514", api_key="sk-ant-test", client=server.client(), prompt_caching=False)
 
 
 def openai_model(server: Server) -> OpenAIChatModel:
