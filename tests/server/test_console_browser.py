@@ -259,3 +259,27 @@ def test_the_console_shows_why_a_stream_ended_early_and_keeps_its_place(
         seqs = page.eval_on_selector_all("#event-log li", "items => items.map(i => i.dataset.seq)")
     assert seqs[:2] == ["1", "2"] and all(seq.isdigit() for seq in seqs)
     assert "undefined" not in requests and "NaN" not in requests
+
+
+def test_the_console_describes_the_images_of_a_tool_result(browser_page) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator import ImagePart, tool
+
+    @tool
+    def screenshot() -> list[object]:
+        """Take a screenshot."""
+        return ["captured ", ImagePart(data=b"\x89PNG\r\n\x1a\n" + b"\0" * 92, media_type="image/png")]
+
+    async def make_client():  # type: ignore[no-untyped-def]
+        model = ScriptedModel([asks(call("s1", "screenshot")), AssistantMessage("Looks empty.")])
+        return await create_agent(model, tools=[screenshot])
+
+    page = browser_page
+    page.set_default_timeout(15_000)
+    with ServerThread(make_client) as server:
+        page.goto(server.url + "/")
+        page.fill("#session-input", "images")
+        page.fill("#prompt-input", "Show me")
+        page.click("#start-button")
+        page.locator(".notice.end", has_text="run completed").wait_for()
+        line = page.inner_text('#transcript .tool[data-call="s1"] .status')
+        assert line == "succeeded: captured [image: image/png, 100 bytes]"
