@@ -193,3 +193,18 @@ async def test_chat_completions_puts_the_images_after_every_result_of_the_turn()
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}},
     ]
     assert messages[6] == {"role": "user", "content": "also this"}
+
+
+async def test_chat_completions_without_tool_images_sends_only_the_descriptions() -> None:
+    server = Server(sse(openai_text("ok")))
+    history: list[Message] = [
+        UserMessage("go"),
+        AssistantMessage("", (ToolCall("a", "shot"),)),
+        ToolMessage("a", "shot", (TextPart("a:"), ImagePart(data=PNG, media_type="image/png"))),
+    ]
+    text_only = OpenAIChatModel(
+        "local", api_key="", base_url="http://127.0.0.1:1/v1", client=server.client(), tool_images=False
+    )
+    await collect(text_only, ModelRequest(history))
+    messages = server.bodies()[0]["messages"]
+    assert messages[2:] == [{"role": "tool", "tool_call_id": "a", "content": f"a:[image: image/png, {len(PNG)} bytes]"}]

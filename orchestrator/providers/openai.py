@@ -103,13 +103,13 @@ def _tool_images(results: list[ToolMessage]) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
-def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def openai_messages(messages: tuple[Message, ...], *, tool_images: bool = True) -> list[dict[str, Any]]:
     """Our messages in Chat Completions form.
 
     A tool message takes only text, so a result with images says ``[image: ...]``
-    where each image was (``describe_parts``), and the images themselves follow
-    all the results of that turn in one user message (a user message between
-    the results of one turn would be refused).
+    where each image was (``describe_parts``), and with ``tool_images`` the
+    images themselves follow all the results of that turn in one user message
+    (a user message between the results of one turn would be refused).
     """
     encoded: list[dict[str, Any]] = []
     with_images: list[ToolMessage] = []
@@ -118,7 +118,7 @@ def openai_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             encoded.append(_tool_images(with_images))
             with_images = []
         encoded.append(_message(message))
-        if isinstance(message, ToolMessage) and images_of(message.content):
+        if tool_images and isinstance(message, ToolMessage) and images_of(message.content):
             with_images.append(message)
     if with_images:
         encoded.append(_tool_images(with_images))
@@ -318,7 +318,9 @@ class OpenAIChatModel(HTTPStreamingModel):
     ``high``, ... as the model accepts). Reasoning text a server streams
     (``reasoning_content``, or ``reasoning``) becomes reasoning deltas and a
     ReasoningBlock of the message; it is not sent back (Chat Completions has no
-    field for it).
+    field for it). ``tool_images=False`` sends only the text descriptions of
+    tool result images (for a model that takes no images), not the user message
+    that shows them.
     """
 
     env_prefix: ClassVar[str] = "OPENAI"
@@ -338,9 +340,11 @@ class OpenAIChatModel(HTTPStreamingModel):
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
         reasoning_effort: str | None = None,
+        tool_images: bool = True,
     ) -> None:
         if reasoning_effort is not None and (not isinstance(reasoning_effort, str) or not reasoning_effort):
             raise ValueError(f"reasoning_effort must be a non-empty string or None, not {reasoning_effort!r}")
+        self.tool_images = tool_images
         super().__init__(
             model,
             api_key=api_key,
@@ -359,7 +363,7 @@ class OpenAIChatModel(HTTPStreamingModel):
         """The JSON body sent for ``request``."""
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": openai_messages(request.messages),
+            "messages": openai_messages(request.messages, tool_images=self.tool_images),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
