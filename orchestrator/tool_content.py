@@ -10,8 +10,9 @@ refuses would make every later request of the session fail:
 - a part of the wrong shape (image data that is not bytes, a list holding an
   object that is neither text nor a part) makes the call fail, saying what was
   wrong (``UnsupportedToolResult``);
+- a ``data:`` URL image becomes the image with its bytes;
 - an image with data of a type no provider takes (not PNG, JPEG, GIF or WebP),
-  one larger than ``MAX_IMAGE_BYTES``, or one past ``MAX_RESULT_IMAGES`` or
+  a URL that is not http(s), one larger than ``MAX_IMAGE_BYTES``, or one past ``MAX_RESULT_IMAGES`` or
   ``MAX_RESULT_IMAGE_BYTES`` for the whole result, is replaced by a text note
   saying so; the rest of the result is kept.
 
@@ -134,10 +135,28 @@ def _image(part: ImagePart, index: int) -> ImagePart:
     if part.url is not None:
         if not isinstance(part.url, str):
             raise UnsupportedToolResult(f"part {index}: ImagePart.url is a {type(part.url).__name__}, not a str")
+        if part.url[:5].lower() == "data:":
+            return _from_data_url(part.url, index)
         return ImagePart(url=clean_text(part.url), media_type=clean_text(part.media_type))
     if not isinstance(part.data, (bytes, bytearray, memoryview)):
         raise UnsupportedToolResult(f"part {index}: ImagePart.data is a {type(part.data).__name__}, not bytes")
     return ImagePart(data=bytes(part.data), media_type=clean_text(part.media_type))
+
+
+def _from_data_url(url: str, index: int) -> ImagePart:
+    """A ``data:<media type>;base64,<data>`` URL as the image part holding its bytes."""
+    header, comma, payload = url[5:].partition(",")
+    media_type, _, encoding = header.partition(";")
+    if not comma or encoding.lower() != "base64":
+        raise UnsupportedToolResult(f"part {index}: a data URL image must be data:<media type>;base64,<data>")
+    import base64  # loaded on first use, like json above
+    import binascii
+
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise UnsupportedToolResult(f"part {index}: the data URL's image is not base64") from None
+    return ImagePart(data=data, media_type=clean_text(media_type.strip().lower() or "image/png"))
 
 
 def image_size(part: ImagePart) -> int:
@@ -157,7 +176,9 @@ def _bounded(parts: list[ContentPart]) -> list[ContentPart]:
             continue
         size = image_size(part)
         reason = None
-        if part.data is not None and part.media_type not in IMAGE_MEDIA_TYPES:
+        if part.url is not None and not part.url.lower().startswith(("https://", "http://")):
+            reason = "an image URL must be http(s) or a base64 data URL"
+        elif part.data is not None and part.media_type not in IMAGE_MEDIA_TYPES:
             reason = f"{part.media_type!r} is not one of {', '.join(sorted(IMAGE_MEDIA_TYPES))}"
         elif size > MAX_IMAGE_BYTES:
             reason = f"{size} bytes is over the {MAX_IMAGE_BYTES}-byte limit for one image"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -164,10 +165,12 @@ def test_an_oversized_image_is_left_out_with_a_note_and_the_rest_is_kept() -> No
         ),
         CHART,
     )
-    long_url = ImagePart(url="data:image/png;base64," + "A" * MAX_IMAGE_BYTES)
+    long_url = ImagePart(url="https://example.test/" + "a" * MAX_IMAGE_BYTES)
     noted = tool_content(long_url)
-    assert isinstance(noted, str) and noted.startswith("[image: image/png left out: ")
-    assert len(noted) < 200
+    assert noted == (
+        f"[image: image/png left out: {MAX_IMAGE_BYTES + 21} bytes is over the "
+        f"{MAX_IMAGE_BYTES}-byte limit for one image]"
+    )
 
 
 def test_the_images_of_one_result_are_bounded_in_number_and_in_total_size() -> None:
@@ -196,6 +199,24 @@ def test_image_data_of_a_type_no_provider_takes_is_left_out_and_a_result_without
     svg = ImagePart(data=b"<svg/>", media_type="image/svg+xml")
     assert tool_content(["drawing: ", svg]) == (
         "drawing: [image: image/svg+xml, 6 bytes left out: "
+        "'image/svg+xml' is not one of image/gif, image/jpeg, image/png, image/webp]"
+    )
+
+
+def test_a_data_url_image_becomes_its_bytes_and_other_schemes_are_left_out() -> None:
+    inline = ImagePart(url="data:image/PNG;base64," + base64.b64encode(PNG).decode("ascii"))
+    assert tool_content([inline]) == (CHART,)
+    local = ImagePart(url="file:///etc/passwd")
+    assert tool_content(["x", local]) == (
+        "x[image: image/png left out: an image URL must be http(s) or a base64 data URL]"
+    )
+    with pytest.raises(UnsupportedToolResult, match=r"part 0: a data URL image must be data:<media type>;base64"):
+        tool_content(ImagePart(url="data:image/png,rawbytes"))
+    with pytest.raises(UnsupportedToolResult, match=r"part 0: the data URL's image is not base64"):
+        tool_content(ImagePart(url="data:image/png;base64,%%%"))
+    svg = "data:image/svg+xml;base64," + base64.b64encode(b"<svg/>").decode("ascii")
+    assert tool_content(ImagePart(url=svg)) == (
+        "[image: image/svg+xml, 6 bytes left out: "
         "'image/svg+xml' is not one of image/gif, image/jpeg, image/png, image/webp]"
     )
 
