@@ -27,13 +27,26 @@ from hypothesis import strategies as st
 
 from orchestrator.errors import ModelError
 from orchestrator.messages import UserMessage
-from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent, ToolCallStreamEvent
+from orchestrator.model import (
+    STOP_REASONS,
+    ModelEvent,
+    ModelRequest,
+    ReasoningDeltaEvent,
+    ResponseCompletedEvent,
+    TextDeltaEvent,
+    ToolCallStreamEvent,
+)
 from orchestrator.providers import AnthropicModel, OpenAIChatModel
 
 RECORDED = Path(__file__).parent.parent / "fixtures" / "providers"
 STREAMS = {
-    "openai": [(RECORDED / name).read_text() for name in ("openai_text.sse", "openai_tools.sse")],
-    "anthropic": [(RECORDED / name).read_text() for name in ("anthropic_text.sse", "anthropic_tools.sse")],
+    "openai": [
+        (RECORDED / name).read_text() for name in ("openai_text.sse", "openai_tools.sse", "openai_reasoning.sse")
+    ],
+    "anthropic": [
+        (RECORDED / name).read_text()
+        for name in ("anthropic_text.sse", "anthropic_tools.sse", "anthropic_thinking.sse")
+    ],
 }
 REQUEST = ModelRequest([UserMessage("weather in Paris and time in Oslo?")])
 
@@ -203,8 +216,17 @@ def assert_well_formed(events: list[ModelEvent]) -> None:
     for call in message.tool_calls:
         assert encodes(call.id) and encodes(call.name)
         assert encodes(json.dumps(dict(call.arguments), ensure_ascii=False))
+    thoughts = [e.text for e in streamed if isinstance(e, ReasoningDeltaEvent)]
+    assert all(thoughts), "no empty reasoning deltas"
+    assert "".join(thoughts) == "".join(block.text for block in message.reasoning)
+    for block in message.reasoning:
+        assert all(encodes(part) for part in (block.text, block.signature or "", block.data or "", block.id or ""))
+    assert last.stop_reason is None or last.stop_reason in STOP_REASONS
+    assert last.raw_stop_reason is None or (isinstance(last.raw_stop_reason, str) and encodes(last.raw_stop_reason))
     if last.usage is not None:
         assert last.usage.input_tokens >= 0 and last.usage.output_tokens >= 0
+        for cached in (last.usage.cache_read_tokens, last.usage.cache_write_tokens):
+            assert cached is None or (isinstance(cached, int) and cached >= 0)
 
 
 async def run_adapter(adapter: str, pieces: list[bytes]) -> list[ModelEvent] | ModelError:
@@ -249,6 +271,12 @@ def test_the_recorded_streams_themselves_are_well_formed(adapter: str) -> None:
     assert isinstance(completed, ResponseCompletedEvent)
     assert "\U0001f600" in completed.message.content
     assert [call.name for call in completed.message.tool_calls] == ["get_weather", "get_time"]
+    reasoned = trio.run(run_adapter, adapter, [STREAMS[adapter][2].encode()])
+    assert not isinstance(reasoned, ModelError)
+    last = reasoned[-1]
+    assert isinstance(last, ResponseCompletedEvent)
+    assert last.message.reasoning and last.message.reasoning[0].text.endswith("\U0001f600")
+    assert last.usage is not None and last.usage.cache_read_tokens
 
 
 @settings_for_streams
