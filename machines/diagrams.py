@@ -54,6 +54,7 @@ LINKS: tuple[Link, ...] = (
     Link("steering_inbox", "closed", "phase", "answered", "is reached when nothing waits in"),
     Link("agent_host", "closing", "phase", "cancelled", "sends every running request to"),
     Link("mcp_connection", "connecting", "phase", "setup", "is started (or restarted) in"),
+    Link("subagent", "running", "phase", "awaiting_tool", "runs a child request for a call in"),
 )
 """How the other machines attach to the request machine in the composed view."""
 

@@ -20,8 +20,9 @@ try:
         ToolArgumentsError,
         ToolRejected,
     )
-    from orchestrator.events import AgentEvent, ExtensionEvent
+    from orchestrator.events import AgentEvent, ExtensionEvent, SubagentCompletedEvent, SubagentStartedEvent
     from orchestrator.extensions.base import AgentExtension
+    from orchestrator.extensions.subagent import SubAgentExtension, agent_tool
     from orchestrator.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
     from orchestrator.messages import (
         AssistantMessage,
@@ -91,6 +92,9 @@ __all__ = [
     "ServerToolDefinition",
     "SessionBusy",
     "StopReason",
+    "SubAgentExtension",
+    "SubagentCompletedEvent",
+    "SubagentStartedEvent",
     "SystemMessage",
     "TextPart",
     "ToolArgumentsError",
@@ -104,6 +108,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "WireFormatError",
+    "agent_tool",
     "create_agent",
     "decode_event",
     "decode_message",

@@ -24,6 +24,7 @@ from orchestrator.runtime import RequestRun, Restored
 from orchestrator.sinks import EventSink
 from orchestrator.stream import RunStream
 from orchestrator.tools import ToolDefinition
+from orchestrator.trace import ChildTraces, NestedTrace, trace_mermaid
 
 log = logging.getLogger("orchestrator.agent")
 
@@ -248,6 +249,14 @@ class Agent:
         """Edges taken by the session's running or most recent request."""
         return list(self._last.get(session_id, ()))
 
+    def child_traces(self, session_id: str) -> list[NestedTrace]:
+        """The paths of the child requests (subagents) of the session's latest request, nested."""
+        return [trace for e in self.extensions if isinstance(e, ChildTraces) for trace in e.child_traces(session_id)]
+
+    def trace(self, session_id: str) -> str:
+        """Mermaid flowchart of the path of the session's running or latest request, subagents nested."""
+        return trace_mermaid(self.transitions(session_id), children=self.child_traces(session_id))
+
     def pending(self, session_id: str | None = None) -> list[PendingCall]:
         """Calls waiting for an external answer, oldest first (optionally of one session).
 
@@ -322,10 +331,8 @@ class AgentClient:
         return self.agent.transitions(session_id)
 
     def trace(self, session_id: str) -> str:
-        """Mermaid flowchart of the path of the session's running or latest request."""
-        from orchestrator.trace import trace_mermaid
-
-        return trace_mermaid(self.agent.transitions(session_id))
+        """Mermaid flowchart of the path of the session's running or latest request, subagents nested."""
+        return self.agent.trace(session_id)
 
 
 async def create_agent(

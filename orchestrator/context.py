@@ -86,6 +86,19 @@ class AgentRunContext:
         """Stream ``event`` to the consumer and deliver it to every on_event."""
         await self._run.emit(event)
 
+    async def forward(self, event: AgentEvent) -> None:
+        """Stream another request's event (a subagent's) to this request's consumer, keeping its ids.
+
+        It takes this request's next ``seq``; no on_event sees it (it is not this
+        request's event). Nothing happens when this request streams to no one.
+        """
+        await self._run.forward(event)
+
+    @property
+    def streams(self) -> bool:
+        """Whether this request's events reach a consumer (a stream or a run's log)."""
+        return self._run.streams
+
     async def publish(self, event: AgentEvent) -> None:
         """Deliver ``event`` to every extension's on_event (not streamed).
 

@@ -290,3 +290,28 @@ class MCPServerFailedEvent(AgentEvent):
     server: str
     error: str
     stage: Literal["connect", "call", "idle"]
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class SubagentStartedEvent(AgentEvent):
+    """Call ``tool_call_id`` started a child request of tool ``agent``; its events follow under ``child_session_id``."""
+
+    kind: ClassVar[str] = "subagent_started"
+    tool_call_id: str
+    agent: str  # the tool's name
+    child_session_id: str
+    child_request_id: str
+    depth: int  # 1 for a child of a top-level request, 2 for its child, ...
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class SubagentCompletedEvent(AgentEvent):
+    """The child request of tool call ``tool_call_id`` ended; ``result`` is what the call's result says."""
+
+    kind: ClassVar[str] = "subagent_completed"
+    tool_call_id: str
+    agent: str
+    child_session_id: str
+    child_request_id: str
+    outcome: Literal["completed", "failed", "cancelled"]
+    result: str = ""

@@ -109,6 +109,15 @@ class StoredApprovals(Protocol):
         ...
 
 
+@runtime_checkable
+class DelegatedWaits(Protocol):
+    """An extension whose child requests (subagents) run on other agents: their waiting calls."""
+
+    def delegated_calls(self, session_id: str | None = None) -> list[PendingCall]:
+        """Waiting calls of the children: all (None), those of a parent session's children, or of one child."""
+        ...
+
+
 class WaitingCalls:
     """An agent's board of live waits, in the order they began; safe from any thread."""
 
@@ -133,7 +142,7 @@ class WaitingCalls:
 def pending_calls(
     board: WaitingCalls, extensions: Iterable[object], running: Iterable[str], session_id: str | None = None
 ) -> list[PendingCall]:
-    """Live waits first, then stored unanswered ones of sessions that run no request here.
+    """Live waits first, then stored unanswered ones of sessions that run no request here, then children's.
 
     A session with a running request has its waits on the board; a stored wait of
     such a session is either one of them or about to be cancelled by it.
@@ -160,6 +169,13 @@ def pending_calls(
                     live=False,
                 )
             )
+    for extension in extensions:
+        if isinstance(extension, DelegatedWaits):
+            for delegated in extension.delegated_calls(session_id):
+                key = (delegated.session_id, delegated.tool_call_id)
+                if key not in seen:
+                    seen.add(key)
+                    calls.append(delegated)
     return calls
 
 

@@ -240,6 +240,23 @@ class RequestRun:
         if self._delivers(event.name):
             await self._deliver(event)
 
+    async def forward(self, event: ev.AgentEvent) -> None:
+        """Stream another request's event (a subagent's) in this request's order; not delivered to on_event.
+
+        It keeps its own ids and ``ts`` and takes this request's next ``seq``. Nothing
+        is streamed when this request has no consumer.
+        """
+        if self._sink is _DROP:
+            return
+        event = attrs.evolve(event, seq=self._number())
+        if self._waiting or not self._sink.offer(event):
+            await self._send_in_turn(event)
+
+    @property
+    def streams(self) -> bool:
+        """Whether this request's events reach a consumer (a stream or a run's log)."""
+        return self._sink is not _DROP
+
     async def _send_in_turn(self, event: ev.AgentEvent) -> None:
         """Hand ``event`` to a sink that has no room, after every event numbered before it.
 

@@ -10,6 +10,9 @@ state the ``current`` class. Works on a finished or a running request:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
 
 from machines.build import Step
 from machines.definition import MachineDefinition, Region
@@ -21,6 +24,7 @@ _SHOWN_STEPS = 4
 
 STYLE_TAKEN = "stroke:#1f6feb,stroke-width:3px"
 STYLE_UNKNOWN = "stroke:#d1242f,stroke-width:3px,stroke-dasharray:4"
+STYLE_DELEGATION = "stroke:#8250df,stroke-width:2px,stroke-dasharray:3"
 CLASS_DEFS = (
     "classDef visited fill:#dbe9ff,stroke:#1f6feb",
     "classDef current fill:#ffd8a8,stroke:#d9480f,stroke-width:3px",
@@ -32,8 +36,8 @@ def steps_from_events(events: Iterable[AgentEvent]) -> list[Step]:
     return [Step(e.machine, e.region, e.source, e.trigger, e.dest) for e in events if isinstance(e, TransitionEvent)]
 
 
-def _node(region: Region, state: str) -> str:
-    return f"{region.name}__{state}"
+def _node(region: Region, state: str, prefix: str = "") -> str:
+    return f"{prefix}{region.name}__{state}"
 
 
 def _numbers(positions: list[int]) -> str:
@@ -43,79 +47,159 @@ def _numbers(positions: list[int]) -> str:
     return f"{shown} … {positions[-1]}, {len(positions)} times"
 
 
-def _region_lines(region: Region) -> list[str]:
-    lines = [f'subgraph region_{region.name}["{region.name}"]', f"{_INDENT}direction LR"]
-    lines.append(f'{_INDENT}{region.name}__start((" "))')
+def _label(text: str) -> str:
+    """Text safe inside a quoted Mermaid label (ids come from models and users)."""
+    return text.replace('"', "#quot;").replace("\n", " ").replace("\r", " ")
+
+
+def _region_lines(region: Region, prefix: str = "") -> list[str]:
+    lines = [f'subgraph {prefix}region_{region.name}["{region.name}"]', f"{_INDENT}direction LR"]
+    lines.append(f'{_INDENT}{prefix}{region.name}__start((" "))')
     for state in region.states:
         shape = ('(["', '"])') if state.final else ('("', '")')
-        lines.append(f"{_INDENT}{_node(region, state.name)}{shape[0]}{state.name}{shape[1]}")
+        lines.append(f"{_INDENT}{_node(region, state.name, prefix)}{shape[0]}{state.name}{shape[1]}")
     lines.append("end")
     return lines
 
 
-def trace_mermaid(steps: Sequence[Step], definition: MachineDefinition = REQUEST) -> str:
+@attrs.frozen
+class NestedTrace:
+    """A child request's path (a subagent's), drawn inside its parent's trace.
+
+    ``label`` names it (tool and call), ``steps`` are its transitions and
+    ``children`` its own children's paths.
+    """
+
+    label: str
+    session_id: str
+    tool_call_id: str
+    steps: tuple[Step, ...]
+    children: tuple[NestedTrace, ...] = ()
+
+
+@runtime_checkable
+class ChildTraces(Protocol):
+    """An extension that started child requests (subagents) of a session's requests."""
+
+    def child_traces(self, session_id: str) -> list[NestedTrace]:
+        """The paths of the children of ``session_id``'s latest request, in start order."""
+        ...
+
+
+LINK_FROM = ("phase", "awaiting_tool")
+"""The parent's state (region, state) a child's machine is linked from: its call ran there."""
+
+
+class _Chart:
+    """The lines and link numbers of one trace, its machines drawn one after another."""
+
+    def __init__(self, definition: MachineDefinition) -> None:
+        self.definition = definition
+        self.edges: list[tuple[str, str, str, str]] = []
+        for region in definition.regions:
+            for transition in region.transitions:
+                for source in transition.source:
+                    key = (region.name, source, transition.trigger, transition.dest)
+                    if key not in self.edges:
+                        self.edges.append(key)
+        self.links: list[str] = []
+        self.taken: list[int] = []
+        self.unknown: list[int] = []
+        self.delegations: list[int] = []
+        self.current: list[str] = []
+        self.visited: list[str] = []
+
+    def _link(self, line: str) -> int:
+        self.links.append(_INDENT + line)
+        return len(self.links) - 1
+
+    def machine(self, steps: Sequence[Step], prefix: str) -> list[str]:
+        """The region subgraphs of one request (their edges go to ``links``)."""
+        definition = self.definition
+        mine = [s for s in steps if s.machine == definition.name]
+        taken: dict[tuple[str, str, str, str], list[int]] = {}
+        for position, step in enumerate(mine, start=1):
+            taken.setdefault((step.region, step.source, step.trigger, step.dest), []).append(position)
+        unknown = [key for key in taken if key not in self.edges]
+        lines: list[str] = []
+        for region in definition.regions:
+            lines += _region_lines(region, prefix)
+        for region in definition.regions:
+            self._link(f"{prefix}{region.name}__start --> {_node(region, region.initial, prefix)}")
+        regions = {region.name: region for region in definition.regions}
+        for key in [*self.edges, *unknown]:
+            region_name, source, trigger, dest = key
+            if region_name not in regions:
+                continue
+            region = regions[region_name]
+            positions = taken.get(key)
+            label = trigger if positions is None else f"{trigger} ({_numbers(positions)})"
+            if key in unknown:
+                label += " not in definition"
+            arrow = "-.->" if key in unknown else "-->"
+            link = self._link(f'{_node(region, source, prefix)} {arrow}|"{label}"| {_node(region, dest, prefix)}')
+            if key in unknown:
+                self.unknown.append(link)
+            elif positions is not None:
+                self.taken.append(link)
+        for region in definition.regions:
+            in_region = [s for s in mine if s.region == region.name]
+            now = in_region[-1].dest if in_region else region.initial
+            self.current.append(_node(region, now, prefix))
+            for state in region.state_names:
+                seen = any(state in (s.source, s.dest) for s in in_region)
+                if seen and state != now:
+                    self.visited.append(_node(region, state, prefix))
+        return lines
+
+    def children(self, children: Sequence[NestedTrace], prefix: str) -> list[str]:
+        """Each child as a subgraph holding its machine (and its own children), linked from the parent."""
+        lines: list[str] = []
+        names = {region.name: region for region in self.definition.regions}
+        region = names.get(LINK_FROM[0])
+        for number, child in enumerate(children, start=1):
+            inner = f"{prefix}c{number}_"
+            title = _label(f"{child.label} · session {child.session_id}")
+            lines.append(f'subgraph {inner}machine["{title}"]')
+            lines.append(f"{_INDENT}direction LR")
+            if region is not None and LINK_FROM[1] in region.state_names:
+                link = self._link(
+                    f'{_node(region, LINK_FROM[1], prefix)} -.->|"{_label(child.tool_call_id)}"| {inner}machine'
+                )
+                self.delegations.append(link)
+            lines += [_INDENT + line for line in self.machine(child.steps, inner)]
+            lines += [_INDENT + line for line in self.children(child.children, inner)]
+            lines.append("end")
+        return lines
+
+
+def trace_mermaid(
+    steps: Sequence[Step], definition: MachineDefinition = REQUEST, children: Sequence[NestedTrace] = ()
+) -> str:
     """Mermaid flowchart of ``definition`` with the path of ``steps`` highlighted.
 
     Steps of other machines are left out; a step that matches no edge of the
-    definition is drawn as a red dashed edge, so a broken path shows.
+    definition is drawn as a red dashed edge, so a broken path shows. Each of
+    ``children`` (subagent requests) is drawn as a nested subgraph holding its
+    own machine and path, linked by a dotted edge (labelled with the tool call)
+    from the parent's ``awaiting_tool`` state.
     """
+    chart = _Chart(definition)
     mine = [s for s in steps if s.machine == definition.name]
-    taken: dict[tuple[str, str, str, str], list[int]] = {}
-    for position, step in enumerate(mine, start=1):
-        taken.setdefault((step.region, step.source, step.trigger, step.dest), []).append(position)
-
-    edges: list[tuple[str, str, str, str]] = []
-    for region in definition.regions:
-        for transition in region.transitions:
-            for source in transition.source:
-                key = (region.name, source, transition.trigger, transition.dest)
-                if key not in edges:
-                    edges.append(key)
-    unknown = [key for key in taken if key not in edges]
-
     lines = ["---", f"title: {definition.name} trace", "---", "flowchart LR"]
     lines.append(f"{_INDENT}%% {len(mine)} transitions taken")
-    for region in definition.regions:
-        lines += [_INDENT + line for line in _region_lines(region)]
-    link = 0
-    taken_links: list[int] = []
-    unknown_links: list[int] = []
-    for region in definition.regions:
-        lines.append(f"{_INDENT}{region.name}__start --> {_node(region, region.initial)}")
-        link += 1
-    regions = {region.name: region for region in definition.regions}
-    for key in [*edges, *unknown]:
-        region_name, source, trigger, dest = key
-        if region_name not in regions:
-            continue
-        region = regions[region_name]
-        positions = taken.get(key)
-        label = trigger if positions is None else f"{trigger} ({_numbers(positions)})"
-        if key in unknown:
-            label += " not in definition"
-            unknown_links.append(link)
-        elif positions is not None:
-            taken_links.append(link)
-        arrow = "-.->" if key in unknown else "-->"
-        lines.append(f'{_INDENT}{_node(region, source)} {arrow}|"{label}"| {_node(region, dest)}')
-        link += 1
-
-    if taken_links:
-        lines.append(f"{_INDENT}linkStyle {','.join(map(str, taken_links))} {STYLE_TAKEN}")
-    if unknown_links:
-        lines.append(f"{_INDENT}linkStyle {','.join(map(str, unknown_links))} {STYLE_UNKNOWN}")
+    body = chart.machine(steps, "")
+    body += chart.children(children, "")
+    lines += [_INDENT + line for line in body]
+    lines += chart.links
+    if chart.taken:
+        lines.append(f"{_INDENT}linkStyle {','.join(map(str, chart.taken))} {STYLE_TAKEN}")
+    if chart.unknown:
+        lines.append(f"{_INDENT}linkStyle {','.join(map(str, chart.unknown))} {STYLE_UNKNOWN}")
+    if chart.delegations:
+        lines.append(f"{_INDENT}linkStyle {','.join(map(str, chart.delegations))} {STYLE_DELEGATION}")
     lines += [_INDENT + line for line in CLASS_DEFS]
-    current: list[str] = []
-    visited: list[str] = []
-    for region in definition.regions:
-        in_region = [s for s in mine if s.region == region.name]
-        now = in_region[-1].dest if in_region else region.initial
-        current.append(_node(region, now))
-        for state in region.state_names:
-            seen = any(state in (s.source, s.dest) for s in in_region)
-            if seen and state != now:
-                visited.append(_node(region, state))
-    if visited:
-        lines.append(f"{_INDENT}class {','.join(visited)} visited")
-    lines.append(f"{_INDENT}class {','.join(current)} current")
+    if chart.visited:
+        lines.append(f"{_INDENT}class {','.join(chart.visited)} visited")
+    lines.append(f"{_INDENT}class {','.join(chart.current)} current")
     return "\n".join(lines) + "\n"

@@ -97,6 +97,18 @@ SAMPLES: list[ev.AgentEvent] = [
     ev.RunFailedEvent(**IDS, error=wire.RemoteError("ModelError", "stream ended")),
     ev.RunCancelledEvent(**IDS),
     ev.RunParkedEvent(**IDS, waiting=("c1", "c2")),
+    ev.SubagentStartedEvent(
+        **IDS, tool_call_id="c1", agent="research", child_session_id="s1:c1", child_request_id="r9", depth=1
+    ),
+    ev.SubagentCompletedEvent(
+        **IDS,
+        tool_call_id="c1",
+        agent="research",
+        child_session_id="s1:c1",
+        child_request_id="r9",
+        outcome="failed",
+        result="research failed: ModelError: boom",
+    ),
     ev.RunResumedEvent(**IDS, worker="w1", phase="awaiting_tool"),
     ev.SteeringAcceptedEvent(**IDS, message=UserMessage("stop"), source="external"),
     ev.SteeringAcceptedEvent(**IDS, message=LINKED, source="extension"),

@@ -1,0 +1,364 @@
+"""Subagents: an Agent offered to another agent as a tool.
+
+``agent_tool(researcher, name="research", description=...)`` is a
+``SubAgentExtension``: given to the parent agent's ``extensions``, it offers a
+tool ``research(task)``. A call runs one request of ``researcher`` in the
+calling tool's own trio task, with ``task`` as its input, in the child session
+``child_session_id(parent_session, tool_call_id)`` (``"<parent session>:<tool
+call id>"``). Its answer is the call's result; its failure is the call's failed
+result; cancelling the parent cancels it.
+
+While the child runs, its streamed events go on the parent's stream in order,
+each keeping its own ``session_id`` and ``request_id`` (the child's) and taking
+the parent's next ``seq``. ``subagent_started`` (on the parent's session) comes
+first and links ``child_session_id`` to the parent's ``tool_call_id``;
+``subagent_completed`` comes last. Questions inside the child (``ask_user``,
+Plan Mode, tool approval) therefore reach the parent's consumer, who answers
+them as usual, with ``deliver`` / ``emit_external_event`` on the parent agent
+and the child's session id: this extension hands such an event to the agent
+that runs that session. ``pending()`` of the parent lists the child's waiting
+calls too.
+
+Children nest (a child may itself have subagents), at most ``max_depth`` deep
+(default ``MAX_DEPTH``, 3): a top-level request runs at depth 0, its child at
+1; a call that would start a child deeper than ``max_depth`` is a failed tool
+result and starts nothing. Each call is a ``machines.subagent.SUBAGENT``
+machine (``checking -> running | refused``, ``running -> completed | failed |
+cancelled``) whose transitions are streamed on the parent's session.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+import trio
+
+from machines.build import BoundMachine
+from machines.subagent import SUBAGENT
+from orchestrator.agent import Agent, AgentClient
+from orchestrator.config import AgentRunConfig, ExternalEvent
+from orchestrator.delivery import Refusal, Verdict
+from orchestrator.events import AgentEvent, SubagentCompletedEvent, SubagentStartedEvent, TransitionEvent
+from orchestrator.extensions.base import AgentExtension
+from orchestrator.messages import ToolCall, UserMessage
+from orchestrator.pending import PendingCall
+from orchestrator.runtime import CLEANUP_SECONDS
+from orchestrator.tools import ToolDefinition, ToolResult, build_tool
+from orchestrator.trace import NestedTrace
+
+if TYPE_CHECKING:
+    from orchestrator.context import AgentRunContext
+
+MAX_DEPTH = 3
+"""How deep subagents nest by default: a top-level request's child is at depth 1."""
+
+SESSION_SEPARATOR = ":"
+"""Joins a parent session id and a tool call id into the child's session id (safe in a URL path)."""
+
+KEPT_SESSIONS = 1024
+"""Parent sessions whose latest request's children are kept for ``trace`` (oldest dropped first)."""
+
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("orchestrator_subagent_depth", default=0)
+
+# (extension, session) pairs a delivery or a pending listing is passing through in this thread:
+# an agent that is its own subagent must not hand an event to itself forever.
+_visiting = threading.local()
+
+
+def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
+    """The session of the child request run for ``tool_call_id`` of a request of ``parent_session_id``."""
+    return f"{parent_session_id}{SESSION_SEPARATOR}{tool_call_id}"
+
+
+def current_depth() -> int:
+    """How deep the running task is: 0 in a top-level request, 1 inside its child, and so on."""
+    return _DEPTH.get()
+
+
+@attrs.frozen(eq=False)
+class _Child:
+    """One child request started for a tool call of a parent request."""
+
+    tool: str
+    tool_call_id: str
+    session_id: str
+    parent_session_id: str
+    parent_agent: Agent
+    agent: Agent
+
+
+class _ToParent:
+    """The event sink of a child request: each event goes on the parent's stream, in the child's order.
+
+    ``offer`` always declines, so the child hands every event over through ``put``
+    behind its own fair lock, and a parent waiting for its consumer holds the child too.
+    """
+
+    def __init__(self, parent: AgentRunContext) -> None:
+        self.parent = parent
+
+    def offer(self, event: AgentEvent) -> bool:
+        return False
+
+    async def put(self, event: AgentEvent) -> None:
+        await self.parent.forward(event)
+
+
+@contextmanager
+def _visit(key: tuple[int, str]) -> Iterator[bool]:
+    """True unless this thread is already passing ``key`` (then the caller must not go on)."""
+    seen: set[tuple[int, str]] = getattr(_visiting, "keys", None) or set()
+    _visiting.keys = seen
+    if key in seen:
+        yield False
+        return
+    seen.add(key)
+    try:
+        yield True
+    finally:
+        seen.discard(key)
+
+
+Outcome = Literal["completed", "failed", "cancelled"]
+
+
+def _cancelled_only(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return all(_cancelled_only(inner) for inner in error.exceptions)
+    return isinstance(error, trio.Cancelled)
+
+
+class SubAgentExtension(AgentExtension):
+    """Offers ``agent`` as the tool ``name(task)``; see the module's documentation."""
+
+    def __init__(self, agent: Agent | AgentClient, *, name: str, description: str, max_depth: int = MAX_DEPTH) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("a subagent tool needs a name")
+        if max_depth < 1:
+            raise ValueError("max_depth must be at least 1")
+        self.agent: Agent = agent.agent if isinstance(agent, AgentClient) else agent
+        self.tool_name = name
+        self.max_depth = max_depth
+        self.name = f"subagent:{name}"
+        self.tool = self._build_tool(description)
+        self._lock = threading.Lock()
+        self._live: dict[str, _Child] = {}
+        # Per parent session: the request id of its latest request with children, and those children.
+        self._latest: collections.OrderedDict[str, tuple[str, list[_Child]]] = collections.OrderedDict()
+
+    def _build_tool(self, description: str) -> ToolDefinition:
+        delegate = self._delegate
+
+        async def run_subagent(context: AgentRunContext, call: ToolCall, task: str) -> ToolResult:
+            """Hand a task to the subagent and return its answer.
+
+            Args:
+                task: what the subagent should do, with everything it needs to know
+            """
+            return await delegate(context, call, task)
+
+        return build_tool(run_subagent, name=self.tool_name, description=description)
+
+    async def on_tool(self, context: AgentRunContext) -> None:
+        """Offer the subagent's tool in every request."""
+        context.register_tool(self.tool)
+
+    # one call ---------------------------------------------------------------
+
+    async def _delegate(self, context: AgentRunContext, call: ToolCall, task: str) -> ToolResult:
+        depth = current_depth() + 1
+        machine = BoundMachine(SUBAGENT, {"within_depth": lambda event: depth <= self.max_depth})
+        try:
+            await self._step(context, machine, "start")
+            if machine.state() == "refused":
+                return ToolResult(
+                    f"refused: {self.tool_name} would run at depth {depth}, and subagents nest at most "
+                    f"{self.max_depth} deep",
+                    "failed",
+                )
+            return await self._run_child(context, call, task, depth, machine)
+        finally:
+            machine.unbind()
+
+    async def _run_child(
+        self, context: AgentRunContext, call: ToolCall, task: str, depth: int, machine: BoundMachine
+    ) -> ToolResult:
+        child = _Child(
+            self.tool_name,
+            call.id,
+            child_session_id(context.session_id, call.id),
+            context.session_id,
+            context.agent,
+            self.agent,
+        )
+        sink = _ToParent(context) if context.streams else None
+        try:
+            run = await self.agent._open_run(AgentRunConfig(session_id=child.session_id), UserMessage(task), sink)
+        except Exception as error:
+            await self._step(context, machine, "fail")
+            return ToolResult(f"{self.tool_name} could not start: {type(error).__name__}: {error}", "failed")
+        self._enter(child, context.request_id)
+        token = _DEPTH.set(depth)
+        try:
+            await context.emit(
+                SubagentStartedEvent(
+                    tool_call_id=call.id,
+                    agent=self.tool_name,
+                    child_session_id=child.session_id,
+                    child_request_id=run.context.request_id,
+                    depth=depth,
+                )
+            )
+            try:
+                answer = await run.run()
+            except Exception as error:
+                why = f"{self.tool_name} failed: {type(error).__name__}: {error}"
+                await self._finish(context, machine, child, run.context.request_id, "failed", why)
+                return ToolResult(why, "failed")
+            except BaseException as error:
+                outcome: Outcome = "cancelled" if _cancelled_only(error) else "failed"
+                with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                    await self._finish(context, machine, child, run.context.request_id, outcome, "")
+                raise
+            await self._finish(context, machine, child, run.context.request_id, "completed", answer.content)
+            return ToolResult(answer.content)
+        finally:
+            _DEPTH.reset(token)
+            self.agent._close_run(run)
+            self._leave(child)
+
+    async def _finish(
+        self,
+        context: AgentRunContext,
+        machine: BoundMachine,
+        child: _Child,
+        request_id: str,
+        outcome: Outcome,
+        result: str,
+    ) -> None:
+        await self._step(context, machine, {"completed": "complete", "failed": "fail", "cancelled": "cancel"}[outcome])
+        await context.emit(
+            SubagentCompletedEvent(
+                tool_call_id=child.tool_call_id,
+                agent=self.tool_name,
+                child_session_id=child.session_id,
+                child_request_id=request_id,
+                outcome=outcome,
+                result=result,
+            )
+        )
+
+    async def _step(self, context: AgentRunContext, machine: BoundMachine, trigger: str) -> None:
+        step, _ = machine.fire(trigger)
+        await context.emit(
+            TransitionEvent(
+                machine=step.machine, region=step.region, source=step.source, trigger=step.trigger, dest=step.dest
+            )
+        )
+
+    # children ---------------------------------------------------------------
+
+    def _enter(self, child: _Child, parent_request_id: str) -> None:
+        with self._lock:
+            self._live[child.session_id] = child
+            latest = self._latest.get(child.parent_session_id)
+            if latest is None or latest[0] != parent_request_id:
+                latest = (parent_request_id, [])
+            latest[1].append(child)
+            self._latest[child.parent_session_id] = latest
+            self._latest.move_to_end(child.parent_session_id)
+            while len(self._latest) > KEPT_SESSIONS:
+                self._latest.popitem(last=False)
+
+    def _leave(self, child: _Child) -> None:
+        with self._lock:
+            if self._live.get(child.session_id) is child:
+                del self._live[child.session_id]
+
+    def live_children(self) -> list[str]:
+        """Session ids of the child requests running now."""
+        with self._lock:
+            return list(self._live)
+
+    def _holder(self, session_id: str) -> _Child | None:
+        """The running child (started here or by a subagent of a child) whose session is ``session_id``."""
+        with self._lock:
+            children = list(self._live.values())
+        for child in children:
+            if child.session_id == session_id:
+                return child
+        for child in children:
+            for extension in child.agent.extensions:
+                if extension is self or not isinstance(extension, SubAgentExtension):
+                    continue
+                with _visit((id(extension), session_id)) as first:
+                    found = extension._holder(session_id) if first else None
+                if found is not None:
+                    return found
+        return None
+
+    def consider(self, config: AgentRunConfig, event: ExternalEvent) -> Verdict:
+        """Hand an event meant for a running child session to the agent that runs it.
+
+        Not for this extension (False) when no child runs that session, or when the
+        child runs on the agent being delivered to (its own extensions see the event).
+        """
+        child = self._holder(config.session_id)
+        if child is None or child.agent is child.parent_agent:
+            return False
+        with _visit((id(self), config.session_id)) as first:
+            if not first:
+                return False
+            delivery = child.agent.deliver(event, config=config)
+        if delivery:
+            return True
+        return Refusal(f"subagent session {config.session_id!r}: {delivery.reason}")
+
+    def delegated_calls(self, session_id: str | None = None) -> list[PendingCall]:
+        """Waiting calls of running children: all of them (None), those of a parent session, or of one child."""
+        with self._lock:
+            children = list(self._live.values())
+        calls: list[PendingCall] = []
+        for child in children:
+            with _visit((id(self), child.session_id)) as first:
+                if not first:
+                    continue
+                found = child.agent.pending(child.session_id)
+            if session_id is None or session_id in (child.parent_session_id, child.session_id):
+                calls += found
+            else:
+                calls += [c for c in found if c.session_id == session_id]
+        return calls
+
+    def child_traces(self, session_id: str) -> list[NestedTrace]:
+        """The paths of the children of the latest request of ``session_id`` that had any, in start order."""
+        with self._lock:
+            latest = self._latest.get(session_id)
+            children = list(latest[1]) if latest is not None else []
+        traces: list[NestedTrace] = []
+        for child in children:
+            with _visit((id(self), child.session_id)) as first:
+                nested = child.agent.child_traces(child.session_id) if first else []
+            traces.append(
+                NestedTrace(
+                    label=f"{child.tool} {child.tool_call_id}",
+                    session_id=child.session_id,
+                    tool_call_id=child.tool_call_id,
+                    steps=tuple(child.agent.transitions(child.session_id)),
+                    children=tuple(nested),
+                )
+            )
+        return traces
+
+
+def agent_tool(
+    agent: Agent | AgentClient, *, name: str, description: str, max_depth: int = MAX_DEPTH
+) -> SubAgentExtension:
+    """``agent`` as the tool ``name(task)`` of another agent: pass the result in its ``extensions``."""
+    return SubAgentExtension(agent, name=name, description=description, max_depth=max_depth)
