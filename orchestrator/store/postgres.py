@@ -19,6 +19,7 @@ call then fails with StoreError, and the locks it held are gone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -187,8 +188,14 @@ class PostgresStore(SessionStore):
     def close(self) -> None:
         self._local.release_all()
         with self._lock:
+            held = bool(self._advisory)
             self._advisory.clear()
-            self._db.close()  # the server drops the session's advisory locks with it
+            if held and not self._db.closed:
+                # The server would drop them with the connection, but only once its backend process
+                # has noticed the close: release them now, so the next owner's lock succeeds at once.
+                with contextlib.suppress(psycopg.Error):
+                    self._db.execute("SELECT pg_advisory_unlock_all()")
+            self._db.close()
 
     # sessions and messages --------------------------------------------------
 
