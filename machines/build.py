@@ -358,6 +358,11 @@ def _trigger_events(definition: MachineDefinition) -> dict[str, Event]:
 
 
 @functools.cache
+def _guard_names(definition: MachineDefinition) -> frozenset[str]:
+    return definition.guard_names
+
+
+@functools.cache
 def generated(definition: MachineDefinition) -> dict[str, Machine]:
     """The shared ``transitions`` machines of a definition, one per region."""
     return {region.name: _generate(definition, region) for region in definition.regions}
@@ -379,6 +384,8 @@ class MachineModel:
 class BoundMachine:
     """A definition bound to one model: fire triggers, read states, unbind."""
 
+    __slots__ = ("_bound", "_events", "_machines", "_regions", "definition", "history", "model")
+
     def __init__(
         self,
         definition: MachineDefinition,
@@ -387,7 +394,7 @@ class BoundMachine:
         initial: Mapping[str, str] | None = None,
         host: object = None,
     ) -> None:
-        missing = definition.guard_names - set(guards)
+        missing = _guard_names(definition).difference(guards)
         if missing:
             raise ValueError(f"{definition.name}: no predicate for guards {sorted(missing)}")
         self.definition = definition

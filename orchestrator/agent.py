@@ -161,7 +161,7 @@ class Agent:
         """
         live = self._live.get(config.session_id)
         while live is not None and live.abandoned:
-            await live.ended.wait()
+            await live.wait_left()
             live = self._live.get(config.session_id)
         if live is not None:
             raise SessionBusy(config.session_id)
@@ -174,7 +174,7 @@ class Agent:
     def _close_run(self, run: RequestRun) -> None:
         if self._live.get(run.context.session_id) is run:
             del self._live[run.context.session_id]
-        run.ended.set()
+        run.mark_left()
 
     async def compact(self, config: AgentRunConfig) -> CompactionCompletedEvent | None:
         """Restore the session through on_tool and on_state, then run on_compact.

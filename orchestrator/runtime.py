@@ -89,7 +89,52 @@ class Restored:
 
 
 class RequestRun:
-    """One request of one session: its machine, context and loop."""
+    """One request of one session: its machine, context and loop.
+
+    Slotted: thousands of requests may wait at once (for an approval, say), and
+    each keeps only its own fields; what every request of an agent shares (who
+    listens to which events, which callbacks have work) is computed once per
+    agent (``_AgentProfile``).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_ended",
+        "_heard_names",
+        "_listened",
+        "_plans",
+        "_request_id",
+        "_send_lock",
+        "_session_id",
+        "_sink",
+        "_waiting",
+        "abandoned",
+        "agent",
+        "approvals",
+        "capabilities",
+        "context",
+        "ending",
+        "error",
+        "hooks",
+        "inboxes_closed",
+        "internal",
+        "internal_queue",
+        "internal_refused",
+        "iterations",
+        "left",
+        "machine",
+        "open_calls",
+        "parking",
+        "raw_stop_reason",
+        "request",
+        "response",
+        "restored",
+        "seq",
+        "skipped_ids",
+        "steering",
+        "stop_reason",
+        "usage",
+    )
 
     def __init__(
         self,
@@ -106,16 +151,14 @@ class RequestRun:
             input_message = clean_message(input_message)  # type: ignore[assignment]
         self.context = AgentRunContext(self, config, request_id, input_message)
         self._sink: EventSink = sink if sink is not None else _DROP
+        profile = _profile_of(agent)
         # Without a consumer, only the events some on_event wants are built (None: every event).
-        self._heard_names = _heard_names(agent.hooks["on_event"]) if sink is None else None
-        self._ids = {"session_id": config.session_id, "request_id": request_id}
+        self._heard_names = profile.listened if sink is None else None
         self._session_id = config.session_id
         self._request_id = request_id
-        # The extensions that see every event (fixed for the agent's lifetime).
-        self._subscribers = agent.hooks["on_event"]
         # The event names at least one on_event wants (None: every name); others skip _deliver.
-        self._listened = _heard_names(self._subscribers) if self._subscribers else frozenset()
-        self._plans = _plans_of(agent)
+        self._listened = profile.listened
+        self._plans = profile.plans
         self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
         self.iterations = 0
         self.request: ModelRequest | None = None
@@ -134,7 +177,8 @@ class RequestRun:
         self.steering: UserMessage | None = None
         # Calls of the current turn that steering skipped, reported by steering_applied.
         self.skipped_ids: tuple[str, ...] = ()
-        self.internal_queue: list[UserMessage | SystemMessage] = []
+        # Internal messages queued for the request (a list made on the first one).
+        self.internal_queue: list[UserMessage | SystemMessage] | None = None
         self.internal: UserMessage | SystemMessage | None = None
         self.internal_refused = False
         self.inboxes_closed = False
@@ -142,8 +186,9 @@ class RequestRun:
         self.error: BaseException | None = None
         # Set once the request is failing, cancelled or final: nothing can fail it any more.
         self.ending = False
-        # Set (by the Agent) once the request has left its session.
-        self.ended = trio.Event()
+        # Set (by the Agent, through mark_left) once the request has left its session.
+        self.left = False
+        self._ended: trio.Event | None = None
         # Set by a stream dropped while its request still ran: a new request waits for its end.
         self.abandoned = False
         # A run resumed from a run store's checkpoint, and whether its worker is letting it go.
@@ -151,6 +196,20 @@ class RequestRun:
         self.parking = False
         if restored is not None:
             self.seq = restored.last_seq
+
+    def mark_left(self) -> None:
+        """The request has left its session: wake whoever waits in ``wait_left``."""
+        self.left = True
+        if self._ended is not None:
+            self._ended.set()
+
+    async def wait_left(self) -> None:
+        """Wait until the request has left its session (the event is made for the first waiter only)."""
+        if self.left:
+            return
+        if self._ended is None:
+            self._ended = trio.Event()
+        await self._ended.wait()
 
     # stepping ---------------------------------------------------------------
 
@@ -500,9 +559,11 @@ class RequestRun:
         try:
             async for event in stream:
                 if isinstance(event, TextDeltaEvent):
-                    if not isinstance(event.text, str):
-                        raise ModelError(f"the model streamed text of type {type(event.text).__name__}")
-                    piece = text.feed(event.text)
+                    piece = event.text
+                    if not isinstance(piece, str):
+                        raise ModelError(f"the model streamed text of type {type(piece).__name__}")
+                    if text.held or not piece.isascii():
+                        piece = text.feed(piece)  # ASCII text needs no cleaning and ends in no surrogate
                     if not piece or not heard:
                         continue
                     # _emit_new, unrolled: this runs once per streamed delta.
@@ -630,6 +691,8 @@ class RequestRun:
     def queue_internal(self, message: UserMessage | SystemMessage) -> None:
         if self.internal_refused:
             raise AgentError("the request is concluding: it can no longer answer an internal message")
+        if self.internal_queue is None:
+            self.internal_queue = []
         self.internal_queue.append(message)
 
     async def _cb_close_inboxes(self) -> None:
@@ -894,16 +957,33 @@ _HOOK_ONLY = frozenset(
     {"before_run", "before_turn", "before_model", "after_model", "after_turn", "after_run", "on_success", "on_message"}
 )
 
-#: Per agent, the callbacks of each edge (by its callback names) that have work to do.
-_PLANS: weakref.WeakKeyDictionary[Agent, dict[tuple[str, ...], tuple[Callable[[RequestRun], Awaitable[None]], ...]]]
-_PLANS = weakref.WeakKeyDictionary()
+_Plan = tuple[Callable[[RequestRun], Awaitable[None]], ...]
 
 
-def _plans_of(agent: Agent) -> dict[tuple[str, ...], tuple[Callable[[RequestRun], Awaitable[None]], ...]]:
-    plans = _PLANS.get(agent)
-    if plans is None:
-        plans = _PLANS[agent] = {}
-    return plans
+class _AgentProfile:
+    """What every request of one agent shares: who listens to which events, and which callbacks have work.
+
+    An agent's extensions (and so its hooks) are fixed for its lifetime.
+    ``listened``: the event names some on_event wants (None: every name).
+    ``plans``: per edge (by its callback names), the callbacks with work to do.
+    """
+
+    __slots__ = ("listened", "plans")
+
+    def __init__(self, agent: Agent) -> None:
+        listeners = agent.hooks["on_event"]
+        self.listened = _heard_names(listeners) if listeners else frozenset()
+        self.plans: dict[tuple[str, ...], _Plan] = {}
+
+
+_PROFILES: weakref.WeakKeyDictionary[Agent, _AgentProfile] = weakref.WeakKeyDictionary()
+
+
+def _profile_of(agent: Agent) -> _AgentProfile:
+    profile = _PROFILES.get(agent)
+    if profile is None:
+        profile = _PROFILES[agent] = _AgentProfile(agent)
+    return profile
 
 
 def _has_work(agent: Agent, callback: str) -> bool:

@@ -53,45 +53,80 @@ class StreamQueue:
     open calls. Once the consumer is gone (``abandon``), events are dropped.
     """
 
+    __slots__ = (
+        "_bounded",
+        "_capacity",
+        "_closed",
+        "_events",
+        "_gone",
+        "_readers",
+        "_readers_parked",
+        "_writers",
+        "_writers_parked",
+    )
+
     def __init__(self, capacity: int = STREAM_BUFFER) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
-        self._events: collections.deque[AgentEvent] = collections.deque()
+        # Made on the first event after the queue was found empty: a request waiting
+        # with nothing queued (for an approval, say) keeps no deque block.
+        self._events: collections.deque[AgentEvent] | None = None
         self._capacity = capacity
         self._bounded = True
         self._closed = False
         self._gone = False
         self._readers = trio.lowlevel.ParkingLot()
-        self._writers = trio.lowlevel.ParkingLot()
+        # Made when the request first has to wait for room.
+        self._writers: trio.lowlevel.ParkingLot | None = None
+        # How many tasks wait in each lot and were not woken yet (plain counts: cheaper to test,
+        # once per event, than a lot). The waker takes one off as it wakes a task; a task whose
+        # wait ends otherwise (cancelled) takes itself off.
+        self._readers_parked = 0
+        self._writers_parked = 0
 
     # the request's side -----------------------------------------------------
 
     def offer(self, event: AgentEvent) -> bool:
         if self._gone:
             return True
-        if self._bounded and len(self._events) >= self._capacity:
+        events = self._events
+        if events is None:
+            events = self._events = collections.deque()
+        elif self._bounded and len(events) >= self._capacity:
             return False
-        self._events.append(event)
-        if self._readers:
+        events.append(event)
+        if self._readers_parked:
+            self._readers_parked -= 1
             self._readers.unpark()
         return True
 
     async def put(self, event: AgentEvent) -> None:
         while not self.offer(event):
-            await self._writers.park()
+            if self._writers is None:
+                self._writers = trio.lowlevel.ParkingLot()
+            self._writers_parked += 1
+            try:
+                await self._writers.park()
+            except BaseException:
+                self._writers_parked -= 1
+                raise
 
     def close(self) -> None:
         """No more events (the request ended): the consumer reads what is left, then the end."""
         self._closed = True
+        self._readers_parked = 0
         self._readers.unpark_all()
 
     # the consumer's side ----------------------------------------------------
 
     def receive_nowait(self) -> AgentEvent:
         """The next event; WouldBlock when none is ready, EndOfChannel after the last."""
-        if self._events:
-            event = self._events.popleft()
-            if self._writers:
+        events = self._events
+        if events:
+            event = events.popleft()
+            if self._writers_parked:
+                assert self._writers is not None
+                self._writers_parked -= 1
                 self._writers.unpark()
             return event
         if self._closed:
@@ -103,18 +138,31 @@ class StreamQueue:
             try:
                 return self.receive_nowait()
             except trio.WouldBlock:
+                pass
+            # Nothing queued: let the (empty) deque go while the consumer waits. The wait is
+            # outside the except clause, which would keep the exception and its frames alive.
+            self._events = None
+            self._readers_parked += 1
+            try:
                 await self._readers.park()
+            except BaseException:
+                self._readers_parked -= 1
+                raise
 
     def unbound(self) -> None:
         """The consumer is stopping the request: its last events no longer wait for room."""
         self._bounded = False
-        self._writers.unpark_all()
+        if self._writers is not None:
+            self._writers_parked = 0
+            self._writers.unpark_all()
 
     def abandon(self) -> None:
         """The consumer left: drop what is queued and what comes."""
         self._gone = True
-        self._events.clear()
-        self._writers.unpark_all()
+        self._events = None
+        if self._writers is not None:
+            self._writers_parked = 0
+            self._writers.unpark_all()
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._events) if self._events is not None else 0

@@ -110,7 +110,8 @@ class RunStream:
             try:
                 return receive.receive_nowait()
             except trio.WouldBlock:
-                return await receive.receive()
+                pass
+            return await receive.receive()
         except trio.EndOfChannel:
             if self.error is not None and not self._raised:
                 self._raised = True

@@ -92,25 +92,29 @@ class SurrogateJoiner:
     inside a pair).
     """
 
+    __slots__ = ("held",)
+
     def __init__(self) -> None:
-        self._pending = ""
+        #: The high surrogate held back ("" when none). While it is empty, an ASCII
+        #: piece is released as it is: a caller may skip ``feed`` for one.
+        self.held = ""
 
     def feed(self, piece: str) -> str:
         """The clean text that can be released after ``piece``."""
-        if not self._pending and not (piece and _is_high_surrogate(piece[-1])):
+        if not self.held and not (piece and _is_high_surrogate(piece[-1])):
             return clean_text(piece)
-        text = self._pending + piece
-        self._pending = ""
+        text = self.held + piece
+        self.held = ""
         if text and _is_high_surrogate(text[-1]):
-            text, self._pending = text[:-1], text[-1]
+            text, self.held = text[:-1], text[-1]
         return clean_text(text)
 
     def flush(self) -> str:
         """What is still held back, cleaned (a lone high surrogate becomes U+FFFD)."""
-        text, self._pending = self._pending, ""
+        text, self.held = self.held, ""
         return clean_text(text)
 
     @property
     def pending(self) -> bool:
         """Whether a high surrogate is being held back."""
-        return bool(self._pending)
+        return bool(self.held)

@@ -49,6 +49,8 @@ class ToolRunner:
     collector).
     """
 
+    __slots__ = ("run_of",)
+
     def __init__(self, run: RequestRun) -> None:
         self.run_of = run
 

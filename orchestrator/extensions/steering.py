@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
@@ -83,11 +82,14 @@ class SteeringMessageEvent(AgentEvent):
 class _Inbox:
     """One request's queue and its steering_inbox machine."""
 
+    __slots__ = ("machine", "messages", "owner", "request_id", "session_id", "unannounced")
+
     def __init__(self, context: AgentRunContext) -> None:
         self.owner = context
         self.session_id = context.session_id
         self.request_id = context.request_id
-        self.messages: deque[UserMessage] = deque()
+        # A list (a deque keeps a block of 64 slots even empty): steering messages are few.
+        self.messages: list[UserMessage] = []
         # Messages taken from outside the request, not yet announced in it (steering_accepted).
         self.unannounced: list[UserMessage] = []
         self.machine = BoundMachine(STEERING_INBOX, {"has_messages": lambda _: bool(self.messages)})
@@ -103,7 +105,7 @@ class _Inbox:
     def pop(self) -> UserMessage | None:
         if not self.messages:
             return None
-        message = self.messages.popleft()
+        message = self.messages.pop(0)
         self.machine.fire("take")
         return message
 

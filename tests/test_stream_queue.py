@@ -1,0 +1,86 @@
+"""StreamQueue: who waits is woken exactly when there is something for them, cancelled waits included."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from orchestrator.events import AgentEvent, TextDeltaEvent
+from orchestrator.sinks import StreamQueue
+
+
+def _event(seq: int) -> AgentEvent:
+    return TextDeltaEvent(session_id="s", request_id="r", seq=seq, text=str(seq))
+
+
+async def test_a_reader_cancelled_while_waiting_does_not_keep_the_next_reader_from_waking() -> None:
+    queue = StreamQueue(capacity=4)
+    with trio.move_on_after(0.01):
+        await queue.receive()
+    got: list[AgentEvent] = []
+    async with trio.open_nursery() as nursery:
+
+        async def read() -> None:
+            got.append(await queue.receive())
+
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        assert queue.offer(_event(1))
+    assert [e.seq for e in got] == [1]
+
+
+async def test_a_writer_cancelled_while_waiting_for_room_does_not_keep_the_next_writer_from_waking() -> None:
+    queue = StreamQueue(capacity=1)
+    assert queue.offer(_event(1))
+    with trio.move_on_after(0.01):
+        await queue.put(_event(2))
+    assert len(queue) == 1
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(queue.put, _event(3))
+            await trio.testing.wait_all_tasks_blocked()
+            assert queue.receive_nowait().seq == 1
+    assert queue.receive_nowait().seq == 3
+    assert len(queue) == 0
+
+
+async def test_events_offered_before_the_reader_runs_arrive_in_order_and_wake_it_once() -> None:
+    queue = StreamQueue(capacity=8)
+    got: list[int] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def read_all() -> None:
+                while True:
+                    try:
+                        got.append((await queue.receive()).seq)
+                    except trio.EndOfChannel:
+                        return
+
+            nursery.start_soon(read_all)
+            await trio.testing.wait_all_tasks_blocked()
+            for seq in range(1, 6):
+                assert queue.offer(_event(seq))
+            await trio.testing.wait_all_tasks_blocked()
+            assert queue.offer(_event(6))
+            queue.close()
+    assert got == [1, 2, 3, 4, 5, 6]
+
+
+async def test_a_waiting_reader_sees_the_end_when_the_queue_closes() -> None:
+    queue = StreamQueue()
+    ended = False
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def read() -> None:
+                nonlocal ended
+                try:
+                    await queue.receive()
+                except trio.EndOfChannel:
+                    ended = True
+
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            queue.close()
+    assert ended
