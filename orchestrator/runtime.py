@@ -29,6 +29,7 @@ from orchestrator.inbox import InputInbox
 from orchestrator.messages import (
     AssistantMessage,
     Message,
+    ReasoningBlock,
     SystemMessage,
     ToolCall,
     ToolMessage,
@@ -598,9 +599,10 @@ class RequestRun:
             raise ModelError("model stream ended without a completed response")
         message = _checked_response(completed.message)
         stop_reason, raw_stop_reason = _checked_stop(completed, message)
+        usage = _checked_usage(completed.usage)
         await trio.lowlevel.checkpoint()
         self.response = message
-        self.usage = completed.usage
+        self.usage = usage
         self.stop_reason, self.raw_stop_reason = stop_reason, raw_stop_reason
         return message
 
@@ -895,12 +897,40 @@ def _checked_response(message: Any) -> AssistantMessage:
         if cleaned in seen:
             raise ModelError(f"the model returned two tool calls with the id {cleaned!r}")
         seen.add(cleaned)
+    for block in message.reasoning:
+        _check_reasoning(block)
     try:
         cleaned_message = clean_message(message)
     except RecursionError:
         raise ModelError("the model returned tool-call arguments nested too deeply to handle") from None
     assert isinstance(cleaned_message, AssistantMessage)
     return cleaned_message
+
+
+def _check_reasoning(block: Any) -> None:
+    if not isinstance(block, ReasoningBlock):
+        raise ModelError(f"the model returned reasoning of type {type(block).__name__}, not a ReasoningBlock")
+    if not isinstance(block.text, str):
+        raise ModelError(f"the model returned reasoning whose text is a {type(block.text).__name__}")
+    for name in ("signature", "data", "id"):
+        value = getattr(block, name)
+        if value is not None and not isinstance(value, str):
+            raise ModelError(f"the model returned reasoning whose {name} is a {type(value).__name__}")
+
+
+def _checked_usage(usage: Any) -> Usage | None:
+    """The reported usage, or a ModelError when it is not a Usage of non-negative counts."""
+    if usage is None:
+        return None
+    if not isinstance(usage, Usage):
+        raise ModelError(f"the model reported usage of type {type(usage).__name__}, not Usage")
+    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+        value = getattr(usage, name)
+        if value is None and name.startswith("cache_"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ModelError(f"the model reported {name}={value!r}, not a non-negative int")
+    return usage
 
 
 def _checked_stop(completed: ResponseCompletedEvent, message: AssistantMessage) -> tuple[StopReason, str | None]:

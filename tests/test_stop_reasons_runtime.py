@@ -147,6 +147,31 @@ async def test_a_stop_reason_outside_the_contract_fails_the_request_with_a_model
         await client.run("go")
 
 
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        (ResponseCompletedEvent(AssistantMessage(reasoning=("thought",))), "reasoning of type str"),  # type: ignore[arg-type]
+        (ResponseCompletedEvent(AssistantMessage(reasoning=(ReasoningBlock(5),))), "text is a int"),  # type: ignore[arg-type]
+        (
+            ResponseCompletedEvent(AssistantMessage(reasoning=(ReasoningBlock("t", signature=b"s"),))),  # type: ignore[arg-type]
+            "signature is a bytes",
+        ),
+        (ResponseCompletedEvent(AssistantMessage("x"), usage={"input_tokens": 1}), "usage of type dict"),  # type: ignore[arg-type]
+        (ResponseCompletedEvent(AssistantMessage("x"), usage=Usage(-1, 2)), "input_tokens=-1"),
+        (
+            ResponseCompletedEvent(AssistantMessage("x"), usage=Usage(1, 2, cache_read_tokens="3")),
+            "cache_read_tokens='3'",
+        ),  # type: ignore[arg-type]
+    ],
+)
+async def test_reasoning_or_usage_of_the_wrong_shape_fails_the_request_with_a_model_error(
+    reply: ResponseCompletedEvent, problem: str
+) -> None:
+    client = await create_agent(Streams(reply))
+    with pytest.raises(ModelError, match=problem), trio.fail_after(10):
+        await client.run("go")
+
+
 async def test_streamed_reasoning_that_is_not_text_fails_the_request_with_a_model_error() -> None:
     client = await create_agent(Streams(ReasoningDeltaEvent(b"x"), ResponseCompletedEvent(AssistantMessage())))  # type: ignore[arg-type]
     with pytest.raises(ModelError, match="reasoning of type bytes"), trio.fail_after(10):
