@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import re
+import weakref
 from typing import Any
 
 import pytest
@@ -14,7 +16,9 @@ from machines.subagent import SUBAGENT
 from orchestrator import (
     AgentClient,
     AgentEvent,
+    AgentExtension,
     AgentRunConfig,
+    AgentRunContext,
     AssistantMessage,
     ExternalEvent,
     ScriptedModel,
@@ -180,6 +184,8 @@ async def test_ask_user_inside_the_child_reaches_the_parents_consumer_and_is_ans
             assert [(p.session_id, p.tool_call_id, p.event) for p in waiting] == [("s1:r1", "q1", "ask_user")]
             assert parent.pending("s1") == waiting == parent.pending("s1:r1")
             assert parent.pending("elsewhere") == []
+            assert parent.state("s1") == "awaiting_tool"  # the parent's call runs the child
+            assert child.state("s1:r1") == "awaiting_approval"  # the child waits for the answer
             on_child = AgentRunConfig(session_id=event.session_id)
             stray = parent.deliver(
                 ExternalEvent("ask_user_response", {"tool_call_id": "q9", "answer": "eu"}), config=on_child
@@ -470,6 +476,18 @@ async def _parent(*child_steps: AssistantMessage) -> AgentClient:
     return parent
 
 
+async def test_a_blank_task_is_a_failed_result_and_starts_no_child() -> None:
+    child_model = ScriptedModel([AssistantMessage("never")])
+    parent = await create_agent(
+        ScriptedModel([asks(call("r1", "research", task="  ")), AssistantMessage("ok")]),
+        extensions=[agent_tool(await create_agent(child_model), name="research", description="Research.")],
+    )
+    events = await collect(parent, "go")
+    failed = [e.payload["result"].content for e in events if e.name == "tool_failed"]
+    assert failed == ["invalid arguments for research: task: must not be blank"]
+    assert subagent_edges(events) == [] and child_model.requests == []
+
+
 async def test_the_tool_offers_a_task_parameter_and_the_given_description() -> None:
     extension = SubAgentExtension(await create_agent(ScriptedModel()), name="research", description="Digs.")
     assert extension.name == "subagent:research"
@@ -479,3 +497,29 @@ async def test_the_tool_offers_a_task_parameter_and_the_given_description() -> N
     assert extension.tool.parameters["properties"]["task"]["type"] == "string"
     with pytest.raises(ValueError, match="name"):
         SubAgentExtension(extension.agent, name="", description="x")
+
+
+async def test_a_parent_and_its_child_are_freed_without_the_collector() -> None:
+    kept: list[Any] = []
+
+    class Keeper(AgentExtension):
+        async def before_run(self, context: AgentRunContext) -> None:
+            kept.append(weakref.ref(context))
+
+    child = await researcher(
+        asks(call("k1", "lookup", key="x")), AssistantMessage("x"), tools=[lookup], extensions=[Keeper()]
+    )
+    parent = await create_agent(
+        ScriptedModel([asks(call("r1", "research", task="t")), AssistantMessage("ok")]),
+        extensions=[agent_tool(child, name="research", description="Research."), Keeper()],
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        async with parent.stream("go", config=AgentRunConfig("s1")) as stream:
+            names = [event.name async for event in stream]
+        del stream
+        assert names[-1] == "run_completed"
+        assert len(kept) == 2 and [ref() for ref in kept] == [None, None]
+    finally:
+        gc.enable()

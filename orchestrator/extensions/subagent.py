@@ -3,7 +3,7 @@
 ``agent_tool(researcher, name="research", description=...)`` is a
 ``SubAgentExtension``: given to the parent agent's ``extensions``, it offers a
 tool ``research(task)``. A call runs one request of ``researcher`` in the
-calling tool's own trio task, with ``task`` as its input, in the child session
+calling tool's own trio task, with ``task`` as its input (a blank task is a failed result), in the child session
 ``child_session_id(parent_session, tool_call_id)`` (``"<parent session>:<tool
 call id>"``). Its answer is the call's result; its failure is the call's failed
 result; cancelling the parent cancels it.
@@ -44,6 +44,7 @@ from machines.subagent import SUBAGENT
 from orchestrator.agent import Agent, AgentClient
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
+from orchestrator.errors import ToolArgumentsError
 from orchestrator.events import AgentEvent, SubagentCompletedEvent, SubagentStartedEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ToolCall, UserMessage
@@ -172,6 +173,8 @@ class SubAgentExtension(AgentExtension):
     # one call ---------------------------------------------------------------
 
     async def _delegate(self, context: AgentRunContext, call: ToolCall, task: str) -> ToolResult:
+        if not task.strip():
+            raise ToolArgumentsError("task: must not be blank")
         depth = current_depth() + 1
         machine = BoundMachine(SUBAGENT, {"within_depth": lambda event: depth <= self.max_depth})
         try:
