@@ -13,7 +13,7 @@ import mcp_types
 
 from orchestrator.extensions.mcp import HttpServer, MCPExtension, StdioServer
 from orchestrator.extensions.mcp.connection import describe_error, offered_name
-from orchestrator.extensions.mcp.results import as_text, result_parts
+from orchestrator.extensions.mcp.results import as_text, result_parts, tool_result
 from orchestrator.messages import ImagePart, TextPart
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
@@ -63,8 +63,19 @@ def test_structured_content_is_added_unless_the_text_already_carries_it() -> Non
 
 
 def test_a_long_result_is_cut_saying_so() -> None:
-    text = as_text((TextPart("x" * 50),), limit=10)
-    assert text == "xxxxxxxxxx\n[cut: the result has 50 characters; the first 10 are shown]"
+    text = as_text((TextPart("x" * 30), TextPart("y" * 20)), limit=40)
+    assert text == "x" * 30 + "\n" + "y" * 10 + "\n[cut: the result has 50 characters of text; the first 40 are shown]"
+
+
+def test_a_result_with_images_is_a_tool_result_of_parts_and_an_error_result_is_failed() -> None:
+    image = mcp_types.ImageContent(data=base64.b64encode(PNG).decode(), mime_type="image/png")
+    with_image = tool_result(result(mcp_types.TextContent(text="look:"), image, mcp_types.TextContent(text="done")))
+    assert with_image.status == "succeeded"
+    assert with_image.content == (TextPart("look:"), TextPart("\n"), ImagePart(data=PNG), TextPart("\ndone"))
+    failed = tool_result(result(mcp_types.TextContent(text="no such city"), error=True))
+    assert (failed.content, failed.status) == ("no such city", "failed")
+    text_only = tool_result(result(mcp_types.TextContent(text="a"), mcp_types.TextContent(text="b")))
+    assert (text_only.content, text_only.status) == ("a\nb", "succeeded")
 
 
 def test_offered_names_carry_the_prefix_and_only_characters_providers_accept() -> None:

@@ -13,20 +13,21 @@ import logging
 import re
 import tempfile
 from collections.abc import Mapping
-from contextlib import nullcontext
+from contextlib import AsyncExitStack, nullcontext
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 import mcp_types
 import pydantic
 import trio
 from mcp import Client, MCPError
+from mcp.client.subscriptions import Subscription
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from machines.build import BoundMachine, Step
 from machines.mcp_connection import MCP_CONNECTION
 from orchestrator.events import MCPServerFailedEvent, MCPServerStartedEvent, TransitionEvent
-from orchestrator.extensions.mcp.results import MAX_RESULT_CHARS, as_text, result_parts
+from orchestrator.extensions.mcp.results import MAX_RESULT_CHARS, tool_result
 from orchestrator.extensions.mcp.servers import MCPServer, StdioServer
 from orchestrator.extensions.mcp.transport import watched_transport
 from orchestrator.tools import ToolDefinition, ToolResult
@@ -103,18 +104,27 @@ class Session:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self.stale = True
 
-    async def _listen_for_tool_changes(self, client: Client) -> None:
-        """Mark the tools stale whenever the server says they changed (protocol 2026-07-28 and later).
+    async def _subscribe_to_tool_changes(self, stack: AsyncExitStack, client: Client) -> Subscription | None:
+        """Ask the server to say when its tools change (protocol 2026-07-28 and later), once it acknowledged.
 
         Earlier versions send the notification unasked (see ``_on_message``). A
-        server that refuses or drops the subscription only loses this refresh.
+        server that refuses the subscription only loses this refresh.
         """
+        if self.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return None
         try:
-            async with client.listen(tools_list_changed=True) as changes:
-                async for _ in changes:
-                    self.stale = True
+            return await stack.enter_async_context(client.listen(tools_list_changed=True))
         except Exception as error:
             log.debug("MCP server %s: no tool change subscription: %s", self.server.name, describe_error(error))
+            return None
+
+    async def _watch_tool_changes(self, changes: Subscription) -> None:
+        """Mark the tools stale whenever the server says they changed; a dropped subscription ends the watch."""
+        try:
+            async for _ in changes:
+                self.stale = True
+        except Exception as error:
+            log.debug("MCP server %s: tool change subscription lost: %s", self.server.name, describe_error(error))
 
     async def list_tools(self) -> None:
         """Read the whole tool listing (bounded by MAX_TOOL_PAGES) into ``tools``."""
@@ -167,11 +177,12 @@ class Session:
                     self.info = f"{info.name} {info.version}".strip() if info is not None else ""
                     self.protocol_version = client.protocol_version
                     await self.list_tools()
-                    started = True
-                    task_status.started()
-                    async with trio.open_nursery() as watching:
-                        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                            watching.start_soon(self._listen_for_tool_changes, client)
+                    async with AsyncExitStack() as subscription, trio.open_nursery() as watching:
+                        changes = await self._subscribe_to_tool_changes(subscription, client)
+                        started = True
+                        task_status.started()
+                        if changes is not None:
+                            watching.start_soon(self._watch_tool_changes, changes)
                         await self.ended.wait()
                         # told before the transport winds down (which may wait for the process to exit)
                         connection.lost(self, self.explain("the server closed its connection"))
@@ -366,8 +377,7 @@ class MCPConnection:
         if waited.cancelled_caught:
             await self._fail(context, session, f"did not answer a call of {tool.name} within {limit:g} s", quote=False)
             return ToolResult(f"the MCP server {self.server.name!r} failed: {self.last_error}", "failed")
-        text = as_text(result_parts(result), MAX_RESULT_CHARS)
-        return ToolResult(text, "failed" if result.is_error else "succeeded")
+        return tool_result(result, MAX_RESULT_CHARS)
 
     async def close(self) -> None:
         """Close the connection from any state; its session (and process) stops."""

@@ -1,6 +1,8 @@
 """What the model reads of an MCP tool result: text, images and structured content as tool result parts.
 
-Text blocks stay text. Images become image parts (decoded from base64);
+Text blocks stay text, one a line. Images become image parts (decoded from
+base64; the runtime then keeps those a provider can take and describes the
+others, and providers that take no images in tool results read a description);
 audio, resource links and embedded resources are described in text (an
 embedded text resource is quoted). Structured content is added as JSON unless
 the text blocks already carry it (the protocol asks servers to send both): a
@@ -19,7 +21,8 @@ from typing import Any
 
 import mcp_types
 
-from orchestrator.messages import ContentPart, ImagePart, TextPart
+from orchestrator.messages import ContentPart, ImagePart, TextPart, describe_parts
+from orchestrator.tools import ToolResult
 
 #: How many characters of text one result may carry before it is cut (saying so).
 MAX_RESULT_CHARS = 100_000
@@ -87,15 +90,42 @@ def result_parts(result: mcp_types.CallToolResult) -> tuple[ContentPart, ...]:
     return tuple(parts)
 
 
-def describe_image(part: ImagePart) -> str:
-    """An image as text, for a result that carries only text."""
-    size = f"{len(part.data)} bytes" if part.data is not None else f"url {part.url}"
-    return f"[image: {part.media_type}, {size}]"
-
-
 def as_text(parts: Sequence[ContentPart], limit: int = MAX_RESULT_CHARS) -> str:
-    """The parts as one text (images described), cut to ``limit`` characters, saying so."""
-    text = "\n".join(part.text if isinstance(part, TextPart) else describe_image(part) for part in parts)
-    if len(text) > limit:
-        return f"{text[:limit]}\n[cut: the result has {len(text)} characters; the first {limit} are shown]"
-    return text
+    """The parts as one text, one block a line (images described), cut to ``limit`` characters, saying so."""
+    return describe_parts(as_content(parts, limit))
+
+
+def as_content(parts: Sequence[ContentPart], limit: int = MAX_RESULT_CHARS) -> tuple[ContentPart, ...]:
+    """The parts of a tool result's content: one block a line, the text cut to ``limit`` characters, saying so.
+
+    Images stay parts (``tool_content`` then bounds them); only text counts
+    against ``limit``.
+    """
+    found: list[ContentPart] = []
+    used = 0
+    total = sum(len(part.text) for part in parts if isinstance(part, TextPart))
+    for index, part in enumerate(parts):
+        separator = "\n" if index else ""
+        if isinstance(part, ImagePart):
+            if separator:
+                found.append(TextPart(separator))
+            found.append(part)
+            continue
+        room = limit - used
+        if room <= 0:
+            continue
+        text = part.text[:room]
+        used += len(text)
+        found.append(TextPart(separator + text))
+    if total > limit:
+        found.append(TextPart(f"\n[cut: the result has {total} characters of text; the first {limit} are shown]"))
+    return tuple(found)
+
+
+def tool_result(result: mcp_types.CallToolResult, limit: int = MAX_RESULT_CHARS) -> ToolResult:
+    """The ToolResult of an MCP tool result: text, or text and images; failed when the server says so."""
+    parts = as_content(result_parts(result), limit)
+    status = "failed" if result.is_error else "succeeded"
+    if any(isinstance(part, ImagePart) for part in parts):
+        return ToolResult(parts, status)
+    return ToolResult("".join(part.text for part in parts if isinstance(part, TextPart)), status)
