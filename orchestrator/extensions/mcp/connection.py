@@ -215,6 +215,11 @@ class MCPConnection:
         return self.machine.state()
 
     @property
+    def tools_changed(self) -> bool:
+        """Whether the server said its tools changed since they were last read (the next request reads them)."""
+        return self._current is not None and self._current.stale
+
+    @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
         """The tools offered while the server is ready (none otherwise)."""
         return tuple(self._definitions.values()) if self.state == "ready" else ()
