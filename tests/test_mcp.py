@@ -110,6 +110,24 @@ def connection_steps(events: list[AgentEvent]) -> list[tuple[str, str, str]]:
     ]
 
 
+# A skip inside a trio test loses its reason: what a test needs is checked by these plain fixtures.
+
+
+@pytest.fixture
+def needs_everything() -> None:
+    npm_server("server-everything")
+
+
+@pytest.fixture
+def needs_filesystem() -> None:
+    npm_server("server-filesystem")
+
+
+@pytest.fixture
+def needs_proc() -> None:
+    children_running("")
+
+
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """One SDK-built server over streamable HTTP, shared by the tests of this module that only call it."""
@@ -120,7 +138,9 @@ def http_url() -> Iterator[str]:
 # --- the SDK under trio, server-everything over stdio ---------------------------------------
 
 
-async def test_server_everything_over_stdio_under_trio_offers_its_tools_as_listed_and_maps_results() -> None:
+async def test_server_everything_over_stdio_under_trio_offers_its_tools_as_listed_and_maps_results(
+    needs_everything: None,
+) -> None:
     assert sniffio.current_async_library() == "trio"
     server = everything()
     with trio.fail_after(LIMIT):
@@ -170,7 +190,9 @@ async def test_server_everything_over_stdio_under_trio_offers_its_tools_as_liste
     assert mcp.state("everything") == "closed"
 
 
-async def test_a_call_that_times_out_fails_and_the_server_is_restarted_by_the_next_request() -> None:
+async def test_a_call_that_times_out_fails_and_the_server_is_restarted_by_the_next_request(
+    needs_everything: None,
+) -> None:
     with trio.fail_after(LIMIT):
         async with MCPExtension([everything(call_timeout=1.0)]) as mcp:
             model = ScriptedModel(
@@ -199,7 +221,9 @@ async def test_a_call_that_times_out_fails_and_the_server_is_restarted_by_the_ne
     assert results(second)["echo"] == ("succeeded", "Echo: again")
 
 
-async def test_a_server_killed_between_requests_is_reported_and_restarted_by_the_next_request() -> None:
+async def test_a_server_killed_between_requests_is_reported_and_restarted_by_the_next_request(
+    needs_everything: None, needs_proc: None
+) -> None:
     server = everything()
     with trio.fail_after(LIMIT):
         async with MCPExtension([server]) as mcp:
@@ -230,7 +254,9 @@ async def test_a_server_killed_between_requests_is_reported_and_restarted_by_the
     assert results(events)["b"] == ("succeeded", "Echo: two")
 
 
-async def test_servers_stop_when_the_block_exits_and_a_closed_or_unopened_extension_is_refused() -> None:
+async def test_servers_stop_when_the_block_exits_and_a_closed_or_unopened_extension_is_refused(
+    needs_everything: None, needs_proc: None
+) -> None:
     server = everything()
     unopened = MCPExtension([server])
     client = await create_agent(ScriptedModel([AssistantMessage("never")]), extensions=[unopened])
@@ -265,7 +291,7 @@ async def test_servers_stop_when_the_block_exits_and_a_closed_or_unopened_extens
         await again.run("hi")
 
 
-async def test_concurrent_first_requests_start_the_server_once() -> None:
+async def test_concurrent_first_requests_start_the_server_once(needs_everything: None) -> None:
     with trio.fail_after(LIMIT):
         async with MCPExtension([everything()]) as mcp:
             model = ScriptedModel([calls_then_answers(call("a", "everything__echo", message="hi"))], repeat_last=True)
@@ -285,7 +311,9 @@ async def test_concurrent_first_requests_start_the_server_once() -> None:
     assert all(results(events)["a"] == ("succeeded", "Echo: hi") for events in streams.values())
 
 
-async def test_a_request_cancelled_while_its_server_starts_leaves_it_to_the_next_request() -> None:
+async def test_a_request_cancelled_while_its_server_starts_leaves_it_to_the_next_request(
+    needs_everything: None, needs_proc: None
+) -> None:
     command = npm_server("server-everything")
     # server-everything, started after a second's pause (marked so its process can be found)
     slow = StdioServer(
@@ -311,7 +339,9 @@ async def test_a_request_cancelled_while_its_server_starts_leaves_it_to_the_next
 # --- server-filesystem over stdio: real tools ----------------------------------------------------
 
 
-async def test_server_filesystem_reads_and_writes_inside_its_root_and_refuses_outside(tmp_path: Path) -> None:
+async def test_server_filesystem_reads_and_writes_inside_its_root_and_refuses_outside(
+    tmp_path: Path, needs_filesystem: None
+) -> None:
     root = tmp_path / "root"
     root.mkdir()
     (root / "notes.txt").write_text("first line\nsecond line\n")
@@ -428,7 +458,9 @@ async def test_an_http_server_that_dies_gives_failed_results_and_is_reconnected_
     assert connection_steps(up) == [("failed", "restart", "connecting"), ("connecting", "establish", "ready")]
 
 
-async def test_a_server_killed_during_a_call_fails_it_quoting_its_stderr_and_restarts_on_the_next_call() -> None:
+async def test_a_server_killed_during_a_call_fails_it_quoting_its_stderr_and_restarts_on_the_next_call(
+    needs_everything: None, needs_proc: None
+) -> None:
     server = everything(call_timeout=30)
     with trio.fail_after(LIMIT):
         async with MCPExtension([server]) as mcp:
@@ -494,7 +526,9 @@ async def test_when_a_server_says_its_tools_changed_the_next_request_offers_the_
 # --- servers that never start ------------------------------------------------------------------
 
 
-async def test_servers_that_cannot_start_fail_with_the_reason_and_the_request_goes_on(tmp_path: Path) -> None:
+async def test_servers_that_cannot_start_fail_with_the_reason_and_the_request_goes_on(
+    tmp_path: Path, needs_everything: None
+) -> None:
     node = npm_server("server-everything")[0]
     missing = StdioServer(name="missing", command=str(tmp_path / "no-such-program"))
     exits = StdioServer(name="exits", command=node, args=["-e", "console.error('no config given'); process.exit(2)"])
@@ -517,7 +551,9 @@ async def test_servers_that_cannot_start_fail_with_the_reason_and_the_request_go
     assert of_kind(events, MCPServerStartedEvent) == []
 
 
-async def test_every_edge_of_the_connection_machine_is_taken_by_real_servers(tmp_path: Path) -> None:
+async def test_every_edge_of_the_connection_machine_is_taken_by_real_servers(
+    tmp_path: Path, needs_everything: None, needs_proc: None
+) -> None:
     command = npm_server("server-everything")
     flag = tmp_path / "may-start"
     flag.touch()

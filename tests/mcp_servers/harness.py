@@ -31,7 +31,7 @@ def npm_server(package: str) -> list[str]:
     entry = PACKAGES / package / "dist" / "index.js"
     if not entry.is_file():
         pytest.skip(
-            f"@modelcontextprotocol/{package} is not installed in {HERE.name}/node_modules "
+            f"@modelcontextprotocol/{package} is not installed in tests/{HERE.name}/node_modules "
             "(README's test command, bash scripts/test, installs it with npm ci)"
         )
     return [node(), str(entry)]
