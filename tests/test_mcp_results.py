@@ -114,3 +114,13 @@ def test_server_descriptions_that_cannot_work_are_refused_up_front(make: Any, me
 def test_the_default_prefix_is_the_server_name() -> None:
     assert StdioServer(name="files", command="x").tool_prefix == "files__"
     assert HttpServer(name="web", url="https://h/mcp", prefix="").tool_prefix == ""
+
+
+def test_a_tool_is_offered_with_its_schema_as_given_and_a_long_description_cut() -> None:
+    from orchestrator.extensions.mcp.connection import MAX_DESCRIPTION_CHARS, MCPConnection
+
+    schema = {"type": "object", "properties": {"q": {"type": "string", "pattern": "^a"}}, "required": ["q"]}
+    tool = mcp_types.Tool(name="search", description="d" * (MAX_DESCRIPTION_CHARS + 5), input_schema=schema)
+    definition = MCPConnection(StdioServer(name="s", command="x"))._definition("s__search", tool)
+    assert definition.name == "s__search" and definition.parameters == schema
+    assert definition.description == "d" * MAX_DESCRIPTION_CHARS + " [description cut]"

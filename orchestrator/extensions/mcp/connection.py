@@ -39,6 +39,8 @@ log = logging.getLogger("orchestrator.mcp")
 
 #: How many bytes of a stdio server's stderr a failure quotes (its last ones).
 STDERR_QUOTE = 2000
+#: How many characters of a tool's description the model reads (every request carries them).
+MAX_DESCRIPTION_CHARS = 10_000
 #: At most this many pages of a tool listing are read.
 MAX_TOOL_PAGES = 100
 
@@ -347,6 +349,8 @@ class MCPConnection:
             return await self.call(context, name, values)
 
         description = tool.description or tool.title or f"{tool.name} (a tool of the MCP server {self.server.name})"
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            description = description[:MAX_DESCRIPTION_CHARS] + " [description cut]"
         return ToolDefinition(
             name=name,
             description=description,

@@ -75,11 +75,6 @@ class MCPExtension(AgentExtension):
         await manager.__aexit__(kind, error, trace)
         return None
 
-    async def aclose(self) -> None:
-        """Stop every server now (as leaving the ``async with`` block does)."""
-        for connection in self.connections.values():
-            await connection.close()
-
     async def on_tool(self, context: AgentRunContext) -> None:
         """Start the servers that are not ready (together), then offer the tools of those that are."""
         if self._nursery is None:
