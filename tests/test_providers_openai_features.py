@@ -92,6 +92,23 @@ async def test_a_response_with_tool_calls_is_tool_use_even_when_the_server_says_
     assert (completed.stop_reason, completed.raw_stop_reason) == ("tool_use", raw)
 
 
+async def test_a_streamed_refusal_is_the_answer_text_and_the_stop_reason_is_refusal() -> None:
+    stream = (
+        chunk({"role": "assistant", "content": None, "refusal": ""})
+        + chunk({"refusal": "I can't help with "})
+        + chunk({"refusal": "that."})
+        + chunk({}, "stop")
+        + USAGE
+        + DONE
+    )
+    events = await collect(model(Server(sse(stream))), HELLO)
+    assert events[:2] == [TextDeltaEvent("I can't help with "), TextDeltaEvent("that.")]
+    completed = events[-1]
+    assert isinstance(completed, ResponseCompletedEvent)
+    assert completed.message == AssistantMessage("I can't help with that.")
+    assert (completed.stop_reason, completed.raw_stop_reason) == ("refusal", "stop")
+
+
 async def test_a_finish_reason_that_is_not_text_is_a_malformed_stream() -> None:
     stream = chunk({"content": "x"}) + chunk({}, 3) + DONE  # type: ignore[arg-type]
     with pytest.raises(MalformedStreamError, match="finish_reason"):

@@ -159,6 +159,7 @@ class _Assembler:
         self.reasoning: list[str] = []
         self.reasoning_joiner = SurrogateJoiner()
         self.raw_stop: str | None = None
+        self.refused = False
         self.calls: dict[int, _PendingCall] = {}
         self.latest: int | None = None
         self.announced_ids: set[str] = set()
@@ -210,6 +211,10 @@ class _Assembler:
             if content:
                 self.carried_content = True
                 events.extend(self._text(self.joiner.feed(content)))
+            refusal = delta.text("refusal")
+            if refusal:  # the model declined: its words are the answer's text
+                self.refused = True
+                events.extend(self._text(self.joiner.feed(refusal)))
             for fragment in delta.objects("tool_calls"):
                 self.carried_content = True
                 events.extend(self._tool_fragment(fragment))
@@ -288,6 +293,8 @@ class _Assembler:
         reasoning = (ReasoningBlock("".join(self.reasoning)),) if self.reasoning else ()
         message = AssistantMessage("".join(self.text), calls, reasoning=reasoning)
         stop = normalised_stop(self.raw_stop, OPENAI_FINISH_REASONS, has_calls=bool(calls))
+        if self.refused and stop in (None, "end_turn"):
+            stop = "refusal"
         return ResponseCompletedEvent(message, self.usage, stop, self.raw_stop)
 
 
