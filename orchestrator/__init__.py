@@ -135,6 +135,11 @@ _LAZY = {
     "encode_error": "wire",
     "encode_event": "wire",
     "encode_message": "wire",
+    # The model adapters (httpx itself loads only on the first request).
+    "AnthropicModel": "providers",
+    "GeminiModel": "providers",
+    "OpenAIChatModel": "providers",
+    "OpenAIResponsesModel": "providers",
 }
 
 

@@ -1,4 +1,5 @@
-"""Models over HTTP: OpenAI-compatible Chat Completions and Anthropic Messages.
+"""Models over HTTP: OpenAI-compatible Chat Completions, the OpenAI Responses API, Anthropic Messages
+and Google Gemini.
 
 Importing this package does not import httpx; the first request does.
 """
@@ -15,7 +16,9 @@ from orchestrator.providers.errors import (
     ServerError,
     error_from_response,
 )
+from orchestrator.providers.gemini import GeminiModel
 from orchestrator.providers.openai import OpenAIChatModel
+from orchestrator.providers.openai_responses import OpenAIResponsesModel
 from orchestrator.providers.retry import RetryPolicy
 from orchestrator.providers.sse import ServerSentEvent, parse_sse
 
@@ -23,8 +26,10 @@ __all__ = [
     "AnthropicModel",
     "AuthenticationError",
     "BadRequestError",
+    "GeminiModel",
     "MalformedStreamError",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "ProviderConnectionError",
     "ProviderError",
     "ProviderTimeoutError",

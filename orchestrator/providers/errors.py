@@ -117,7 +117,7 @@ def _parse_retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def _error_details(body: str) -> tuple[str | None, str | None]:
-    """(type, message) from an OpenAI- or Anthropic-style JSON error body."""
+    """(type, message) from an OpenAI-, Anthropic- or Gemini-style JSON error body."""
     try:
         parsed: Any = json.loads(body)
     except ValueError:
@@ -129,7 +129,7 @@ def _error_details(body: str) -> tuple[str | None, str | None]:
         return None, error
     if not isinstance(error, dict):
         return None, None
-    kind = error.get("type") or error.get("code")
+    kind = error.get("type") or error.get("status") or error.get("code")  # status: Gemini's RESOURCE_EXHAUSTED
     message = error.get("message")
     return (str(kind) if kind is not None else None), (str(message) if message is not None else None)
 

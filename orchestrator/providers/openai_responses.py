@@ -1,0 +1,216 @@
+"""A model on the OpenAI Responses API (``POST /v1/responses``), or any server that speaks it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from orchestrator.messages import (
+    AssistantMessage,
+    Message,
+    ReasoningBlock,
+    SystemMessage,
+    TextPart,
+    ToolMessage,
+    UserMessage,
+)
+from orchestrator.model import ModelEvent, ModelRequest
+from orchestrator.providers._http import IdleTimer, post_sse
+from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
+from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
+from orchestrator.providers.fields import decode_object
+from orchestrator.providers.openai import DEFAULT_OPENAI_BASE_URL, image_url
+from orchestrator.providers.responses_stream import ResponsesAssembler
+from orchestrator.providers.retry import RetryPolicy, Sleep
+from orchestrator.tools import ServerToolDefinition, ToolDefinition
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["OpenAIResponsesModel", "responses_input", "responses_tools"]
+
+log = logging.getLogger("orchestrator.providers")
+
+
+def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
+    if isinstance(message.content, str):
+        return message.content
+    return [
+        {"type": "input_text", "text": part.text}
+        if isinstance(part, TextPart)
+        else {"type": "input_image", "image_url": image_url(part), "detail": "auto"}
+        for part in message.content
+    ]
+
+
+def _arguments_text(arguments: Mapping[str, Any], invalid: str | None) -> str:
+    return invalid if invalid is not None else json.dumps(dict(arguments), ensure_ascii=False)
+
+
+def _reasoning_item(block: ReasoningBlock) -> dict[str, Any] | None:
+    """A reasoning item to send back, for a block this API produced: one with an id and no
+    signature (signatures belong to other providers' reasoning)."""
+    if block.id is None or block.signature is not None:
+        return None
+    item: dict[str, Any] = {
+        "type": "reasoning",
+        "id": block.id,
+        "summary": [{"type": "summary_text", "text": block.text}] if block.text else [],
+    }
+    if block.data is not None:
+        item["encrypted_content"] = block.data
+    return item
+
+
+def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
+    items = [item for item in map(_reasoning_item, message.reasoning) if item is not None]
+    if message.content:
+        items.append({"role": "assistant", "content": message.content})
+    items.extend(
+        {
+            "type": "function_call",
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": _arguments_text(call.arguments, call.invalid_arguments),
+        }
+        for call in message.tool_calls
+    )
+    return items
+
+
+def _tool_output(message: ToolMessage) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
+
+
+def responses_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """Our messages as Responses ``input`` items, in order.
+
+    System text becomes a ``system`` message; an assistant message becomes its
+    reasoning items (those this API produced), its text, then one
+    ``function_call`` item per call; a tool result becomes a ``function_call_output``.
+    """
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            items.append({"role": "system", "content": message.content})
+        elif isinstance(message, UserMessage):
+            items.append({"role": "user", "content": _user_content(message)})
+        elif isinstance(message, ToolMessage):
+            items.append(_tool_output(message))
+        else:
+            items.extend(_assistant_items(message))
+    return items
+
+
+def responses_tools(
+    tools: tuple[ToolDefinition, ...], server_tools: tuple[ServerToolDefinition, ...] = ()
+) -> list[dict[str, Any]]:
+    """Local tools as ``function`` tools (``strict`` off: any JSON schema is accepted), server
+    tools as ``{"type": ..., **options}`` (``web_search``, ``file_search``, ...)."""
+    encoded: list[dict[str, Any]] = [
+        {
+            "type": "function",
+            "name": t.name,
+            "description": t.description,
+            "parameters": dict(t.parameters),
+            "strict": False,
+        }
+        for t in tools
+    ]
+    encoded.extend({"type": s.type, **s.options} for s in server_tools)
+    return encoded
+
+
+class OpenAIResponsesModel(HTTPStreamingModel):
+    """Streams responses from the OpenAI Responses API (``POST {base_url}/responses``).
+
+    ``model`` defaults to ``$OPENAI_MODEL``, ``api_key`` to ``$OPENAI_API_KEY``
+    and ``base_url`` to ``$OPENAI_BASE_URL`` (else the OpenAI API, where a key is
+    required). ``reasoning_effort`` (``"low"``, ``"medium"``, ``"high"``, ...) is
+    sent as ``reasoning.effort`` together with ``reasoning.summary`` =
+    ``reasoning_summary`` (default ``"auto"``), so reasoning models stream their
+    summaries as reasoning deltas. ``extra_body`` is merged into every request
+    (``max_output_tokens``, ``store``, ``include=["reasoning.encrypted_content"]``,
+    ...). Once a stream has started, ``idle_timeout`` seconds without an event
+    raise ProviderTimeoutError (event types the adapter does not know do not
+    count); None waits without bound.
+    """
+
+    env_prefix: ClassVar[str] = "OPENAI"
+    default_base_url: ClassVar[str] = DEFAULT_OPENAI_BASE_URL
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        reasoning_effort: str | None = None,
+        reasoning_summary: str | None = "auto",
+        max_retries: int = 2,
+        timeout: float = 60.0,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        sleep: Sleep | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            client=client,
+            max_retries=max_retries,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
+            retry=retry,
+            extra_body=extra_body,
+            sleep=sleep,
+        )
+        self.reasoning_effort = reasoning_effort
+        self.reasoning_summary = reasoning_summary
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body sent for ``request``."""
+        body: dict[str, Any] = {"model": self.model, "input": responses_input(request.messages), "stream": True}
+        if request.tools or request.server_tools:
+            body["tools"] = responses_tools(request.tools, request.server_tools)
+        if self.reasoning_effort is not None:
+            reasoning = {"effort": self.reasoning_effort}
+            if self.reasoning_summary is not None:
+                reasoning["summary"] = self.reasoning_summary
+            body["reasoning"] = reasoning
+        body.update(self.extra_body)
+        return body
+
+    def headers(self) -> dict[str, str]:
+        if self.needs_key:
+            raise AuthenticationError(
+                "no OpenAI API key: pass api_key= or set OPENAI_API_KEY "
+                "(a compatible server needs only base_url= or OPENAI_BASE_URL)"
+            )
+        headers = {"Accept": "text/event-stream"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    async def _attempt(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        headers = self.headers()
+        assembler = ResponsesAssembler()
+        url = f"{self.base_url}/responses"
+        idle = IdleTimer(self.idle_timeout, url)
+        async with aclosing(post_sse(self.client, url, self.body(request), headers, self.timeout)) as events:
+            while (event := await idle.next(events)) is not None:
+                produced_events = assembler.feed(decode_object(event.data))
+                if assembler.carried_content:  # not an event type the adapter does not know
+                    idle.reset()
+                for produced in produced_events:
+                    yield produced
+                if assembler.finished:
+                    break
+            else:
+                raise MalformedStreamError("stream ended before response.completed or response.incomplete")
+        yield assembler.completed()
