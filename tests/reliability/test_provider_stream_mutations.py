@@ -1,6 +1,6 @@
 """Recorded provider streams, mutated: each adapter gives a well-formed response or a ModelError.
 
-Hypothesis takes the recorded streams of both adapters and breaks them as a
+Hypothesis takes the recorded streams of every adapter and breaks them as a
 hostile or faulty provider would: a field given a value of another type, an
 event dropped, duplicated or moved, the body cut short, bytes flipped, and the
 body delivered in arbitrary pieces (splitting lines and UTF-8 characters).
@@ -36,7 +36,8 @@ from orchestrator.model import (
     TextDeltaEvent,
     ToolCallStreamEvent,
 )
-from orchestrator.providers import AnthropicModel, OpenAIChatModel
+from orchestrator.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel
+from orchestrator.providers.base import HTTPStreamingModel
 
 RECORDED = Path(__file__).parent.parent / "fixtures" / "providers"
 STREAMS = {
@@ -46,6 +47,15 @@ STREAMS = {
     "anthropic": [
         (RECORDED / name).read_text()
         for name in ("anthropic_text.sse", "anthropic_tools.sse", "anthropic_thinking.sse")
+    ],
+    "responses": [
+        (RECORDED / name).read_text()
+        for name in ("openai_responses_text.sse", "openai_responses_tools.sse", "openai_responses_reasoning.sse")
+    ],
+    # Events are split at blank lines below: the CRLF-framed recording is read with LF line ends.
+    "gemini": [
+        (RECORDED / name).read_text().replace("\r\n", "\n")
+        for name in ("gemini_text.sse", "gemini_tools.sse", "gemini_reasoning.sse")
     ],
 }
 REQUEST = ModelRequest([UserMessage("weather in Paris and time in Oslo?")])
@@ -234,9 +244,13 @@ async def run_adapter(adapter: str, pieces: list[bytes]) -> list[ModelEvent] | M
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Pieces(pieces))
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
-    model: OpenAIChatModel | AnthropicModel
+    model: HTTPStreamingModel
     if adapter == "openai":
         model = OpenAIChatModel("gpt-4o-mini", api_key="k", client=client, max_retries=0)
+    elif adapter == "responses":
+        model = OpenAIResponsesModel("gpt-5-mini", api_key="k", client=client, max_retries=0)
+    elif adapter == "gemini":
+        model = GeminiModel("gemini-2.5-flash", api_key="k", client=client, max_retries=0)
     else:
         model = AnthropicModel("claude-sonnet-4-5", api_key="k", client=client, max_retries=0)
     events: list[ModelEvent] = []
@@ -259,7 +273,7 @@ def check(adapter: str, pieces: list[bytes]) -> None:
     assert_well_formed(outcome)
 
 
-@pytest.mark.parametrize("adapter", ["openai", "anthropic"])
+@pytest.mark.parametrize("adapter", ["openai", "anthropic", "responses", "gemini"])
 def test_the_recorded_streams_themselves_are_well_formed(adapter: str) -> None:
     for body in STREAMS[adapter]:
         outcome = trio.run(run_adapter, adapter, [body.encode()])
@@ -289,3 +303,15 @@ def test_mutated_chat_completions_streams_give_a_response_or_a_model_error(piece
 @given(pieces=mutated_body("anthropic"))
 def test_mutated_anthropic_streams_give_a_response_or_a_model_error(pieces: list[bytes]) -> None:
     check("anthropic", pieces)
+
+
+@settings_for_streams
+@given(pieces=mutated_body("responses"))
+def test_mutated_responses_api_streams_give_a_response_or_a_model_error(pieces: list[bytes]) -> None:
+    check("responses", pieces)
+
+
+@settings_for_streams
+@given(pieces=mutated_body("gemini"))
+def test_mutated_gemini_streams_give_a_response_or_a_model_error(pieces: list[bytes]) -> None:
+    check("gemini", pieces)
