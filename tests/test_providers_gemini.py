@@ -342,3 +342,48 @@ async def test_empty_chunks_are_keepalives_and_extra_candidates_are_ignored() ->
     body = "data: {}\n\n" + f"data: {json.dumps({'candidates': [other]})}\n\n" + text_stream("Only this.")
     events = await collect(model(Server(sse(body))), HELLO)
     assert [e.text for e in events if isinstance(e, TextDeltaEvent)] == ["Only this."]
+
+
+def test_tool_results_with_images_describe_them_and_show_them_after_the_results() -> None:
+    calls = (ToolCall("a", "chart", {}), ToolCall("b", "photo", {}))
+    chart = ToolMessage("a", "chart", (TextPart("chart: "), ImagePart(data=b"\x89PNG", media_type="image/png")))
+    photo = ToolMessage("b", "photo", (ImagePart(url="https://example.com/p.jpg", media_type="image/jpeg"),))
+    _, contents = gemini_contents((AssistantMessage("", calls), photo, chart, UserMessage("compare them")))
+    assert contents[1] == {
+        "role": "user",
+        "parts": [
+            {
+                "functionResponse": {
+                    "name": "chart",
+                    "response": {"output": "chart: [image: image/png, 4 bytes]"},
+                    "id": "a",
+                }
+            },
+            {
+                "functionResponse": {
+                    "name": "photo",
+                    "response": {"output": "[image: image/jpeg, https://example.com/p.jpg]"},
+                    "id": "b",
+                }
+            },
+            {"text": "Images returned by tool call a (chart):"},
+            {"inlineData": {"mimeType": "image/png", "data": "iVBORw=="}},
+            {"text": "Images returned by tool call b (photo):"},
+            {"fileData": {"mimeType": "image/jpeg", "fileUri": "https://example.com/p.jpg"}},
+            {"text": "compare them"},
+        ],
+    }
+
+
+async def test_the_agent_streams_thoughts_and_reports_stop_reasons_and_usage() -> None:
+    from orchestrator import events as ev
+
+    server = Server(sse(TOOLS_STREAM), sse(chunk([{"text": "Cut"}], "MAX_TOKENS")))
+    agent = await create_agent(model(server), tools=[get_weather, get_time])
+    events = [event async for event in agent.stream("Weather and time in Paris?")]
+    assert "".join(e.text for e in events if isinstance(e, ev.ReasoningDeltaEvent)) == THOUGHTS
+    first, second = [e for e in events if isinstance(e, ev.ModelCompletedEvent)]
+    assert (first.stop_reason, first.raw_stop_reason) == ("tool_use", "STOP")
+    assert first.usage == Usage(2310, 179, cache_read_tokens=2048)
+    assert first.message.reasoning[0] == ReasoningBlock(THOUGHTS)
+    assert (second.stop_reason, second.raw_stop_reason) == ("max_tokens", "MAX_TOKENS")

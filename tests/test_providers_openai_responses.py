@@ -356,3 +356,34 @@ async def test_unknown_event_types_are_skipped() -> None:
     body += event("keepalive") + text_stream("Hi")
     events = await collect(model(Server(sse(body))), HELLO)
     assert [e.text for e in events if isinstance(e, TextDeltaEvent)] == ["Hi"]
+
+
+async def test_a_tool_result_with_images_sends_them_in_its_output() -> None:
+    server = Server(sse(text_stream("A rising line.")))
+    result = ToolMessage("c1", "chart", (TextPart("the chart:"), ImagePart(data=b"\x89PNG", media_type="image/png")))
+    history = ModelRequest([AssistantMessage("", (ToolCall("c1", "chart", {}),)), result])
+    await collect(model(server), history)
+    assert server.bodies()[0]["input"][1] == {
+        "type": "function_call_output",
+        "call_id": "c1",
+        "output": [
+            {"type": "input_text", "text": "the chart:"},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw==", "detail": "auto"},
+        ],
+    }
+
+
+async def test_the_agent_streams_reasoning_and_reports_stop_reasons_and_usage() -> None:
+    from orchestrator import events as ev
+
+    cut = message_item(0, "Cut") + completed("incomplete", incomplete_details={"reason": "max_output_tokens"})
+    server = Server(sse(TOOLS_STREAM), sse(cut))
+    agent = await create_agent(model(server), tools=[get_weather, get_time])
+    events = [event async for event in agent.stream("Weather and time in Paris?")]
+    reasoning = "".join(e.text for e in events if isinstance(e, ev.ReasoningDeltaEvent))
+    assert reasoning.startswith("**Planning the lookups**") and reasoning.endswith("get_time together.")
+    first, second = [e for e in events if isinstance(e, ev.ModelCompletedEvent)]
+    assert (first.stop_reason, first.raw_stop_reason) == ("tool_use", "completed")
+    assert first.usage == Usage(2310, 212, cache_read_tokens=2048)
+    assert first.message.reasoning[0].data == ENCRYPTED
+    assert (second.stop_reason, second.raw_stop_reason) == ("max_tokens", "max_output_tokens")

@@ -18,6 +18,8 @@ from orchestrator.messages import (
     ToolMessage,
     ToolStatus,
     UserMessage,
+    describe_parts,
+    images_of,
 )
 from orchestrator.model import ModelEvent, ModelRequest
 from orchestrator.providers._http import IdleTimer, post_sse
@@ -53,6 +55,15 @@ def _user_parts(message: UserMessage) -> list[dict[str, Any]]:
     ]
 
 
+def _result_images(results: list[ToolMessage]) -> list[dict[str, Any]]:
+    """The images of ``results`` as parts, each group introduced by the call it came from."""
+    parts: list[dict[str, Any]] = []
+    for result in results:
+        parts.append({"text": f"Images returned by tool call {result.tool_call_id} ({result.name}):"})
+        parts.extend(_image(image) for image in images_of(result.content))
+    return parts
+
+
 def _sent_id(call_id: str) -> dict[str, str]:
     """``{"id": ...}`` for an id Gemini made; nothing for one the adapter generated."""
     return {} if GENERATED_CALL_ID.fullmatch(call_id) else {"id": call_id}
@@ -84,7 +95,8 @@ def _model_parts(message: AssistantMessage) -> list[dict[str, Any]]:
 
 def _function_response(message: ToolMessage) -> dict[str, Any]:
     key = "output" if message.status is ToolStatus.SUCCEEDED else "error"
-    response = {"name": message.name, "response": {key: message.content}, **_sent_id(message.tool_call_id)}
+    output = describe_parts(message.content)
+    response = {"name": message.name, "response": {key: output}, **_sent_id(message.tool_call_id)}
     return {"functionResponse": response}
 
 
@@ -114,13 +126,23 @@ def gemini_contents(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, 
     System messages are joined into the instruction. Assistant turns have the
     role ``model``; tool results become ``functionResponse`` parts (``output``,
     or ``error`` for a result that did not succeed) of a ``user`` turn, in the order
-    of the calls they answer.
+    of the calls they answer. A result with images describes them where they were
+    (``describe_parts``), and the images follow all the results of that turn as
+    parts of the same turn, each group introduced by its call.
     Consecutive turns of one role are merged, so the results of one turn's
     calls travel together; empty turns are left out.
     """
     system: list[str] = []
     contents: list[dict[str, Any]] = []
-    for message in _results_in_call_order(messages):
+    with_images: list[ToolMessage] = []
+    for message in (*_results_in_call_order(messages), None):
+        if with_images and not isinstance(message, ToolMessage):
+            _add(contents, "user", _result_images(with_images))
+            with_images = []
+        if message is None:
+            break
+        if isinstance(message, ToolMessage) and images_of(message.content):
+            with_images.append(message)
         if isinstance(message, SystemMessage):
             if message.content:
                 system.append(message.content)
@@ -131,13 +153,18 @@ def gemini_contents(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, 
             role, parts = "user", [_function_response(message)]
         else:
             role, parts = "user", _user_parts(message)
-        if not parts:
-            continue
-        if contents and contents[-1]["role"] == role:
-            contents[-1]["parts"].extend(parts)
-        else:
-            contents.append({"role": role, "parts": parts})
+        _add(contents, role, parts)
     return "\n\n".join(system), contents
+
+
+def _add(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any]]) -> None:
+    """``parts`` as a turn of ``role``, merged into the last turn when it has that role."""
+    if not parts:
+        return
+    if contents and contents[-1]["role"] == role:
+        contents[-1]["parts"].extend(parts)
+    else:
+        contents.append({"role": role, "parts": parts})
 
 
 def gemini_tools(tools: tuple[ToolDefinition, ...], server_tools: tuple[ServerToolDefinition, ...] = ()) -> list[Any]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.messages import (
     AssistantMessage,
+    ContentPart,
     Message,
     ReasoningBlock,
     SystemMessage,
@@ -35,14 +36,15 @@ __all__ = ["OpenAIResponsesModel", "responses_input", "responses_tools"]
 log = logging.getLogger("orchestrator.providers")
 
 
-def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
-    if isinstance(message.content, str):
-        return message.content
+def _content(content: str | tuple[ContentPart, ...]) -> str | list[dict[str, Any]]:
+    """Text as it is; parts as ``input_text`` and ``input_image`` items (bytes as data URLs)."""
+    if isinstance(content, str):
+        return content
     return [
         {"type": "input_text", "text": part.text}
         if isinstance(part, TextPart)
         else {"type": "input_image", "image_url": image_url(part), "detail": "auto"}
-        for part in message.content
+        for part in content
     ]
 
 
@@ -82,7 +84,8 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
 
 
 def _tool_output(message: ToolMessage) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
+    """A result as ``function_call_output``: its text, or its parts (images included) as a list."""
+    return {"type": "function_call_output", "call_id": message.tool_call_id, "output": _content(message.content)}
 
 
 def responses_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -90,14 +93,15 @@ def responses_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 
     System text becomes a ``system`` message; an assistant message becomes its
     reasoning items (those this API produced), its text, then one
-    ``function_call`` item per call; a tool result becomes a ``function_call_output``.
+    ``function_call`` item per call; a tool result becomes a ``function_call_output``
+    (one with images gets them as ``input_image`` items of its output).
     """
     items: list[dict[str, Any]] = []
     for message in messages:
         if isinstance(message, SystemMessage):
             items.append({"role": "system", "content": message.content})
         elif isinstance(message, UserMessage):
-            items.append({"role": "user", "content": _user_content(message)})
+            items.append({"role": "user", "content": _content(message.content)})
         elif isinstance(message, ToolMessage):
             items.append(_tool_output(message))
         else:
