@@ -146,7 +146,7 @@ def whole(events: list[ModelEvent], text: str | None = None) -> ResponseComplete
     last = events[-1]
     assert isinstance(last, ResponseCompletedEvent)
     assert "".join(e.text for e in events if isinstance(e, TextDeltaEvent)) == last.message.content
-    assert last.stop_reason in ("end_turn", None)  # None: the adapter leaves it to the runtime
+    assert last.stop_reason == "end_turn"
     if text is not None:
         assert last.message.content == text
     return last
