@@ -249,9 +249,17 @@ class Agent:
         """Edges taken by the session's running or most recent request."""
         return list(self._last.get(session_id, ()))
 
-    def child_traces(self, session_id: str) -> list[NestedTrace]:
-        """The paths of the child requests (subagents) of the session's latest request, nested."""
-        return [trace for e in self.extensions if isinstance(e, ChildTraces) for trace in e.child_traces(session_id)]
+    def child_traces(self, session_id: str, request_id: str | None = None) -> list[NestedTrace]:
+        """The paths of the child requests (subagents) of the session's latest request, nested.
+
+        With ``request_id``, only when the session's latest request with children is that one.
+        """
+        return [
+            trace
+            for extension in self.extensions
+            if isinstance(extension, ChildTraces)
+            for trace in extension.child_traces(session_id, request_id)
+        ]
 
     def trace(self, session_id: str) -> str:
         """Mermaid flowchart of the path of the session's running or latest request, subagents nested."""

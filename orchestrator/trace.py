@@ -81,8 +81,8 @@ class NestedTrace:
 class ChildTraces(Protocol):
     """An extension that started child requests (subagents) of a session's requests."""
 
-    def child_traces(self, session_id: str) -> list[NestedTrace]:
-        """The paths of the children of ``session_id``'s latest request, in start order."""
+    def child_traces(self, session_id: str, request_id: str | None = None) -> list[NestedTrace]:
+        """The paths of the children of ``session_id``'s latest request (if it is ``request_id``), in start order."""
         ...
 
 

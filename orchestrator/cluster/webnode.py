@@ -34,6 +34,7 @@ from orchestrator.pending import WaitRule
 from orchestrator.server.backend import RunExists, RunView
 from orchestrator.store.errors import StoreError
 from orchestrator.store.runs import NewInboxItem, RunRecord, RunStore, StoredEvent
+from orchestrator.trace import NestedTrace
 
 POLL_SECONDS = 0.1
 """How often a web node looks for new events of a run it streams."""
@@ -128,6 +129,10 @@ class StoreBackend:
                 if e.type == "transition"
             ]
         return steps
+
+    async def child_traces(self, request_id: str) -> list[NestedTrace]:
+        """None: a worker's subagent requests are not kept in the run store."""
+        return []
 
     # answers ----------------------------------------------------------------
 

@@ -339,10 +339,15 @@ class SubAgentExtension(AgentExtension):
                 calls += [c for c in found if c.session_id == session_id]
         return calls
 
-    def child_traces(self, session_id: str) -> list[NestedTrace]:
-        """The paths of the children of the latest request of ``session_id`` that had any, in start order."""
+    def child_traces(self, session_id: str, request_id: str | None = None) -> list[NestedTrace]:
+        """The paths of the children of the latest request of ``session_id`` that had any, in start order.
+
+        With ``request_id``, only when that request is the one: none for an older request.
+        """
         with self._lock:
             latest = self._latest.get(session_id)
+            if latest is not None and request_id not in (None, latest[0]):
+                latest = None
             children = list(latest[1]) if latest is not None else []
         traces: list[NestedTrace] = []
         for child in children:

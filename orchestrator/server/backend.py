@@ -24,6 +24,7 @@ from orchestrator.handle import RunHandle, UnknownRun
 from orchestrator.messages import UserMessage
 from orchestrator.pending import PendingCall
 from orchestrator.server import sessions
+from orchestrator.trace import NestedTrace
 
 
 class RunExists(AgentError):
@@ -72,6 +73,9 @@ class Backend(Protocol):
     async def session(self, session_id: str) -> dict[str, Any] | None: ...
 
     async def transitions(self, request_id: str) -> list[Step]: ...
+
+    async def child_traces(self, request_id: str) -> list[NestedTrace]:
+        """The paths of the run's subagent requests, nested (none where they did not run in this process)."""
 
     def running(self) -> int | None:
         """Runs this process carries (None where it carries none itself)."""
@@ -173,6 +177,9 @@ class LocalBackend:
 
     async def transitions(self, request_id: str) -> list[Step]:
         return self._handle(request_id).transitions
+
+    async def child_traces(self, request_id: str) -> list[NestedTrace]:
+        return self.agent.child_traces(self._handle(request_id).session_id, request_id)
 
     def running(self) -> int:
         return len(self.agent.running())

@@ -182,9 +182,10 @@ class Service:
         request_id = _path_id(request, "request_id")
         try:
             steps = await self.backend.transitions(request_id)
+            children = await self.backend.child_traces(request_id)
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
-        return PlainTextResponse(trace_mermaid(steps), media_type="text/vnd.mermaid")
+        return PlainTextResponse(trace_mermaid(steps, children=children), media_type="text/vnd.mermaid")
 
     async def machine(self, request: Request) -> Response:
         name = request.path_params["name"]

@@ -283,3 +283,42 @@ def test_the_console_describes_the_images_of_a_tool_result(browser_page) -> None
         page.locator(".notice.end", has_text="run completed").wait_for()
         line = page.inner_text('#transcript .tool[data-call="s1"] .status')
         assert line == "succeeded: captured [image: image/png, 100 bytes]"
+
+
+def test_the_console_asks_a_subagents_question_and_ends_with_the_parent_run(browser_page) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator import agent_tool
+    from orchestrator.extensions.ask_user import AskUserExtension
+
+    async def make_client():  # type: ignore[no-untyped-def]
+        child = await create_agent(
+            ScriptedModel(
+                [
+                    asks(call("q1", "ask_user", question="Which city?", options=["Oslo", "Paris"])),
+                    AssistantMessage("Oslo it is."),
+                ]
+            ),
+            extensions=[AskUserExtension()],
+        )
+        model = ScriptedModel([asks(call("r1", "research", task="pick a city")), AssistantMessage("We go to Oslo.")])
+        return await create_agent(model, extensions=[agent_tool(child, name="research", description="Research.")])
+
+    page = browser_page
+    page.set_default_timeout(15_000)
+    with ServerThread(make_client) as server:
+        page.goto(server.url + "/")
+        page.fill("#session-input", "b-sub")
+        page.fill("#prompt-input", "Where do we go?")
+        page.click("#start-button")
+
+        question = '.question[data-event="ask_user"][data-session="b-sub:r1"]'
+        page.wait_for_selector(question)
+        page.locator("#transcript .notice", has_text="subagent research started (session b-sub:r1)").wait_for()
+        assert page.eval_on_selector_all(".notice.end", "ns => ns.length") == 0
+        page.click(f'{question} button:text-is("Oslo")')
+        page.locator("#transcript .notice", has_text="subagent research completed").wait_for()
+        page.locator(".notice.end", has_text="run completed").wait_for()
+        assert "We go to Oslo." in page.inner_text("#transcript")
+        assert page.eval_on_selector_all(".notice.end", "ns => ns.length") == 1  # the child's end is not the run's
+        assert page.eval_on_selector_all(".question", "qs => qs.length") == 0
+        final = page.eval_on_selector_all("#event-log li", "items => items.map(i => Number(i.dataset.seq))")
+        assert final == list(range(1, len(final) + 1))

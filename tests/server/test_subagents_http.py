@@ -49,6 +49,10 @@ async def test_a_childs_question_streams_on_the_parent_run_and_is_answered_on_th
                     assert response.json() == {"accepted": ["subagent:research"]}
 
                 got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=reply)
+                trace = (await http.get(f"{base}/runs/{request_id}/trace")).text
+    assert 'subgraph c1_machine["research r1 · session s1:r1"]' in trace
+    assert '  phase__awaiting_tool -.->|"r1"| c1_machine' in trace
+    assert parent.agent.child_traces("s1", "another request") == []
     assert [a["session"] for a in answered] == ["s1:r1"]
     waiting = answered[0]["pending"]  # the parent session lists its child's question
     assert [(p["session_id"], p["tool_call_id"], p["event"]) for p in waiting] == [("s1:r1", "q1", "ask_user")]

@@ -198,8 +198,18 @@ function apply(event, fresh = false) {
 }
 
 function render(event) {
+  if (event.session_id && run.session && event.session_id !== run.session) {
+    renderChild(event);
+    return;
+  }
   const transcript = $("transcript");
   switch (event.type) {
+    case "subagent_started":
+      transcript.append(el("div", { class: "notice subagent" }, `subagent ${event.agent} started (session ${event.child_session_id})`));
+      break;
+    case "subagent_completed":
+      transcript.append(el("div", { class: "notice subagent" }, `subagent ${event.agent} ${event.outcome}`));
+      break;
     case "run_started":
       transcript.append(el("div", { class: "msg user" }, textOf(event.input)));
       setRunning(true);
@@ -285,17 +295,25 @@ function setRunning(running) {
   $("steer-button").disabled = !running;
 }
 
+// A subagent's event, forwarded on this run's stream under the child's session: its questions are
+// asked (and answered on the child's session); the rest stays in the event log only.
+function renderChild(event) {
+  if (event.type in TOOL_ENDS) resolveQuestion(event.call.id, event.session_id);
+  else if (event.tool_call_id && event.response_event) ask(event);
+}
+
 // ---- questions: approvals and ask_user ------------------------------------------
 
 function ask(event) {
-  if ($("questions").querySelector(`[data-call="${CSS.escape(event.tool_call_id)}"]`)) return;
-  const card = el("div", { class: "question", "data-call": event.tool_call_id, "data-event": event.type });
+  const session = event.session_id || run.session;
+  if (findQuestion(event.tool_call_id, session)) return;
+  const card = el("div", { class: "question", "data-call": event.tool_call_id, "data-session": session, "data-event": event.type });
   const refusal = el("p", { class: "refusal" });
   const send = async (payload) => {
     for (const b of card.querySelectorAll("button")) b.disabled = true;
     const key = `${event.response_event}:${event.tool_call_id}:${JSON.stringify(payload)}`;
-    const result = await api("POST", `sessions/${encodeURIComponent(run.session)}/events`,
-      { name: event.response_event, payload: { tool_call_id: event.tool_call_id, ...payload }, request_id: run.id },
+    const result = await api("POST", `sessions/${encodeURIComponent(session)}/events`,
+      { name: event.response_event, payload: { tool_call_id: event.tool_call_id, ...payload }, request_id: event.request_id || run.id },
       { "Idempotency-Key": key });
     if (result.ok) { card.classList.add("answered"); refusal.textContent = ""; }
     else {
@@ -326,8 +344,12 @@ function ask(event) {
   $("questions").append(card);
 }
 
-function resolveQuestion(callId) {
-  const card = $("questions").querySelector(`[data-call="${CSS.escape(callId)}"]`);
+function findQuestion(callId, session) {
+  return $("questions").querySelector(`[data-call="${CSS.escape(callId)}"][data-session="${CSS.escape(session)}"]`);
+}
+
+function resolveQuestion(callId, session = run.session) {
+  const card = findQuestion(callId, session);
   if (card) card.remove();
 }
 
