@@ -336,6 +336,35 @@ async def test_a_request_cancelled_while_its_server_starts_leaves_it_to_the_next
     assert results(events)["a"] == ("succeeded", "The sum of 1 and 1 is 2.")
 
 
+async def test_a_call_under_way_when_the_block_exits_gets_a_failed_result_at_once(needs_everything: None) -> None:
+    events: list[AgentEvent] = []
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            async with MCPExtension([everything(call_timeout=50)]) as mcp:
+                model = ScriptedModel(
+                    [
+                        asks(call("slow", "everything__trigger-long-running-operation", duration=40, steps=40)),
+                        AssistantMessage("stopped"),
+                    ]
+                )
+                client = await create_agent(model, extensions=[mcp])
+                calling = trio.Event()
+
+                async def request() -> None:
+                    async for event in client.stream("slow", config=AgentRunConfig("s")):
+                        events.append(event)
+                        if event.name == "tool_started":
+                            calling.set()
+
+                nursery.start_soon(request)
+                await calling.wait()
+            assert mcp.state("everything") == "closed"
+
+    status, text = results(events)["slow"]
+    assert status == "failed" and "its MCPExtension was closed" in text
+    assert events[-1].name == "run_completed"
+
+
 # --- server-filesystem over stdio: real tools ----------------------------------------------------
 
 

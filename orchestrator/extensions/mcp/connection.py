@@ -10,6 +10,7 @@ results) until the next request that needs it restarts it.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import tempfile
 from collections.abc import Mapping
@@ -87,14 +88,18 @@ class Session:
         self._final_tail = ""
 
     def stderr_tail(self) -> str:
-        """The last bytes the server wrote to stderr (as text), or ""."""
+        """The last bytes the server wrote to stderr (as text), or "".
+
+        Read with ``pread``: the server shares the file's offset, which must
+        stay at the end for its next writes.
+        """
         if self.stderr is None or self.stderr.closed:
             return self._final_tail
         try:
-            self.stderr.flush()
-            size = self.stderr.seek(0, 2)
-            self.stderr.seek(max(0, size - STDERR_QUOTE))
-            return self.stderr.read().decode("utf-8", errors="replace").strip()
+            descriptor = self.stderr.fileno()
+            size = os.fstat(descriptor).st_size
+            start = max(0, size - STDERR_QUOTE)
+            return os.pread(descriptor, size - start, start).decode("utf-8", errors="replace").strip()
         except (OSError, ValueError):
             return ""
 
@@ -359,10 +364,15 @@ class MCPConnection:
             inject=((_CONTEXT, "context"),),
         )
 
+    def _why(self) -> str:
+        if self.state == "closed":
+            return "its MCPExtension was closed"
+        return self.last_error or "unknown reason"
+
     async def call(self, context: AgentRunContext, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         """Call the tool offered as ``name``; every failure is a failed result, never a hang."""
         if not await self.ensure(context):
-            return ToolResult(f"the MCP server {self.server.name!r} is not available: {self.last_error}", "failed")
+            return ToolResult(f"the MCP server {self.server.name!r} is not available: {self._why()}", "failed")
         session = self._current
         tool = session.tools.get(name) if session is not None else None
         if session is None or session.client is None or tool is None:
@@ -376,16 +386,16 @@ class MCPConnection:
                 if error.code != CONNECTION_CLOSED:
                     return ToolResult(f"the MCP server refused the call: {describe_error(error)}", "failed")
                 await self._fail(context, session, "the server closed its connection during the call")
-                return ToolResult(f"the MCP server {self.server.name!r} failed: {self.last_error}", "failed")
+                return ToolResult(f"the MCP server {self.server.name!r} failed: {self._why()}", "failed")
             except pydantic.ValidationError as error:
                 first = error.errors()[0]["msg"] if error.errors() else str(error)
                 return ToolResult(f"the MCP server's answer is not a valid tool result: {first}", "failed")
             except Exception as error:
                 await self._fail(context, session, f"the call broke the connection: {describe_error(error)}")
-                return ToolResult(f"the MCP server {self.server.name!r} failed: {self.last_error}", "failed")
+                return ToolResult(f"the MCP server {self.server.name!r} failed: {self._why()}", "failed")
         if waited.cancelled_caught:
             await self._fail(context, session, f"did not answer a call of {tool.name} within {limit:g} s", quote=False)
-            return ToolResult(f"the MCP server {self.server.name!r} failed: {self.last_error}", "failed")
+            return ToolResult(f"the MCP server {self.server.name!r} failed: {self._why()}", "failed")
         return tool_result(result, MAX_RESULT_CHARS)
 
     async def close(self) -> None:
