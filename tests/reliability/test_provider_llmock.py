@@ -16,8 +16,9 @@ The documented outcomes:
 
 - a retryable status (429, 500, 502, 503, 529) is retried, after the server's
   ``retry-after`` when it sent one and with growing backoff when not; LLMock itself
-  adds ``retry-after: 1`` to 429, 503, 504 and 529 when a test scripts none, so the
-  statuses it sends bare are 500 and 502. A status that stays is a typed error after
+  adds ``retry-after: 1`` to 429, 503, 504 and 529 when a test scripts none (that wait is
+  honoured too), so the statuses it sends bare are 500 and 502; tests/test_providers_retry.py
+  covers 429, 503 and 529 without the header, on a mock transport. A status that stays is a typed error after
   ``max_retries``; 400 and 401 are typed errors at once.
 - a stream broken before its first event (dropped, cut, corrupted, stalled past the read
   timeout, or a first chunk slower than it) is retried by the adapter.
@@ -177,6 +178,19 @@ async def test_retry_after_is_honoured_on_every_retried_status(mock: LLMock, ada
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
+@pytest.mark.parametrize("status", [429, 503, 529])
+async def test_statuses_scripted_without_retry_after_wait_for_llmocks_default(
+    mock: LLMock, adapter: str, status: int
+) -> None:
+    mock.fail(status, times=1, provider=PROVIDER[adapter]).reply(ANSWER)
+    whole(await run(model(mock, adapter)), ANSWER)
+    first, second = mock.requests
+    assert first.retry_after == 1.0  # what LLMock sends on these statuses when none is scripted
+    assert second.started_at - first.ended_at >= 1.0
+    clean(mock)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
 @pytest.mark.parametrize("status", [500, 502])
 async def test_statuses_without_retry_after_are_retried_with_growing_backoff(
     mock: LLMock, adapter: str, status: int
@@ -224,6 +238,8 @@ def break_stream(mock: LLMock, fault: str, after: int, adapter: str) -> None:
     if fault == "corrupt":
         mock.pace(30)
     BREAKS[fault](mock, after_chunks=after, provider=PROVIDER[adapter])
+
+
 #: What each break raises once the stream has started.
 BROKEN_AFTER_START = {
     "disconnect": (ProviderConnectionError, MalformedStreamError),
