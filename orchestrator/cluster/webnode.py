@@ -47,6 +47,12 @@ def _refused(event: ExternalEvent, why: str) -> Delivery:
     return Delivery(event.name, (), {INBOX: why})
 
 
+def _of_session(event: StoredEvent, session_id: str) -> bool:
+    """Whether ``event`` is the run's own, not one a subagent's request streamed through it."""
+    owner: object = event.body.get("session_id", session_id)
+    return owner == session_id
+
+
 class StoreBackend:
     def __init__(
         self, store: RunStore, *, wait_rules: Iterable[WaitRule] = (), poll_seconds: float = POLL_SECONDS
@@ -88,7 +94,7 @@ class StoreBackend:
         return self._view(await self._record(request_id))
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
-        await self._record(request_id)
+        session_id = (await self._record(request_id)).session_id
 
         async def batches() -> AsyncIterator[list[dict[str, Any]]]:
             position = after
@@ -97,7 +103,7 @@ class StoreBackend:
                 if stored:
                     position = stored[-1].seq
                     yield [dict(event.body) for event in stored]
-                    if stored[-1].type in TERMINAL:
+                    if stored[-1].type in TERMINAL and _of_session(stored[-1], session_id):
                         return
                     continue
                 record: RunRecord | None = await self._call(self.store.run, request_id)
@@ -118,7 +124,7 @@ class StoreBackend:
         return self._view(changed), not record.final
 
     async def transitions(self, request_id: str) -> list[Step]:
-        await self._record(request_id)
+        session_id = (await self._record(request_id)).session_id
         steps: list[Step] = []
         position = 0
         while stored := await self._call(self.store.events, request_id, position):
@@ -126,7 +132,7 @@ class StoreBackend:
             steps += [
                 Step(e.body["machine"], e.body["region"], e.body["source"], e.body["trigger"], e.body["dest"])
                 for e in stored
-                if e.type == "transition"
+                if e.type == "transition" and _of_session(e, session_id)
             ]
         return steps
 
