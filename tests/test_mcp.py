@@ -311,6 +311,28 @@ async def test_concurrent_first_requests_start_the_server_once(needs_everything:
     assert all(results(events)["a"] == ("succeeded", "Echo: hi") for events in streams.values())
 
 
+async def test_requests_waiting_for_a_start_that_fails_do_not_start_it_again(needs_everything: None) -> None:
+    node = npm_server("server-everything")[0]
+    silent = StdioServer(name="silent", command=node, args=["-e", "setInterval(() => {}, 1000)"], connect_timeout=1)
+    with trio.fail_after(LIMIT):
+        async with MCPExtension([silent]) as mcp:
+            client = await create_agent(
+                ScriptedModel([AssistantMessage("without it")], repeat_last=True), extensions=[mcp]
+            )
+            streams: dict[str, list[AgentEvent]] = {}
+
+            async def one(session: str) -> None:
+                streams[session] = await run(client, "go", session)
+
+            async with trio.open_nursery() as nursery:
+                for session in ("s1", "s2", "s3"):
+                    nursery.start_soon(one, session)
+
+    every = [event for events in streams.values() for event in events]
+    assert len(of_kind(every, MCPServerFailedEvent)) == 1  # one start, one failure, reported once
+    assert [step.trigger for step in mcp.connections["silent"].machine.history] == ["start", "fail", "close"]
+
+
 async def test_a_request_cancelled_while_its_server_starts_leaves_it_to_the_next_request(
     needs_everything: None, needs_proc: None
 ) -> None:

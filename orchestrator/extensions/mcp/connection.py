@@ -215,6 +215,7 @@ class MCPConnection:
         self._current: Session | None = None
         self._unreported: tuple[str, Step] | None = None  # a failure (and its step) no request has streamed yet
         self._lock = trio.Lock()
+        self._attempts = 0  # starts begun, so a request that waited for one does not begin another
         self._definitions: dict[str, ToolDefinition] = {}
 
     @property
@@ -245,8 +246,13 @@ class MCPConnection:
 
         The request streams what happens: a failure noticed since the last
         request, the transitions, and ``mcp_server_started`` or ``mcp_server_failed``.
+        A request that waited while another one's start failed does not start
+        it again: it waits for one start at most.
         """
+        attempts = self._attempts
         async with self._lock:
+            if self._attempts != attempts and self.state == "failed":
+                return False
             session = self._current
             if self.state == "ready" and session is not None:
                 if session.stale:
@@ -262,6 +268,7 @@ class MCPConnection:
             return await self._connect(context, self.nursery)
 
     async def _connect(self, context: AgentRunContext, nursery: trio.Nursery) -> bool:
+        self._attempts += 1
         session = Session(self.server)
         self._current = session
         try:
