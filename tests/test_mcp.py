@@ -39,6 +39,7 @@ from orchestrator import (
     ToolCall,
     ToolMessage,
     create_agent,
+    tool,
 )
 from orchestrator.errors import AgentError
 from orchestrator.events import (
@@ -166,9 +167,9 @@ async def test_server_everything_over_stdio_under_trio_offers_its_tools_as_liste
 
     offered = {tool.name: tool for tool in model.requests[0].tools}
     assert set(offered) == {f"everything__{name}" for name in listed}
-    for name, tool in listed.items():
-        assert offered[f"everything__{name}"].parameters == tool.input_schema  # the schema as given
-        assert offered[f"everything__{name}"].description == tool.description
+    for name, listed_tool in listed.items():
+        assert offered[f"everything__{name}"].parameters == listed_tool.input_schema  # the schema as given
+        assert offered[f"everything__{name}"].description == listed_tool.description
 
     [started] = of_kind(events, MCPServerStartedEvent)
     assert started.server == "everything" and started.restarts == 0
@@ -331,6 +332,21 @@ async def test_requests_waiting_for_a_start_that_fails_do_not_start_it_again(nee
     every = [event for events in streams.values() for event in events]
     assert len(of_kind(every, MCPServerFailedEvent)) == 1  # one start, one failure, reported once
     assert [step.trigger for step in mcp.connections["silent"].machine.history] == ["start", "fail", "close"]
+
+
+async def test_a_server_tool_named_like_another_tool_fails_the_request_naming_it(needs_everything: None) -> None:
+    @tool(name="everything__echo")
+    def local_echo(message: str) -> str:
+        """A local tool that has the name the server's echo is offered under."""
+        return message
+
+    with trio.fail_after(LIMIT):
+        async with MCPExtension([everything()]) as mcp:
+            client = await create_agent(
+                ScriptedModel([AssistantMessage("never")]), tools=[local_echo], extensions=[mcp]
+            )
+            with pytest.raises(ValueError, match="'everything__echo' is registered twice"):
+                await client.run("go")
 
 
 async def test_a_request_cancelled_while_its_server_starts_leaves_it_to_the_next_request(
