@@ -61,6 +61,11 @@ log = logging.getLogger("orchestrator.runtime")
 
 CLEANUP_SECONDS = 10.0
 
+#: Every model call is a cancellation point; every this many model calls (of a request) is also a
+#: schedule point, so a request whose model and tools never wait still lets other tasks run. A
+#: full checkpoint per call would cost a pass of the scheduler per turn.
+YIELD_EVERY_CALLS = 16
+
 _FINAL_PHASES = REQUEST.main.final_states
 
 _TOOL_EVENTS: dict[
@@ -394,11 +399,12 @@ class RequestRun:
 
     # messages ---------------------------------------------------------------
 
-    async def append(self, message: Message) -> Message:
+    async def append(self, message: Message, *, cleaned: bool = False) -> Message:
         """Append to the request and the session history, then publish it; the message appended.
 
         Every text in it is first made encodable as UTF-8 (``clean_message``), so
-        no message that enters history can break a store or a later model call.
+        no message that enters history can break a store or a later model call;
+        ``cleaned``: the caller already did (the model's checked response).
 
         Recording is synchronous and keeps ``open_calls`` in step with what was
         recorded: the calls of an assistant message are open from the moment it
@@ -406,8 +412,9 @@ class RequestRun:
         cancellation while the message is being published therefore still finds
         every recorded call, and settles those without a result.
         """
-        message = clean_message(message)
-        self.context.add_message(message)
+        if not cleaned:
+            message = clean_message(message)
+        self.context._messages.append(message)  # add_message without cleaning it a second time
         if self.agent.history is not None:
             self.agent.history.append(self.context.session_id, message)
         if isinstance(message, AssistantMessage):
@@ -600,7 +607,10 @@ class RequestRun:
         message = _checked_response(completed.message)
         stop_reason, raw_stop_reason = _checked_stop(completed, message)
         usage = _checked_usage(completed.usage)
-        await trio.lowlevel.checkpoint()
+        if self.iterations % YIELD_EVERY_CALLS:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await trio.lowlevel.checkpoint()
         self.response = message
         self.usage = usage
         self.stop_reason, self.raw_stop_reason = stop_reason, raw_stop_reason
@@ -761,7 +771,7 @@ class RequestRun:
 
     async def _cb_append_response(self) -> None:
         assert self.response is not None
-        await self.append(self.response)
+        await self.append(self.response, cleaned=True)
         await self._emit_new(
             ev.ModelCompletedEvent,
             message=self.response,
