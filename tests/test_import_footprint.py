@@ -47,6 +47,19 @@ def test_the_cycle_collector_is_left_as_the_package_found_it(enabled: bool) -> N
     assert after is enabled
 
 
+def test_what_loading_built_is_frozen_out_of_later_collections() -> None:
+    frozen = _fresh(
+        "import gc, json; before = gc.get_freeze_count()\n"
+        "import orchestrator\n"
+        "print(json.dumps([before, gc.get_freeze_count(), orchestrator.AgentRunConfig in gc.get_objects()]))"
+    )
+    assert isinstance(frozen, list)
+    before, after, still_traversed = frozen
+    assert before == 0
+    assert after > 1000
+    assert not still_traversed
+
+
 def test_a_new_request_id_is_a_version_4_uuid_in_hex() -> None:
     import uuid
 
