@@ -4,7 +4,9 @@ Every state and edge of the definition is drawn; the edges the request took
 are highlighted (``linkStyle``) and labelled with the order in which they were
 taken, visited states get the ``visited`` class and each region's current
 state the ``current`` class. Works on a finished or a running request:
-``trace_mermaid(client.transitions(session_id))``.
+``trace_mermaid(client.transitions(session_id))``. The requests its subagents
+ran (``children``) are drawn inside it, each as a nested subgraph with its own
+machine and path, linked from the parent's ``awaiting_tool`` state.
 """
 
 from __future__ import annotations
@@ -31,9 +33,17 @@ CLASS_DEFS = (
 )
 
 
-def steps_from_events(events: Iterable[AgentEvent]) -> list[Step]:
-    """The Steps carried by the TransitionEvents among ``events``, in order."""
-    return [Step(e.machine, e.region, e.source, e.trigger, e.dest) for e in events if isinstance(e, TransitionEvent)]
+def steps_from_events(events: Iterable[AgentEvent], session_id: str | None = None) -> list[Step]:
+    """The Steps carried by the TransitionEvents among ``events``, in order.
+
+    With ``session_id``, only that session's: a stream also carries the events its
+    subagents' requests forwarded, under their own sessions.
+    """
+    return [
+        Step(e.machine, e.region, e.source, e.trigger, e.dest)
+        for e in events
+        if isinstance(e, TransitionEvent) and session_id in (None, e.session_id)
+    ]
 
 
 def _node(region: Region, state: str, prefix: str = "") -> str:

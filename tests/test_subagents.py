@@ -40,6 +40,7 @@ from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.subagent import MAX_DEPTH, child_session_id, current_depth
 from orchestrator.extensions.tool_approval import ToolApprovalExtension
 from orchestrator.history import InMemoryHistory
+from orchestrator.trace import steps_from_events
 
 LIMIT = 20  # seconds: a hang fails the test instead of blocking the suite
 
@@ -120,6 +121,11 @@ async def test_a_child_request_answers_the_parents_call_and_its_events_are_forwa
     assert parent_model.requests[1].messages[-1] == ToolMessage("r1", "research", "x is 42", ToolStatus.SUCCEEDED)
     assert [s.dest for s in child.transitions("s1:r1")][-1] == "completed"
     assert child.agent.running() == [] and parent.agent.running() == []
+
+    # A stream's own path and its child's are told apart by session.
+    own = [step for step in steps_from_events(events, "s1") if step.machine == "request"]
+    assert own == parent.transitions("s1")
+    assert steps_from_events(events, "s1:r1") == child.transitions("s1:r1")
 
     # What the wire carries is enough to link every child event to the parent's call.
     for event in events:
@@ -523,3 +529,24 @@ async def test_a_parent_and_its_child_are_freed_without_the_collector() -> None:
         assert len(kept) == 2 and [ref() for ref in kept] == [None, None]
     finally:
         gc.enable()
+
+
+async def test_cancelling_the_parent_while_the_child_waits_for_an_answer_withdraws_the_question() -> None:
+    child = await researcher(
+        asks(call("q1", "ask_user", question="Which?", options=["a", "b"])), extensions=[AskUserExtension()]
+    )
+    parent = await create_agent(
+        ScriptedModel([asks(call("r1", "research", task="t"))]),
+        extensions=[agent_tool(child, name="research", description="Research.")],
+    )
+    handle = await parent.start("go", config=AgentRunConfig("s1"))
+    with trio.fail_after(LIMIT):
+        async for event in handle.events():
+            if event.name == "ask_user":
+                assert [p.session_id for p in parent.pending()] == ["s1:r1"]
+                handle.cancel()
+        await handle.wait()
+    assert parent.pending() == [] and child.pending() == []
+    assert child.transitions("s1:r1")[-1].dest == "cancelled"
+    late = ExternalEvent("ask_user_response", {"tool_call_id": "q1", "answer": "a"})
+    assert not parent.deliver(late, config=AgentRunConfig("s1:r1"))  # nobody waits any more
