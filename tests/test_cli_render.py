@@ -1,9 +1,13 @@
-"""The CLI's compact lines: a tool call on one line with long values elided, a result collapsed to one line."""
+"""The CLI's compact lines (a tool call on one line with long values elided, a result collapsed to one line) and its status line."""
 
 from __future__ import annotations
 
+import io
+
+from rich.console import Console
+
 from orchestrator import ToolCall, ToolMessage, ToolStatus
-from orchestrator.cli.render import call_line, result_line
+from orchestrator.cli.render import THINKING_CHARS, Screen, call_line, result_line
 
 
 def test_a_tool_call_is_one_line_with_long_values_elided() -> None:
@@ -34,3 +38,33 @@ def test_a_result_is_collapsed_to_its_status_and_first_line() -> None:
     assert "second" not in shown
     failed = result_line(ToolMessage("c2", "bash", "boom", status=ToolStatus.FAILED))
     assert "failed" in failed.lower() and "boom" in failed
+
+
+def test_the_status_line_shows_the_end_of_the_reasoning_until_the_answer_begins() -> None:
+    out = io.StringIO()
+    screen = Screen(out, tty=True, color=False)
+    screen.begin_turn()
+    try:
+        screen.phase("awaiting_model")
+        screen.reasoning("First I compare\nthe two ")
+        screen.reasoning("options " + "x" * 100)
+        assert screen.status is not None
+        shown = screen.status.thinking
+        assert len(shown) == THINKING_CHARS and shown.endswith("x" * 10) and "\n" not in shown
+        screen.reasoning("")
+        screen.status.thinking = "I compare the two options"
+        console = Console(file=io.StringIO(), width=200, color_system=None)
+        console.print(screen.status.__rich__())
+        assert "thinking: I compare the two options" in console.file.getvalue()  # type: ignore[attr-defined]
+        screen.text("The answer")
+        assert screen.status.thinking == ""
+    finally:
+        screen.end_turn()
+
+
+def test_plain_output_leaves_reasoning_out() -> None:
+    out = io.StringIO()
+    screen = Screen(out, tty=False, color=False)
+    screen.reasoning("secret musing")
+    screen.text("answer\n")
+    assert out.getvalue() == "answer\n"

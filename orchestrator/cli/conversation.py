@@ -151,6 +151,8 @@ class Conversation:
         screen, payload = self.screen, event.payload
         if event.name == "text_delta":
             screen.text(str(payload["text"]))
+        elif event.name == "reasoning_delta":
+            screen.reasoning(str(payload["text"]))
         elif isinstance(event, TransitionEvent):
             if event.machine == "request" and event.region == "phase":
                 screen.phase(event.dest)

@@ -3,7 +3,8 @@
 On a terminal (stdout a TTY) answers stream as Markdown (finished blocks are
 printed, the block being written is redrawn below them), and a live area at
 the bottom shows a spinner with the request machine's current state, the time
-spent in it, a retry in progress and the line being typed. Elsewhere (a pipe,
+spent in it, a retry in progress, the end of the reasoning the model streams
+before it answers, and the line being typed. Elsewhere (a pipe,
 a file) output is plain text without colours or redraws. NO_COLOR turns
 colours off on a terminal too.
 """
@@ -24,6 +25,9 @@ from rich.text import Text
 from orchestrator.messages import ToolCall, ToolMessage, ToolStatus, describe_parts
 
 Write = Callable[[str], None]
+
+THINKING_CHARS = 60
+"""How much of the model's latest reasoning the status line shows."""
 
 
 class WriteFile:
@@ -94,13 +98,14 @@ class _Console(Console):
 
 
 class StatusLine:
-    """Spinner, the request's phase and how long it has been in it, and a note (a retry)."""
+    """Spinner, the request's phase and how long it has been in it, a note (a retry) and what the model thinks."""
 
     def __init__(self) -> None:
         self.state = "starting"
         self.since = time.monotonic()
         self.started = self.since
         self.note = ""
+        self.thinking = ""  # the end of the reasoning the model streams before its answer
         self.spinner = Spinner("dots")
 
     def enter(self, state: str) -> None:
@@ -108,6 +113,11 @@ class StatusLine:
         self.since = time.monotonic()
         if state != "awaiting_model":
             self.note = ""
+            self.thinking = ""
+
+    def think(self, delta: str) -> None:
+        """Keep the last THINKING_CHARS characters of the model's reasoning, on one line."""
+        self.thinking = " ".join(f"{self.thinking}{delta}".split())[-THINKING_CHARS:]
 
     def __rich__(self) -> RenderableType:
         now = time.monotonic()
@@ -115,6 +125,8 @@ class StatusLine:
         text.append(f"  (turn {now - self.started:.1f}s)", style="dim")
         if self.note:
             text.append(f"  {self.note}", style="yellow")
+        if self.thinking:
+            text.append(f"  thinking: {self.thinking}", style="dim italic")
         self.spinner.text = text
         return self.spinner
 
@@ -158,6 +170,8 @@ class Screen:
     # answers ------------------------------------------------------------------
 
     def text(self, delta: str) -> None:
+        if self.status is not None:
+            self.status.thinking = ""  # the answer has begun
         if not self.tty:
             self.out.write(delta)
             self.out.flush()
@@ -168,6 +182,12 @@ class Screen:
         if done.strip():
             self.console.print(Markdown(done))
         self._refresh()
+
+    def reasoning(self, delta: str) -> None:
+        """The model's reasoning: the end of it on a terminal's status line, nothing in plain output."""
+        if self.status is not None:
+            self.status.think(delta)
+            self._refresh()
 
     def end_text(self) -> None:
         """Finish the answer being streamed (before anything else is printed)."""
