@@ -16,27 +16,56 @@ class ModelUnavailable(Exception):
     """An explicitly chosen model cannot be used (a missing key or package); the CLI exits with 2."""
 
 
+#: For each provider a command line may name: the environment that makes it usable, and what to set.
+_PROVIDERS: dict[str, tuple[tuple[str, ...], str]] = {
+    "openai": (("OPENAI_API_KEY", "OPENAI_BASE_URL"), "set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)"),
+    "openai-responses": (("OPENAI_API_KEY", "OPENAI_BASE_URL"), "set OPENAI_API_KEY (or OPENAI_BASE_URL)"),
+    "anthropic": (("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"), "set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL)"),
+    "gemini": (
+        ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GEMINI_BASE_URL", "GOOGLE_GEMINI_BASE_URL"),
+        "set GEMINI_API_KEY or GOOGLE_API_KEY (or GEMINI_BASE_URL)",
+    ),
+}
+#: The ``--model`` forms, for help texts and errors.
+MODEL_SPECS = "openai:NAME, openai-responses:NAME, anthropic:NAME or gemini:NAME"
+
+
+def names_a_provider(spec: str) -> bool:
+    """Whether ``spec`` has the form ``PROVIDER:NAME`` for a provider a command line may name."""
+    provider, colon, _ = spec.partition(":")
+    return bool(colon) and provider in _PROVIDERS
+
+
+def _adapter(provider: str, name: str | None) -> Model:
+    if provider == "openai":
+        from orchestrator.providers.openai import OpenAIChatModel
+
+        return OpenAIChatModel(name)
+    if provider == "openai-responses":
+        from orchestrator.providers.openai_responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(name)
+    if provider == "gemini":
+        from orchestrator.providers.gemini import GeminiModel
+
+        return GeminiModel(name)
+    from orchestrator.providers.anthropic import AnthropicModel
+
+    return AnthropicModel(name)
+
+
 def build_model(spec: str | None, plan_mode: bool) -> Model:
     """The model ``spec`` names, or the scripted model when ``spec`` is None."""
     if spec is None:
         return scripted_model(plan_mode)
     provider, _, name = spec.partition(":")
-    if provider == "openai":
-        if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
-            raise ModelUnavailable(f"--model {spec}: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server)")
-    elif provider == "anthropic":
-        if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_BASE_URL")):
-            raise ModelUnavailable(f"--model {spec}: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL)")
-    else:
-        raise ModelUnavailable(f"--model {spec}: unknown provider {provider!r} (use openai:NAME or anthropic:NAME)")
+    if provider not in _PROVIDERS:
+        raise ModelUnavailable(f"--model {spec}: unknown provider {provider!r} (use {MODEL_SPECS})")
+    variables, advice = _PROVIDERS[provider]
+    if not any(os.environ.get(variable) for variable in variables):
+        raise ModelUnavailable(f"--model {spec}: {advice}")
     try:
-        if provider == "openai":
-            from orchestrator.providers.openai import OpenAIChatModel
-
-            return OpenAIChatModel(name or None)
-        from orchestrator.providers.anthropic import AnthropicModel
-
-        return AnthropicModel(name or None)
+        return _adapter(provider, name or None)
     except ImportError as missing:
         raise ModelUnavailable(f"--model {spec}: {missing} (pip install 'orchestrator[providers]')") from None
     except ValueError as unusable:

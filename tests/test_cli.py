@@ -440,3 +440,30 @@ def test_a_permission_left_waiting_by_a_killed_run_is_asked_again_and_settled(tm
     assert (results[0].name, results[0].status) == ("write_file", ToolStatus.FAILED)
     assert results[0].content == "not run: write_file was approved after its process stopped; call it again"
     assert not (tmp_path / "notes.txt").exists()
+
+
+def test_the_responses_and_gemini_adapters_can_be_named_on_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.model_choice import ModelUnavailable, build_model
+    from orchestrator.providers import GeminiModel, OpenAIResponsesModel
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "GOOGLE_"))}
+    for spec, variable in (
+        ("openai-responses:gpt-5-mini", "OPENAI_API_KEY"),
+        ("gemini:gemini-2.5-flash", "GEMINI_API_KEY"),
+    ):
+        code, out, err = Cli(tmp_path, "hello there", "--model", spec, env=env).finish()
+        assert code == 2
+        assert f"error: --model {spec}: set {variable}" in err and out == ""
+    for name in ("GEMINI_API_KEY", "GEMINI_BASE_URL", "GOOGLE_GEMINI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GOOGLE_API_KEY", "g-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "o-key")
+    gemini = build_model("gemini:gemini-2.5-pro", plan_mode=False)
+    assert isinstance(gemini, GeminiModel) and gemini.model == "gemini-2.5-pro" and gemini.api_key == "g-key"
+    responses = build_model("openai-responses:gpt-5-mini", plan_mode=False)
+    assert isinstance(responses, OpenAIResponsesModel) and responses.model == "gpt-5-mini"
+    with pytest.raises(ModelUnavailable, match="gemini:NAME"):
+        build_model("mistral:large", plan_mode=False)
+    assert main(["hi", "--model", "gemini"]) == 2  # no name part: a usage error

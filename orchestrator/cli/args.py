@@ -7,9 +7,9 @@ import os
 
 import attrs
 
-from orchestrator.model_choice import default_db
+from orchestrator.model_choice import MODEL_SPECS, default_db, names_a_provider
 
-MODEL_HELP = "openai:NAME or anthropic:NAME (default: the scripted model, which needs no key)"
+MODEL_HELP = f"{MODEL_SPECS} (default: the scripted model, which needs no key)"
 DEFAULT_TOOLS_TO_ASK = ("write_file", "edit_file", "bash")
 
 
@@ -64,8 +64,8 @@ def _check_session_id(parser: argparse.ArgumentParser, session: str | None) -> N
 
 def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: str | None) -> Options:
     _check_session_id(parser, args.session)
-    if args.model is not None and not args.model.startswith(("openai:", "anthropic:")):
-        parser.error(f"unknown --model {args.model!r}: use openai:NAME or anthropic:NAME (or leave it out)")
+    if args.model is not None and not names_a_provider(args.model):
+        parser.error(f"unknown --model {args.model!r}: use {MODEL_SPECS} (or leave it out)")
     if args.session and args.continue_last:
         parser.error("--session and -c/--continue exclude each other")
     if not os.path.isdir(args.root):

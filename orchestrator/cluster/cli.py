@@ -19,10 +19,12 @@ from orchestrator.cluster.worker import LEASE_SECONDS, RETENTION_SECONDS, Worker
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
+    from orchestrator.model_choice import MODEL_SPECS
+
     parser = argparse.ArgumentParser(prog="python -m orchestrator worker", description="Carry runs of a run store.")
     parser.add_argument("--db", required=True, help="the run store: postgresql://... or sqlite:///PATH")
     parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
-    parser.add_argument("--model", help="without --app: scripted (default), openai:NAME or anthropic:NAME")
+    parser.add_argument("--model", help=f"without --app: scripted (default), {MODEL_SPECS}")
     parser.add_argument("--root", default=".", help="without --app: workspace of the filesystem tools")
     parser.add_argument("--name", help="this worker's name in leases (default host:pid:random)")
     parser.add_argument("--capacity", type=int, default=16, help="runs carried at once (default 16)")

@@ -41,8 +41,10 @@ class ServeOptions:
 
 
 def parse(argv: Sequence[str]) -> ServeOptions:
+    from orchestrator.model_choice import MODEL_SPECS
+
     parser = argparse.ArgumentParser(prog="python -m orchestrator serve", description="Serve an agent over HTTP.")
-    parser.add_argument("--model", help="scripted (default), openai:NAME or anthropic:NAME")
+    parser.add_argument("--model", help=f"scripted (default), {MODEL_SPECS}")
     parser.add_argument(
         "--db",
         help="session database (default: the user data directory); a run store URL (postgresql://... or"
