@@ -3,10 +3,11 @@
 ``agent_tool(researcher, name="research", description=...)`` is a
 ``SubAgentExtension``: given to the parent agent's ``extensions``, it offers a
 tool ``research(task)``. A call runs one request of ``researcher`` in the
-calling tool's own trio task, with ``task`` as its input (a blank task is a failed result), in the child session
-``child_session_id(parent_session, tool_call_id)`` (``"<parent session>:<tool
-call id>"``). Its answer is the call's result; its failure is the call's failed
-result; cancelling the parent cancels it.
+calling tool's own trio task, with ``task`` as its input (a blank task is a
+failed result), in the child session ``child_session_id(parent_session,
+tool_call_id)`` (``"<parent session>:<tool call id>"``). Its answer is the
+call's result; its failure is the call's failed result; cancelling the parent
+cancels it.
 
 While the child runs, its streamed events go on the parent's stream in order,
 each keeping its own ``session_id`` and ``request_id`` (the child's) and taking
