@@ -84,7 +84,9 @@ class Restored:
 
     ``response`` is the last assistant message of the session's history (None when
     the run had not had one), ``open_calls`` the ids of its calls without a result,
-    ``last_seq`` the seq of the last event the run's log kept.
+    ``last_seq`` the seq of the last event the run's log kept, ``stop_reason`` why
+    that response ended (a response cut off at ``max_tokens`` runs none of its calls,
+    also after a restore).
     """
 
     worker: str
@@ -92,6 +94,7 @@ class Restored:
     iterations: int
     response: AssistantMessage | None
     open_calls: tuple[str, ...]
+    stop_reason: StopReason = "end_turn"
 
 
 class RequestRun:
@@ -855,6 +858,7 @@ class RequestRun:
         assert self.restored is not None
         self.iterations = self.restored.iterations
         self.response = self.restored.response
+        self.stop_reason = self.restored.stop_reason
         if self.restored.response is not None:
             self.open_calls = {c.id: c for c in self.restored.response.tool_calls if c.id in self.restored.open_calls}
 

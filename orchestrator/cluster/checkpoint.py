@@ -3,8 +3,8 @@
 The session's history (in the store, written by the same fenced commits) holds
 the messages; the checkpoint holds the rest: the request machine's states, the
 iteration count, the calls that recorded an intent (started and not yet
-settled), the calls that wait for an answer (with the question asked), and the
-session's Plan Mode state. ``restored`` reads both back into the point where
+settled), the calls that wait for an answer (with the question asked), the
+session's Plan Mode state and why the last response ended. ``restored`` reads both back into the point where
 the request loop resumes.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from orchestrator.messages import AssistantMessage, Message, ToolMessage
+from orchestrator.model import STOP_REASONS, StopReason
 from orchestrator.runtime import Restored
 
 VERSION = 1
@@ -47,6 +48,7 @@ class Checkpoint:
     started: tuple[str, ...]
     waiting: tuple[Waiting, ...]
     plan_mode: str | None
+    stop_reason: StopReason = "end_turn"  # why the last response ended (max_tokens: its calls never run)
 
     def json(self) -> dict[str, Any]:
         return {
@@ -57,6 +59,7 @@ class Checkpoint:
             "started": list(self.started),
             "waiting": [w.json() for w in self.waiting],
             "plan_mode": self.plan_mode,
+            "stop_reason": self.stop_reason,
         }
 
 
@@ -74,7 +77,16 @@ def read(data: Mapping[str, Any] | None) -> Checkpoint | None:
             for w in data.get("waiting", ())
         ),
         plan_mode=data.get("plan_mode"),
+        stop_reason=_stop_reason(data.get("stop_reason")),
     )
+
+
+def _stop_reason(value: object) -> StopReason:
+    """A stored stop reason; one written before stop reasons were kept is ``end_turn``."""
+    for known in STOP_REASONS:
+        if value == known:
+            return known
+    return "end_turn"
 
 
 def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
@@ -92,4 +104,4 @@ def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str,
     open_calls = tuple(c.id for c in response.tool_calls if c.id not in settled) if response is not None else ()
     if response is not None and response.tool_calls and not open_calls:
         response = None  # every call settled: between turns
-    return Restored(worker, last_seq, checkpoint.iterations, response, open_calls)
+    return Restored(worker, last_seq, checkpoint.iterations, response, open_calls, checkpoint.stop_reason)

@@ -107,6 +107,7 @@ class DurableRun:
             started=tuple(sorted(self.started)),
             waiting=tuple(self.waiting.values()),
             plan_mode=plan_mode,
+            stop_reason=run.stop_reason if run is not None else "end_turn",
         )
 
     async def commit(self, status: str = "running") -> None:

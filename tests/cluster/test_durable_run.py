@@ -75,3 +75,52 @@ async def test_a_commit_that_fails_keeps_what_it_did_not_write_for_the_next(tmp_
     await durable.commit("failed")
     assert [e.seq for e in durable.store.events("r1")] == [1, 2]
     assert [m.content for m in durable.store.history("s1")] == ["kept"]
+
+
+async def test_a_cut_off_response_whose_worker_died_before_its_results_runs_none_of_its_calls_when_resumed(
+    tmp_path: Path,
+) -> None:
+    import trio
+
+    from orchestrator import AssistantMessage, ScriptedModel, ToolCall, ToolStatus, UserMessage, create_agent
+    from orchestrator.cluster import Worker
+    from orchestrator.cluster.checkpoint import Checkpoint
+    from orchestrator.store.runs import RunCommit
+    from orchestrator.tools import tool
+
+    ran: list[str] = []
+
+    @tool
+    def record(text: str) -> str:
+        """Record a text.
+
+        Args:
+            text: what to record
+        """
+        ran.append(text)
+        return "recorded"
+
+    path = str(tmp_path / "runs.db")
+    dead_store = sqlite_run_store(path)
+    dead_store.create_run("s1", "r1", {"role": "user", "content": "go"})
+    (dead,) = dead_store.claim("dead", 0.05)
+    cut = AssistantMessage(tool_calls=[ToolCall("c1", "record", {"text": "half of wh"})])
+    # What a worker commits when the response is appended (its failed results come in the next commit).
+    checkpoint = Checkpoint({}, 1, True, (), (), None, stop_reason="max_tokens")
+    dead_store.commit(dead, RunCommit(messages=(UserMessage("go"), cut), checkpoint=checkpoint.json()))
+    await trio.sleep(0.1)  # the lease runs out: the worker is gone
+
+    client = await create_agent(ScriptedModel([AssistantMessage("I will write less.")]), tools=[record])
+    store = sqlite_run_store(path)
+    worker = Worker(client, store, name="b", poll_seconds=0.02)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            while (record_ := store.run("r1")) is None or record_.status != "completed":
+                await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    assert ran == []
+    history = store.history("s1")
+    (result,) = [m for m in history if isinstance(m, ToolMessage)]
+    assert result.status is ToolStatus.FAILED and "max_tokens" in result.text
+    assert history[-1] == AssistantMessage("I will write less.")
