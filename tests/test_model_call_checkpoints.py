@@ -41,8 +41,10 @@ async def test_a_request_whose_model_and_tools_never_wait_lets_other_tasks_run()
             answer = await client.run("go", config=AgentRunConfig(session_id="s"))
             finished = True
     assert answer.content == "done"
-    # At least one schedule point every YIELD_EVERY_CALLS model calls (TURNS + 1 calls in all).
-    assert ran_meanwhile >= TURNS // YIELD_EVERY_CALLS
+    # At least one schedule point every YIELD_EVERY_CALLS model calls (TURNS + 1 calls in all). trio orders
+    # the tasks of one scheduling batch at random: after the last of those points the request may finish
+    # first, and the other task then sees ``finished`` without counting that turn.
+    assert ran_meanwhile >= TURNS // YIELD_EVERY_CALLS - 1
 
 
 async def test_a_request_cancelled_meanwhile_stops_at_its_next_model_call_even_when_nothing_waits() -> None:
