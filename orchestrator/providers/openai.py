@@ -309,6 +309,23 @@ def _reasoning_text(delta: Fields) -> str | None:
     return alias if isinstance(alias, str) else None
 
 
+def openai_headers(model: HTTPStreamingModel) -> dict[str, str]:
+    """The headers of a streamed call to an OpenAI endpoint (Chat Completions or Responses) of ``model``.
+
+    AuthenticationError without a key for OpenAI's own endpoint; a compatible or
+    local server (another base URL) may need none.
+    """
+    if model.needs_key:
+        raise AuthenticationError(
+            "no OpenAI API key: pass api_key= or set OPENAI_API_KEY "
+            "(a compatible or local server needs only base_url= or OPENAI_BASE_URL)"
+        )
+    headers = {"Accept": "text/event-stream"}
+    if model.api_key:
+        headers["Authorization"] = f"Bearer {model.api_key}"
+    return headers
+
+
 class OpenAIChatModel(HTTPStreamingModel):
     """Streams Chat Completions from OpenAI or an OpenAI-compatible server.
 
@@ -384,15 +401,7 @@ class OpenAIChatModel(HTTPStreamingModel):
         return body
 
     def headers(self) -> dict[str, str]:
-        if self.needs_key:
-            raise AuthenticationError(
-                "no OpenAI API key: pass api_key= or set OPENAI_API_KEY "
-                "(a local server needs only base_url= or OPENAI_BASE_URL)"
-            )
-        headers = {"Accept": "text/event-stream"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return openai_headers(self)
 
     async def _attempt(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         headers = self.headers()

@@ -21,9 +21,9 @@ from orchestrator.messages import (
 from orchestrator.model import ModelEvent, ModelRequest
 from orchestrator.providers._http import IdleTimer, post_sse
 from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
-from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
+from orchestrator.providers.errors import MalformedStreamError
 from orchestrator.providers.fields import decode_object
-from orchestrator.providers.openai import DEFAULT_OPENAI_BASE_URL, image_url
+from orchestrator.providers.openai import DEFAULT_OPENAI_BASE_URL, image_url, openai_headers
 from orchestrator.providers.responses_stream import ResponsesAssembler
 from orchestrator.providers.retry import RetryPolicy, Sleep
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
@@ -191,15 +191,7 @@ class OpenAIResponsesModel(HTTPStreamingModel):
         return body
 
     def headers(self) -> dict[str, str]:
-        if self.needs_key:
-            raise AuthenticationError(
-                "no OpenAI API key: pass api_key= or set OPENAI_API_KEY "
-                "(a compatible server needs only base_url= or OPENAI_BASE_URL)"
-            )
-        headers = {"Accept": "text/event-stream"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return openai_headers(self)
 
     async def _attempt(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         headers = self.headers()
