@@ -6,7 +6,7 @@ import base64
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import attrs
 
@@ -33,16 +33,12 @@ from orchestrator.model import (
     Usage,
 )
 from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
-from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
+from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.fields import Fields, decode_object, stream_error
-from orchestrator.providers.retry import RetryPolicy, Sleep
 from orchestrator.providers.stops import ANTHROPIC_STOP_REASONS, normalised_stop
 from orchestrator.text import SurrogateJoiner, clean_json, clean_text
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -423,18 +419,10 @@ class AnthropicModel(HTTPStreamingModel):
         self,
         model: str | None = None,
         *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        client: httpx.AsyncClient | None = None,
         max_tokens: int = 4096,
-        max_retries: int = 2,
-        timeout: float = 60.0,
-        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        sleep: Sleep | None = None,
         thinking_budget: int | None = None,
         prompt_caching: bool = True,
+        **settings: Unpack[ProviderSettings],
     ) -> None:
         if thinking_budget is not None:
             if isinstance(thinking_budget, bool) or not isinstance(thinking_budget, int):
@@ -444,18 +432,7 @@ class AnthropicModel(HTTPStreamingModel):
                     f"thinking_budget must be at least {MIN_THINKING_BUDGET} and below max_tokens ({max_tokens}), "
                     f"not {thinking_budget}"
                 )
-        super().__init__(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            client=client,
-            max_retries=max_retries,
-            timeout=timeout,
-            idle_timeout=idle_timeout,
-            retry=retry,
-            extra_body=extra_body,
-            sleep=sleep,
-        )
+        super().__init__(model, **settings)
         self.max_tokens = max_tokens
         self.thinking_budget = thinking_budget
         self.prompt_caching = prompt_caching

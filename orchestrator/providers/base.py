@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from orchestrator.model import ModelEvent, ModelRequest
 from orchestrator.providers.retry import RetryPolicy, Sleep, stream_with_retry
@@ -17,6 +17,28 @@ if TYPE_CHECKING:
 DEFAULT_IDLE_TIMEOUT = 300.0
 
 
+class ProviderSettings(TypedDict, total=False):
+    """The keyword arguments every adapter takes, passed on to ``HTTPStreamingModel``.
+
+    ``api_key`` and ``base_url`` default to ``<PREFIX>_API_KEY`` / ``<PREFIX>_BASE_URL``;
+    ``client`` an httpx.AsyncClient to use (one per call otherwise); ``max_retries``
+    (2) or a whole ``retry`` policy; ``timeout`` (60 s) httpx's bound on each
+    connect, read, write and pool wait; ``idle_timeout`` (DEFAULT_IDLE_TIMEOUT) between events of a started
+    stream, None for no bound; ``extra_body`` fields merged into every request body;
+    ``sleep`` what waits between retries (tests pass their own).
+    """
+
+    api_key: str | None
+    base_url: str | None
+    client: httpx.AsyncClient | None
+    max_retries: int
+    timeout: float
+    idle_timeout: float | None
+    retry: RetryPolicy | None
+    extra_body: Mapping[str, Any] | None
+    sleep: Sleep | None
+
+
 class HTTPStreamingModel:
     """Base of the providers: subclasses name their environment and write ``_attempt``."""
 
@@ -27,15 +49,15 @@ class HTTPStreamingModel:
         self,
         model: str | None,
         *,
-        api_key: str | None,
-        base_url: str | None,
-        client: httpx.AsyncClient | None,
-        max_retries: int,
-        timeout: float,
-        idle_timeout: float | None,
-        retry: RetryPolicy | None,
-        extra_body: Mapping[str, Any] | None,
-        sleep: Sleep | None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        max_retries: int = 2,
+        timeout: float = 60.0,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        sleep: Sleep | None = None,
     ) -> None:
         prefix = self.env_prefix
         resolved = model or os.environ.get(f"{prefix}_MODEL")

@@ -6,7 +6,7 @@ import base64
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Unpack
 from urllib.parse import quote
 
 from orchestrator.messages import (
@@ -23,15 +23,11 @@ from orchestrator.messages import (
 )
 from orchestrator.model import ModelEvent, ModelRequest
 from orchestrator.providers._http import IdleTimer, post_sse
-from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
+from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.fields import decode_object
 from orchestrator.providers.gemini_stream import GENERATED_CALL_ID, GeminiAssembler
-from orchestrator.providers.retry import RetryPolicy, Sleep
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["DEFAULT_GEMINI_BASE_URL", "GeminiModel", "gemini_contents", "gemini_tools"]
 
@@ -202,31 +198,14 @@ class GeminiModel(HTTPStreamingModel):
         self,
         model: str | None = None,
         *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        client: httpx.AsyncClient | None = None,
         api_version: str = "v1beta",
         thinking_budget: int | None = None,
         max_output_tokens: int | None = None,
-        max_retries: int = 2,
-        timeout: float = 60.0,
-        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        sleep: Sleep | None = None,
+        **settings: Unpack[ProviderSettings],
     ) -> None:
-        super().__init__(
-            model,
-            api_key=api_key,
-            base_url=base_url or os.environ.get("GEMINI_BASE_URL") or os.environ.get("GOOGLE_GEMINI_BASE_URL"),
-            client=client,
-            max_retries=max_retries,
-            timeout=timeout,
-            idle_timeout=idle_timeout,
-            retry=retry,
-            extra_body=extra_body,
-            sleep=sleep,
-        )
+        base_url = settings.get("base_url") or os.environ.get("GEMINI_BASE_URL")
+        settings["base_url"] = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL")
+        super().__init__(model, **settings)
         if self.api_key is None:
             self.api_key = os.environ.get("GOOGLE_API_KEY")
         self.model = self.model.removeprefix("models/")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 import attrs
 
@@ -34,16 +34,12 @@ from orchestrator.model import (
     Usage,
 )
 from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
-from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
+from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.fields import Fields, decode_object, stream_error
-from orchestrator.providers.retry import RetryPolicy, Sleep
 from orchestrator.providers.stops import OPENAI_FINISH_REASONS, normalised_stop
 from orchestrator.text import SurrogateJoiner, clean_text
 from orchestrator.tools import ToolDefinition
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["DEFAULT_OPENAI_BASE_URL", "OpenAIChatModel", "openai_messages", "openai_tools"]
 
@@ -354,33 +350,14 @@ class OpenAIChatModel(HTTPStreamingModel):
         self,
         model: str | None = None,
         *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        client: httpx.AsyncClient | None = None,
-        max_retries: int = 2,
-        timeout: float = 60.0,
-        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        sleep: Sleep | None = None,
         reasoning_effort: str | None = None,
         tool_images: bool = True,
+        **settings: Unpack[ProviderSettings],
     ) -> None:
         if reasoning_effort is not None and (not isinstance(reasoning_effort, str) or not reasoning_effort):
             raise ValueError(f"reasoning_effort must be a non-empty string or None, not {reasoning_effort!r}")
         self.tool_images = tool_images
-        super().__init__(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            client=client,
-            max_retries=max_retries,
-            timeout=timeout,
-            idle_timeout=idle_timeout,
-            retry=retry,
-            extra_body=extra_body,
-            sleep=sleep,
-        )
+        super().__init__(model, **settings)
         self.reasoning_effort = reasoning_effort
 
     def body(self, request: ModelRequest) -> dict[str, Any]:

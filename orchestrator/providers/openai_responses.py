@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
 from orchestrator.messages import (
     AssistantMessage,
@@ -20,16 +20,12 @@ from orchestrator.messages import (
 )
 from orchestrator.model import ModelEvent, ModelRequest
 from orchestrator.providers._http import IdleTimer, post_sse
-from orchestrator.providers.base import DEFAULT_IDLE_TIMEOUT, HTTPStreamingModel
+from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
 from orchestrator.providers.errors import MalformedStreamError
 from orchestrator.providers.fields import decode_object
 from orchestrator.providers.openai import DEFAULT_OPENAI_BASE_URL, image_url, openai_headers
 from orchestrator.providers.responses_stream import ResponsesAssembler
-from orchestrator.providers.retry import RetryPolicy, Sleep
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["OpenAIResponsesModel", "responses_input", "responses_tools"]
 
@@ -150,30 +146,11 @@ class OpenAIResponsesModel(HTTPStreamingModel):
         self,
         model: str | None = None,
         *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        client: httpx.AsyncClient | None = None,
         reasoning_effort: str | None = None,
         reasoning_summary: str | None = "auto",
-        max_retries: int = 2,
-        timeout: float = 60.0,
-        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        sleep: Sleep | None = None,
+        **settings: Unpack[ProviderSettings],
     ) -> None:
-        super().__init__(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            client=client,
-            max_retries=max_retries,
-            timeout=timeout,
-            idle_timeout=idle_timeout,
-            retry=retry,
-            extra_body=extra_body,
-            sleep=sleep,
-        )
+        super().__init__(model, **settings)
         self.reasoning_effort = reasoning_effort
         self.reasoning_summary = reasoning_summary
 
