@@ -21,6 +21,7 @@ from transitions.core import State as MachineState
 from transitions.core import Transition as MachineTransition
 
 from machines.definition import MachineDefinition, Region, Transition
+from machines.frozen import constructor
 
 Guard = Callable[[EventData], bool]
 
@@ -83,6 +84,9 @@ class Step:
     source: str
     trigger: str
     dest: str
+
+
+_new_step = constructor(Step)
 
 
 class ModelSet:
@@ -148,6 +152,8 @@ class _LeanTransition(MachineTransition):
     """``Transition.execute`` with the same order of steps, skipping empty callback lists and logging."""
 
     condition_cls = _LeanCondition
+    # The edge of the definition this transition was generated from (set by _generate).
+    definition: Transition | None = None
 
     def execute(self, event_data: EventData) -> bool:
         machine = event_data.machine
@@ -232,6 +238,7 @@ class _LeanEvent(Event):
             event_data.transition = transition
             if transition.execute(event_data):
                 event_data.result = True
+                typing.cast(MachineModel, event_data.model).taken = typing.cast(_LeanTransition, transition).definition
                 return True
         return False
 
@@ -318,10 +325,6 @@ class _NamedGuard:
         return self.name
 
 
-def _note_taken(definition: Transition, event: EventData) -> None:
-    typing.cast(MachineModel, event.model).taken = definition
-
-
 def _generate(definition: MachineDefinition, region: Region) -> Machine:
     machine = _LeanMachine(
         states=list(region.state_names),
@@ -338,8 +341,10 @@ def _generate(definition: MachineDefinition, region: Region) -> Machine:
             edge.dest,
             conditions=[_NamedGuard(name) for name in edge.conditions],
             unless=[_NamedGuard(name) for name in edge.unless],
-            after=[functools.partial(_note_taken, edge)],
         )
+        # The edge taken is recorded on the model as it is taken (_LeanEvent._take_first).
+        for source in edge.source:
+            typing.cast(_LeanTransition, machine.events[edge.trigger].transitions[source][-1]).definition = edge
     return machine
 
 
@@ -457,7 +462,13 @@ class BoundMachine:
         edge = model.taken
         if not taken or edge is None:
             return None
-        step = Step(self.definition.name, region.name, source, trigger, getattr(model, region.attribute))
+        step = _new_step(
+            machine=self.definition.name,
+            region=region.name,
+            source=source,
+            trigger=trigger,
+            dest=getattr(model, region.attribute),
+        )
         self.history.append(step)
         return step, edge
 

@@ -56,6 +56,10 @@ def _content(value: str | tuple[ContentPart, ...] | list[ContentPart]) -> str | 
     return parts
 
 
+def _status(value: ToolStatus | str) -> ToolStatus:
+    return value if type(value) is ToolStatus else ToolStatus(value)
+
+
 def text_of(content: str | tuple[ContentPart, ...]) -> str:
     """The text of a content value, images left out."""
     if isinstance(content, str):
@@ -157,9 +161,7 @@ class AssistantMessage:
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple[ToolCall, ...])
     role: str = attrs.field(default="assistant", init=False)
-    reasoning: tuple[ReasoningBlock, ...] = attrs.field(
-        default=(), converter=tuple[ReasoningBlock, ...], kw_only=True
-    )
+    reasoning: tuple[ReasoningBlock, ...] = attrs.field(default=(), converter=tuple[ReasoningBlock, ...], kw_only=True)
 
 
 @attrs.frozen
@@ -169,7 +171,7 @@ class ToolMessage:
     tool_call_id: str
     name: str
     content: str | tuple[ContentPart, ...] = attrs.field(converter=_content)
-    status: ToolStatus = attrs.field(default=ToolStatus.SUCCEEDED, converter=ToolStatus)
+    status: ToolStatus = attrs.field(default=ToolStatus.SUCCEEDED, converter=_status)
     role: str = attrs.field(default="tool", init=False)
 
     @property

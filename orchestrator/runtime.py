@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from machines.build import BoundMachine, GuardRefused, Step
+from machines.frozen import constructor
 from machines.request import REQUEST
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
@@ -261,7 +262,7 @@ class RequestRun:
         heard = self._heard_names
         if heard is not None and "transition" not in heard:
             return
-        event = ev.TransitionEvent(
+        event = _new_transition(
             session_id=self._session_id,
             request_id=self._request_id,
             seq=self._number(),
@@ -351,7 +352,8 @@ class RequestRun:
         heard = self._heard_names
         if heard is not None and kind.kind not in heard:
             return
-        event = kind(
+        build = _BUILDERS.get(kind) or _builder(kind)
+        event = build(
             session_id=self._session_id, request_id=self._request_id, seq=self._number(), ts=time.time(), **fields
         )
         if self._waiting or not self._sink.offer(event):
@@ -584,7 +586,7 @@ class RequestRun:
                     if not piece or not heard:
                         continue
                     # _emit_new, unrolled: this runs once per streamed delta.
-                    delta = ev.TextDeltaEvent(
+                    delta = _new_text_delta(
                         session_id=self._session_id,
                         request_id=self._request_id,
                         seq=self._number(),
@@ -878,6 +880,17 @@ class RequestRun:
                 session_id=self.context.session_id, request_id=self.context.request_id, messages=kept
             )
         )
+
+
+# Events are built through constructors that store their fields directly (machines.frozen).
+_new_transition = constructor(ev.TransitionEvent)
+_new_text_delta = constructor(ev.TextDeltaEvent)
+_BUILDERS: dict[type[ev.AgentEvent], Callable[..., ev.AgentEvent]] = {}
+
+
+def _builder(kind: type[ev.AgentEvent]) -> Callable[..., ev.AgentEvent]:
+    build = _BUILDERS[kind] = constructor(kind)
+    return build
 
 
 def _heard_names(listeners: list[AgentExtension]) -> frozenset[str] | None:

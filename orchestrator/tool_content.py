@@ -106,6 +106,8 @@ def tool_content(value: Any) -> Content:
 
     Raises UnsupportedToolResult for parts of the wrong shape.
     """
+    if type(value) is str:
+        return clean_text(value)
     if not _has_parts(value):
         return clean_text(as_text(value))
     items = [value] if isinstance(value, (TextPart, ImagePart)) else list(value)

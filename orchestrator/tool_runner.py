@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from orchestrator import events as ev
@@ -32,6 +31,9 @@ if TYPE_CHECKING:
 
 #: How many characters of a call's invalid argument text its failed result quotes.
 INVALID_ARGUMENTS_QUOTE = 2000
+
+# A result's status (a string ToolResult checked) as the message's ToolStatus.
+_STATUSES = {status.value: status for status in ToolStatus}
 
 SKIPPED = "skipped: new user input arrived before this call ran"
 
@@ -82,7 +84,8 @@ class ToolRunner:
 
     async def _run_call(self, requested: ToolCall) -> None:
         run = self.run_of
-        call = attrs.evolve(requested, arguments=dict(requested.arguments))
+        # The call as the tool and its hooks see it: its own copy of the arguments.
+        call = ToolCall(requested.id, requested.name, dict(requested.arguments), requested.invalid_arguments)
         await run._emit_new(ev.ToolStartedEvent, call=call)
         error: BaseException | None = None
         if run.cut_off:
@@ -93,7 +96,7 @@ class ToolRunner:
         if run.hooks["after_tool"]:
             await run._run_hook("after_tool", call, result, error)
             result = settled(result)
-        await run.settle(call, ToolStatus(result.status), result.content)
+        await run.settle(call, _STATUSES[result.status], result.content)
         await run._announce_steering()
         run._poll_steering()
 
@@ -136,9 +139,11 @@ class ToolRunner:
 def settled(result: ToolResult) -> ToolResult:
     """``result`` with its content made a message's (``tool_content``), or a failed result saying why it cannot be."""
     try:
-        result.content = tool_content(result.content)
+        content = tool_content(result.content)
     except UnsupportedToolResult as unsupported:
         return ToolResult(f"unsupported tool result: {unsupported.reason}", "failed")
+    if content is not result.content:
+        result.content = content
     return result
 
 

@@ -91,11 +91,12 @@ class ToolDefinition:
         if self.handler is None:
             raise ToolArgumentsError(f"tool {self.name!r} has no local handler")
         values = validate_arguments(self.parameters, arguments)
-        values.update({name: injected[kind] for name, kind in self.inject})
+        for name, kind in self.inject:
+            values[name] = injected[kind]
         if self.thread:
             return await trio.to_thread.run_sync(functools.partial(self.handler, **values))
         produced = self.handler(**values)
-        if inspect.isawaitable(produced):
+        if type(produced) is types.CoroutineType or inspect.isawaitable(produced):
             return await produced
         return produced
 

@@ -48,9 +48,7 @@ def compile_regex(pattern: str, what: str = "regular expression") -> Matcher:
         reason = problem.args[0] if problem.args else problem
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
-        raise ValueError(
-            f"invalid {what}: {reason} (RE2 syntax: no backreferences or lookaround)"
-        ) from None
+        raise ValueError(f"invalid {what}: {reason} (RE2 syntax: no backreferences or lookaround)") from None
     # re2.compile keeps the last 128 patterns, each with a DFA cache of up to RE2_MAX_MEM:
     # model-chosen patterns are used once, so none is kept beyond the call that uses it.
     re2.purge()

@@ -109,9 +109,7 @@ def _tool_result(message: ToolMessage) -> dict[str, Any]:
     return block
 
 
-def anthropic_messages(
-    messages: tuple[Message, ...], *, thinking: bool = False
-) -> tuple[str, list[dict[str, Any]]]:
+def anthropic_messages(messages: tuple[Message, ...], *, thinking: bool = False) -> tuple[str, list[dict[str, Any]]]:
     """The ``system`` text and the ``messages`` list for our messages.
 
     System messages are joined into ``system``. Consecutive messages of one

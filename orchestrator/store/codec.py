@@ -36,7 +36,13 @@ from orchestrator.text import clean_text
 __all__ = [
     "ChangeRows",
     "UndecodableMessage",
-    "change_rows", "decode_message", "encode_message", "json_default", "json_object", "placeholder"]
+    "change_rows",
+    "decode_message",
+    "encode_message",
+    "json_default",
+    "json_object",
+    "placeholder",
+]
 
 
 class UndecodableMessage(ValueError):
