@@ -15,8 +15,8 @@ slots) gets the class itself back, so a constructor is always safe to call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
