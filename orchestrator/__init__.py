@@ -22,7 +22,6 @@ try:
     )
     from orchestrator.events import AgentEvent, ExtensionEvent, SubagentCompletedEvent, SubagentStartedEvent
     from orchestrator.extensions.base import AgentExtension
-    from orchestrator.extensions.subagent import SubAgentExtension, agent_tool
     from orchestrator.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
     from orchestrator.messages import (
         AssistantMessage,
@@ -45,6 +44,7 @@ finally:
     _loading.resume()
 
 if TYPE_CHECKING:
+    from orchestrator.extensions.subagent import SubAgentExtension, agent_tool
     from orchestrator.wire import (
         RemoteError,
         WireFormatError,
@@ -123,6 +123,9 @@ __all__ = [
 
 #: Names loaded on first use, by the module that defines them: running a request needs none of them.
 _LAZY = {
+    # Sub-agents (tools that run another agent): built when an application asks for them.
+    "SubAgentExtension": "extensions.subagent",
+    "agent_tool": "extensions.subagent",
     # They bring asyncio, which trio code does not need.
     "AgentHost": "host",
     "HostedRun": "host",

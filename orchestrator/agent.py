@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from machines.build import Step
 from orchestrator.compactor import TurnCompactor
@@ -24,7 +25,9 @@ from orchestrator.runtime import RequestRun, Restored
 from orchestrator.sinks import EventSink
 from orchestrator.stream import RunStream
 from orchestrator.tools import ToolDefinition
-from orchestrator.trace import ChildTraces, NestedTrace, trace_mermaid
+
+if TYPE_CHECKING:
+    from orchestrator.trace import NestedTrace
 
 log = logging.getLogger("orchestrator.agent")
 
@@ -254,6 +257,8 @@ class Agent:
 
         With ``request_id``, only when the session's latest request with children is that one.
         """
+        from orchestrator.trace import ChildTraces  # loaded on first use: running a request needs no traces
+
         return [
             trace
             for extension in self.extensions
@@ -263,6 +268,8 @@ class Agent:
 
     def trace(self, session_id: str) -> str:
         """Mermaid flowchart of the path of the session's running or latest request, subagents nested."""
+        from orchestrator.trace import trace_mermaid
+
         return trace_mermaid(self.transitions(session_id), children=self.child_traces(session_id))
 
     def pending(self, session_id: str | None = None) -> list[PendingCall]:

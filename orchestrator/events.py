@@ -20,12 +20,17 @@ from orchestrator.model import StopReason, Usage, implied_stop_reason
 _ENVELOPE_FIELDS = frozenset({"session_id", "request_id", "seq", "ts"})
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, match_args=False)
 class AgentEvent:
     """Base of all events; subclasses set ``kind``.
 
-    Its ``__repr__`` lists every field of the concrete class, so subclasses are
-    declared with ``repr=False`` (one repr method instead of one per class).
+    Its ``__repr__``, ``__eq__`` and ``__hash__`` read every field of the
+    concrete class, so subclasses are declared with ``repr=False, eq=False``:
+    one method each instead of one generated (and compiled) per class, which
+    is most of what importing the package costs. Equality is what attrs gives:
+    same class, every field equal; the hash agrees with it. Every field is a
+    keyword argument, so there are no positional match patterns
+    (``match_args=False``).
     """
 
     kind: ClassVar[str] = "event"
@@ -50,8 +55,16 @@ class AgentEvent:
         fields = ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in attrs.fields(type(self)))
         return f"{type(self).__name__}({fields})"
 
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, field.name) == getattr(other, field.name) for field in self.__attrs_attrs__)
 
-@attrs.frozen(kw_only=True, repr=False)
+    def __hash__(self) -> int:
+        return hash((self.__class__, *[getattr(self, field.name) for field in self.__attrs_attrs__]))
+
+
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ExtensionEvent(AgentEvent):
     """A custom event with a free name and payload, emitted by an extension."""
 
@@ -59,7 +72,7 @@ class ExtensionEvent(AgentEvent):
     payload: Mapping[str, Any] = attrs.field(factory=dict)
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunStartedEvent(AgentEvent):
     """The request started with this input."""
 
@@ -67,7 +80,7 @@ class RunStartedEvent(AgentEvent):
     input: Message
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class TransitionEvent(AgentEvent):
     """The request (or another machine) took an edge."""
 
@@ -79,7 +92,7 @@ class TransitionEvent(AgentEvent):
     dest: str
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ModelStartedEvent(AgentEvent):
     """A model call began (``iteration`` counts calls since the last input)."""
 
@@ -87,7 +100,7 @@ class ModelStartedEvent(AgentEvent):
     iteration: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class TextDeltaEvent(AgentEvent):
     """A piece of the model's streamed text."""
 
@@ -95,7 +108,7 @@ class TextDeltaEvent(AgentEvent):
     text: str
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ReasoningDeltaEvent(AgentEvent):
     """A piece of the model's streamed reasoning (thinking) text."""
 
@@ -107,7 +120,7 @@ def _implied_stop_reason(event: ModelCompletedEvent) -> StopReason:
     return implied_stop_reason(event.message)
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ModelCompletedEvent(AgentEvent):
     """The model's complete response, why it ended, and token usage when the provider reported it.
 
@@ -123,7 +136,7 @@ class ModelCompletedEvent(AgentEvent):
     raw_stop_reason: str | None = None
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ToolStartedEvent(AgentEvent):
     """A tool call is about to run."""
 
@@ -131,7 +144,7 @@ class ToolStartedEvent(AgentEvent):
     call: ToolCall
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ToolCompletedEvent(AgentEvent):
     """A tool call succeeded; ``result`` is what the model reads."""
 
@@ -140,7 +153,7 @@ class ToolCompletedEvent(AgentEvent):
     result: ToolMessage
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ToolFailedEvent(AgentEvent):
     """A tool call failed (raised, was rejected, or had invalid arguments); the model reads why."""
 
@@ -149,7 +162,7 @@ class ToolFailedEvent(AgentEvent):
     result: ToolMessage
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ToolSkippedEvent(AgentEvent):
     """A tool call did not run because steering replaced the rest of its turn."""
 
@@ -158,7 +171,7 @@ class ToolSkippedEvent(AgentEvent):
     result: ToolMessage
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class ToolCancelledEvent(AgentEvent):
     """A tool call was cut short or never finished because the request was cancelled or failed."""
 
@@ -167,7 +180,7 @@ class ToolCancelledEvent(AgentEvent):
     result: ToolMessage
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class MessageAppendedEvent(AgentEvent):
     """Published to extensions (not streamed) whenever history grows."""
 
@@ -176,7 +189,7 @@ class MessageAppendedEvent(AgentEvent):
     index: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class HistoryReplacedEvent(AgentEvent):
     """Published to extensions (not streamed) when compaction replaced the session's history."""
 
@@ -184,7 +197,7 @@ class HistoryReplacedEvent(AgentEvent):
     messages: tuple[Message, ...]
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunCompletedEvent(AgentEvent):
     """The request ended with this final answer."""
 
@@ -192,7 +205,7 @@ class RunCompletedEvent(AgentEvent):
     result: AssistantMessage
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunFailedEvent(AgentEvent):
     """The request ended with this error."""
 
@@ -200,14 +213,14 @@ class RunFailedEvent(AgentEvent):
     error: BaseException
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunCancelledEvent(AgentEvent):
     """The request was cancelled."""
 
     kind: ClassVar[str] = "run_cancelled"
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunParkedEvent(AgentEvent):
     """The run waits for an answer in a run store; no worker holds it until one arrives."""
 
@@ -215,7 +228,7 @@ class RunParkedEvent(AgentEvent):
     waiting: tuple[str, ...]  # ids of the calls that wait for an answer
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunResumedEvent(AgentEvent):
     """A worker took the run up again from its checkpoint."""
 
@@ -224,7 +237,7 @@ class RunResumedEvent(AgentEvent):
     phase: str  # where the run picked up: awaiting_tool, answered or turn_settled
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class SteeringAcceptedEvent(AgentEvent):
     """The request's steering inbox took a message; ``source`` says whether it came from outside or an extension."""
 
@@ -233,7 +246,7 @@ class SteeringAcceptedEvent(AgentEvent):
     source: Literal["external", "extension"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class SteeringAppliedEvent(AgentEvent):
     """A steering message replaced the continuation of model call ``iteration``; its unrun calls were skipped."""
 
@@ -243,7 +256,7 @@ class SteeringAppliedEvent(AgentEvent):
     iteration: int = 0
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class CompactionStartedEvent(AgentEvent):
     """A compaction pass is summarising the context (estimated tokens before it)."""
 
@@ -251,7 +264,7 @@ class CompactionStartedEvent(AgentEvent):
     tokens_before: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class CompactionCompletedEvent(AgentEvent):
     """A compaction pass ended: estimated tokens before and after, and how many messages the summary replaced."""
 
@@ -261,7 +274,7 @@ class CompactionCompletedEvent(AgentEvent):
     messages_replaced: int
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class MCPServerStartedEvent(AgentEvent):
     """An MCP server answered its handshake; ``tools`` are the names its tools are offered under.
 
@@ -277,7 +290,7 @@ class MCPServerStartedEvent(AgentEvent):
     restarts: int = 0
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class MCPServerFailedEvent(AgentEvent):
     """An MCP server could not start, crashed, dropped its connection or did not answer in time.
 
@@ -292,7 +305,7 @@ class MCPServerFailedEvent(AgentEvent):
     stage: Literal["connect", "call", "idle"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class SubagentStartedEvent(AgentEvent):
     """Call ``tool_call_id`` started a child request of tool ``agent``; its events follow under ``child_session_id``."""
 
@@ -304,7 +317,7 @@ class SubagentStartedEvent(AgentEvent):
     depth: int  # 1 for a child of a top-level request, 2 for its child, ...
 
 
-@attrs.frozen(kw_only=True, repr=False)
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class SubagentCompletedEvent(AgentEvent):
     """The child request of tool call ``tool_call_id`` ended; ``result`` is what the call's result says."""
 

@@ -23,7 +23,16 @@ def test_importing_the_package_loads_no_wire_codecs_json_or_uuid() -> None:
         "print(_j.dumps(sorted(set(sys.modules) - before)))"
     )
     assert isinstance(loaded, list)
-    for module in ("orchestrator.wire", "orchestrator.schema", "orchestrator.host", "json", "uuid", "asyncio"):
+    for module in (
+        "orchestrator.wire",
+        "orchestrator.schema",
+        "orchestrator.host",
+        "orchestrator.trace",
+        "orchestrator.extensions.subagent",
+        "json",
+        "uuid",
+        "asyncio",
+    ):
         assert module not in loaded, f"import orchestrator loaded {module}"
     assert "orchestrator.runtime" in loaded
 
@@ -38,6 +47,18 @@ def test_wire_names_load_on_first_use_and_are_the_wire_modules_own() -> None:
     assert orchestrator.RemoteError is wire.RemoteError
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         orchestrator.no_such_name  # noqa: B018
+
+
+def test_subagent_names_load_on_first_use_and_are_the_extension_modules_own() -> None:
+    loaded = _fresh(
+        "import sys, json, orchestrator\n"
+        "before = 'orchestrator.extensions.subagent' in sys.modules\n"
+        "from orchestrator import SubAgentExtension, agent_tool\n"
+        "from orchestrator.extensions import subagent\n"
+        "same = [SubAgentExtension is subagent.SubAgentExtension, agent_tool is subagent.agent_tool]\n"
+        "print(json.dumps([before, *same]))"
+    )
+    assert loaded == [False, True, True]
 
 
 @pytest.mark.parametrize("enabled", [True, False])

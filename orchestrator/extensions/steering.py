@@ -71,7 +71,7 @@ def _external_message(payload: object) -> UserMessage | Refusal:
     return UserMessage(content) if content.strip() else Refusal("'content' is blank")
 
 
-@attrs.frozen
+@attrs.frozen(repr=False, eq=False)  # AgentEvent's repr, eq and hash read every field
 class SteeringMessageEvent(AgentEvent):
     """Typed steering input published inside a request."""
 
