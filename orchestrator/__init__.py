@@ -20,7 +20,7 @@ try:
         ToolArgumentsError,
         ToolRejected,
     )
-    from orchestrator.events import AgentEvent, ExtensionEvent, SubagentCompletedEvent, SubagentStartedEvent
+    from orchestrator.events import AgentEvent, ExtensionEvent
     from orchestrator.extensions.base import AgentExtension
     from orchestrator.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
     from orchestrator.messages import (
@@ -44,6 +44,7 @@ finally:
     _loading.resume()
 
 if TYPE_CHECKING:
+    from orchestrator.events import SubagentCompletedEvent, SubagentStartedEvent
     from orchestrator.extensions.subagent import SubAgentExtension, agent_tool
     from orchestrator.wire import (
         RemoteError,
@@ -126,6 +127,8 @@ _LAZY = {
     # Sub-agents (tools that run another agent): built when an application asks for them.
     "SubAgentExtension": "extensions.subagent",
     "agent_tool": "extensions.subagent",
+    "SubagentCompletedEvent": "events",
+    "SubagentStartedEvent": "events",
     # They bring asyncio, which trio code does not need.
     "AgentHost": "host",
     "HostedRun": "host",

@@ -12,7 +12,7 @@ from orchestrator.compactor import TurnCompactor
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
 from orchestrator.errors import SessionBusy
-from orchestrator.events import AgentEvent, CompactionCompletedEvent
+from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
@@ -27,6 +27,7 @@ from orchestrator.stream import RunStream
 from orchestrator.tools import ToolDefinition
 
 if TYPE_CHECKING:
+    from orchestrator.events import CompactionCompletedEvent
     from orchestrator.trace import NestedTrace
 
 log = logging.getLogger("orchestrator.agent")
@@ -186,6 +187,8 @@ class Agent:
         extension emitted (tokens before and after, messages replaced), or None
         when nothing was compacted. Every event of the pass reaches on_event.
         """
+        from orchestrator.events import CompactionCompletedEvent  # an optional feature's event, built on first use
+
         sink = _Collect()
         run = await self._open_run(config, None, sink)
         try:

@@ -10,12 +10,58 @@ published to extensions keep ``seq == 0``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from orchestrator.model import StopReason, Usage, implied_stop_reason
+
+if TYPE_CHECKING:  # built on first use, see __getattr__ below
+    from orchestrator.feature_events import (
+        CompactionCompletedEvent,
+        CompactionStartedEvent,
+        HistoryReplacedEvent,
+        MCPServerFailedEvent,
+        MCPServerStartedEvent,
+        RunParkedEvent,
+        RunResumedEvent,
+        SteeringAcceptedEvent,
+        SteeringAppliedEvent,
+        SubagentCompletedEvent,
+        SubagentStartedEvent,
+    )
+
+__all__ = [
+    "AgentEvent",
+    "CompactionCompletedEvent",
+    "CompactionStartedEvent",
+    "ExtensionEvent",
+    "HistoryReplacedEvent",
+    "MCPServerFailedEvent",
+    "MCPServerStartedEvent",
+    "MessageAppendedEvent",
+    "ModelCompletedEvent",
+    "ModelStartedEvent",
+    "ReasoningDeltaEvent",
+    "RunCancelledEvent",
+    "RunCompletedEvent",
+    "RunFailedEvent",
+    "RunParkedEvent",
+    "RunResumedEvent",
+    "RunStartedEvent",
+    "SteeringAcceptedEvent",
+    "SteeringAppliedEvent",
+    "SubagentCompletedEvent",
+    "SubagentStartedEvent",
+    "TextDeltaEvent",
+    "ToolCancelledEvent",
+    "ToolCompletedEvent",
+    "ToolFailedEvent",
+    "ToolSkippedEvent",
+    "ToolStartedEvent",
+    "TransitionEvent",
+]
 
 _ENVELOPE_FIELDS = frozenset({"session_id", "request_id", "seq", "ts"})
 
@@ -190,14 +236,6 @@ class MessageAppendedEvent(AgentEvent):
 
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class HistoryReplacedEvent(AgentEvent):
-    """Published to extensions (not streamed) when compaction replaced the session's history."""
-
-    kind: ClassVar[str] = "history_replaced"
-    messages: tuple[Message, ...]
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunCompletedEvent(AgentEvent):
     """The request ended with this final answer."""
 
@@ -220,111 +258,34 @@ class RunCancelledEvent(AgentEvent):
     kind: ClassVar[str] = "run_cancelled"
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class RunParkedEvent(AgentEvent):
-    """The run waits for an answer in a run store; no worker holds it until one arrives."""
-
-    kind: ClassVar[str] = "run_parked"
-    waiting: tuple[str, ...]  # ids of the calls that wait for an answer
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class RunResumedEvent(AgentEvent):
-    """A worker took the run up again from its checkpoint."""
-
-    kind: ClassVar[str] = "run_resumed"
-    worker: str
-    phase: str  # where the run picked up: awaiting_tool, answered or turn_settled
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class SteeringAcceptedEvent(AgentEvent):
-    """The request's steering inbox took a message; ``source`` says whether it came from outside or an extension."""
-
-    kind: ClassVar[str] = "steering_accepted"
-    message: UserMessage
-    source: Literal["external", "extension"]
+#: The events of optional features, declared in ``orchestrator.feature_events`` and built on first use.
+FEATURE_EVENTS = frozenset(
+    {
+        "CompactionCompletedEvent",
+        "CompactionStartedEvent",
+        "HistoryReplacedEvent",
+        "MCPServerFailedEvent",
+        "MCPServerStartedEvent",
+        "RunParkedEvent",
+        "RunResumedEvent",
+        "SteeringAcceptedEvent",
+        "SteeringAppliedEvent",
+        "SubagentCompletedEvent",
+        "SubagentStartedEvent",
+    }
+)
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class SteeringAppliedEvent(AgentEvent):
-    """A steering message replaced the continuation of model call ``iteration``; its unrun calls were skipped."""
+def __getattr__(name: str) -> object:
+    """An event of ``FEATURE_EVENTS``, loading ``orchestrator.feature_events`` the first time one is asked for."""
+    if name not in FEATURE_EVENTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from orchestrator import feature_events
 
-    kind: ClassVar[str] = "steering_applied"
-    message: UserMessage
-    skipped_call_ids: tuple[str, ...] = ()
-    iteration: int = 0
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class CompactionStartedEvent(AgentEvent):
-    """A compaction pass is summarising the context (estimated tokens before it)."""
-
-    kind: ClassVar[str] = "compaction_started"
-    tokens_before: int
+    value = getattr(feature_events, name)
+    globals()[name] = value
+    return value
 
 
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class CompactionCompletedEvent(AgentEvent):
-    """A compaction pass ended: estimated tokens before and after, and how many messages the summary replaced."""
-
-    kind: ClassVar[str] = "compaction_completed"
-    tokens_before: int
-    tokens_after: int
-    messages_replaced: int
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class MCPServerStartedEvent(AgentEvent):
-    """An MCP server answered its handshake; ``tools`` are the names its tools are offered under.
-
-    Streamed by the request that started (or restarted) it; ``restarts`` counts
-    the restarts before this start (0 for the first).
-    """
-
-    kind: ClassVar[str] = "mcp_server_started"
-    server: str
-    tools: tuple[str, ...]
-    server_info: str = ""  # the name and version the server gave, when it gave them
-    protocol_version: str = ""
-    restarts: int = 0
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class MCPServerFailedEvent(AgentEvent):
-    """An MCP server could not start, crashed, dropped its connection or did not answer in time.
-
-    ``stage`` says when: ``connect`` (starting it), ``call`` (during a tool
-    call) or ``idle`` (between requests; streamed by the next request that
-    needs it). The next request that needs it restarts it.
-    """
-
-    kind: ClassVar[str] = "mcp_server_failed"
-    server: str
-    error: str
-    stage: Literal["connect", "call", "idle"]
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class SubagentStartedEvent(AgentEvent):
-    """Call ``tool_call_id`` started a child request of tool ``agent``; its events follow under ``child_session_id``."""
-
-    kind: ClassVar[str] = "subagent_started"
-    tool_call_id: str
-    agent: str  # the tool's name
-    child_session_id: str
-    child_request_id: str
-    depth: int  # 1 for a child of a top-level request, 2 for its child, ...
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class SubagentCompletedEvent(AgentEvent):
-    """The child request of tool call ``tool_call_id`` ended; ``result`` is what the call's result says."""
-
-    kind: ClassVar[str] = "subagent_completed"
-    tool_call_id: str
-    agent: str
-    child_session_id: str
-    child_request_id: str
-    outcome: Literal["completed", "failed", "cancelled"]
-    result: str = ""
+def __dir__() -> list[str]:
+    return sorted({*globals(), *FEATURE_EVENTS})

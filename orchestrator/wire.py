@@ -70,6 +70,7 @@ ENVELOPE = ("type", "session_id", "request_id", "seq", "ts")
 """The keys every encoded event starts with."""
 
 BUNDLED_EVENT_MODULES = (
+    "orchestrator.feature_events",
     "orchestrator.extensions.ask_user",
     "orchestrator.extensions.plan_mode",
     "orchestrator.extensions.steering",

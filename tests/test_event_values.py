@@ -97,8 +97,8 @@ def test_events_are_frozen_and_survive_evolve_copy_and_pickle() -> None:
 
 
 def test_every_library_event_class_shares_one_eq_and_hash() -> None:
-    kinds = [value for value in vars(ev).values() if isinstance(value, type) and issubclass(value, ev.AgentEvent)]
-    assert len(kinds) > 20
+    kinds = [getattr(ev, name) for name in ev.__all__]
+    assert len(kinds) > 20 and all(issubclass(kind, ev.AgentEvent) for kind in kinds)
     for kind in [*kinds, SteeringMessageEvent]:
         assert kind.__eq__ is ev.AgentEvent.__eq__, kind
         assert kind.__hash__ is ev.AgentEvent.__hash__, kind

@@ -29,6 +29,7 @@ def test_importing_the_package_loads_no_wire_codecs_json_or_uuid() -> None:
         "orchestrator.host",
         "orchestrator.trace",
         "orchestrator.extensions.subagent",
+        "orchestrator.feature_events",
         "json",
         "uuid",
         "asyncio",
@@ -59,6 +60,37 @@ def test_subagent_names_load_on_first_use_and_are_the_extension_modules_own() ->
         "print(json.dumps([before, *same]))"
     )
     assert loaded == [False, True, True]
+
+
+def test_optional_features_events_are_built_on_first_use_under_their_usual_names() -> None:
+    loaded = _fresh(
+        "import sys, json, orchestrator\n"
+        "from orchestrator import events\n"
+        "before = 'orchestrator.feature_events' in sys.modules\n"
+        "from orchestrator.events import RunParkedEvent\n"
+        "from orchestrator import feature_events\n"
+        "names = sorted(events.FEATURE_EVENTS)\n"
+        "same = [getattr(events, n) is getattr(feature_events, n) for n in names]\n"
+        "listed = [n in events.__all__ and n in dir(events) for n in names]\n"
+        "print(json.dumps([before, RunParkedEvent is feature_events.RunParkedEvent, all(same), all(listed),"
+        " orchestrator.SubagentStartedEvent is feature_events.SubagentStartedEvent]))"
+    )
+    assert loaded == [False, True, True, True, True]
+    from orchestrator import events
+
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchEvent'"):
+        events.NoSuchEvent  # noqa: B018
+
+
+def test_the_wire_knows_the_optional_features_events_before_they_are_asked_for() -> None:
+    kinds = _fresh(
+        "import json\n"
+        "from orchestrator.wire import event_classes\n"
+        "print(json.dumps(sorted(event_classes(library_only=True))))"
+    )
+    assert isinstance(kinds, list)
+    for kind in ("run_parked", "run_resumed", "steering_accepted", "compaction_completed", "subagent_started"):
+        assert kind in kinds
 
 
 @pytest.mark.parametrize("enabled", [True, False])

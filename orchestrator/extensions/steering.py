@@ -20,10 +20,11 @@ import attrs
 
 from machines.build import BoundMachine
 from machines.steering import STEERING_INBOX
+from orchestrator import events
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
-from orchestrator.events import AgentEvent, SteeringAcceptedEvent
+from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ImagePart, UserMessage, clean_message
 
@@ -221,7 +222,7 @@ class SteeringExtension(AgentExtension):
                 raise SteeringClosed(f"request {context.request_id} no longer accepts steering")
             message = _cleaned(event.message)
             inbox.put(message)
-        await context.emit(SteeringAcceptedEvent(message=message, source="extension"))
+        await context.emit(events.SteeringAcceptedEvent(message=message, source="extension"))
 
     def drain_accepted(self, context: AgentRunContext) -> list[UserMessage]:
         """Messages taken from outside since the last call; the runtime announces each (steering_accepted)."""
