@@ -7,6 +7,8 @@ from typing import Any
 
 import attrs
 
+from orchestrator.values import FieldValues
+
 
 def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """An id names rows, files and wire lines: it must encode as UTF-8 (no lone surrogates)."""
@@ -19,8 +21,8 @@ def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object)
             ) from None
 
 
-@attrs.frozen
-class AgentRunConfig:
+@attrs.frozen(eq=False, repr=False)
+class AgentRunConfig(FieldValues):
     """Which session a request or an external event belongs to.
 
     Ids that cannot be encoded as UTF-8 raise ValueError here, before any store,
@@ -31,8 +33,8 @@ class AgentRunConfig:
     request_id: str | None = attrs.field(default=None, validator=_encodable)
 
 
-@attrs.frozen
-class ExternalEvent:
+@attrs.frozen(eq=False, repr=False)
+class ExternalEvent(FieldValues):
     """An event from the application (a UI answer, a steering message)."""
 
     name: str

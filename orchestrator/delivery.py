@@ -13,9 +13,11 @@ from typing import TypeAlias
 
 import attrs
 
+from orchestrator.values import FieldValues
 
-@attrs.frozen
-class Refusal:
+
+@attrs.frozen(eq=False, repr=False)
+class Refusal(FieldValues):
     """An extension looked at an event and declined it; ``reason`` is short and says why."""
 
     reason: str
@@ -28,8 +30,8 @@ Verdict: TypeAlias = bool | Refusal
 """True: taken. False: not for this extension. Refusal: looked at and declined."""
 
 
-@attrs.frozen
-class Delivery:
+@attrs.frozen(eq=False, repr=False)
+class Delivery(FieldValues):
     """The outcome of ``Agent.deliver``; true when at least one extension took the event.
 
     ``refused`` maps the name of each extension that looked at the event and

@@ -16,6 +16,7 @@ import attrs
 
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from orchestrator.model import StopReason, Usage, implied_stop_reason
+from orchestrator.values import FieldValues
 
 if TYPE_CHECKING:  # built on first use, see __getattr__ below
     from orchestrator.feature_events import (
@@ -66,17 +67,16 @@ __all__ = [
 _ENVELOPE_FIELDS = frozenset({"session_id", "request_id", "seq", "ts"})
 
 
-@attrs.frozen(kw_only=True, match_args=False)
-class AgentEvent:
+@attrs.frozen(kw_only=True, eq=False, repr=False, match_args=False)
+class AgentEvent(FieldValues):
     """Base of all events; subclasses set ``kind``.
 
-    Its ``__repr__``, ``__eq__`` and ``__hash__`` read every field of the
-    concrete class, so subclasses are declared with ``repr=False, eq=False``:
-    one method each instead of one generated (and compiled) per class, which
-    is most of what importing the package costs. Equality is what attrs gives:
-    same class, every field equal; the hash agrees with it. Every field is a
-    keyword argument, so there are no positional match patterns
-    (``match_args=False``).
+    Its ``__repr__``, ``__eq__`` and ``__hash__`` (``FieldValues``) read every
+    field of the concrete class, so subclasses are declared with ``repr=False,
+    eq=False``: one method each instead of one generated (and compiled) per
+    class. Equality is what attrs gives: same class, every field equal; the hash
+    agrees with it. Every field is a keyword argument, so there are no
+    positional match patterns (``match_args=False``).
     """
 
     kind: ClassVar[str] = "event"
@@ -96,18 +96,6 @@ class AgentEvent:
             for field in attrs.fields(type(self))
             if field.name not in _ENVELOPE_FIELDS
         }
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in attrs.fields(type(self)))
-        return f"{type(self).__name__}({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(getattr(self, field.name) == getattr(other, field.name) for field in self.__attrs_attrs__)
-
-    def __hash__(self) -> int:
-        return hash((self.__class__, *[getattr(self, field.name) for field in self.__attrs_attrs__]))
 
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)

@@ -9,6 +9,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from orchestrator.text import clean_text, clean_value
+from orchestrator.values import FieldValues
 
 
 class ToolStatus(enum.StrEnum):
@@ -23,15 +24,15 @@ class ToolStatus(enum.StrEnum):
         return self.value
 
 
-@attrs.frozen
-class TextPart:
+@attrs.frozen(eq=False, repr=False)
+class TextPart(FieldValues):
     """Plain text inside a multimodal message."""
 
     text: str
 
 
-@attrs.frozen
-class ImagePart:
+@attrs.frozen(eq=False, repr=False)
+class ImagePart(FieldValues):
     """An image given by URL or by raw bytes with a media type."""
 
     url: str | None = None
@@ -92,16 +93,16 @@ def images_of(content: str | tuple[ContentPart, ...]) -> tuple[ImagePart, ...]:
     return tuple(part for part in content if isinstance(part, ImagePart))
 
 
-@attrs.frozen
-class SystemMessage:
+@attrs.frozen(eq=False, repr=False)
+class SystemMessage(FieldValues):
     """Instructions for the model."""
 
     content: str
     role: str = attrs.field(default="system", init=False)
 
 
-@attrs.frozen
-class UserMessage:
+@attrs.frozen(eq=False, repr=False)
+class UserMessage(FieldValues):
     """Input from the user: text, or text and image parts."""
 
     content: str | tuple[ContentPart, ...] = attrs.field(converter=_content)
@@ -117,8 +118,8 @@ def _arguments_mapping(instance: ToolCall, attribute: attrs.Attribute[Any], valu
         raise TypeError(f"ToolCall.arguments must be a dict (a JSON object), got {type(value).__name__}")
 
 
-@attrs.frozen
-class ToolCall:
+@attrs.frozen(eq=False, repr=False)
+class ToolCall(FieldValues):
     """A tool invocation requested by the model.
 
     ``invalid_arguments`` holds the model's argument text when it was not a
@@ -132,8 +133,8 @@ class ToolCall:
     invalid_arguments: str | None = None
 
 
-@attrs.frozen
-class ReasoningBlock:
+@attrs.frozen(eq=False, repr=False)
+class ReasoningBlock(FieldValues):
     """One piece of a model's reasoning, kept so it can be sent back on later turns.
 
     ``text`` is the reasoning the provider showed (may be empty or a summary),
@@ -149,8 +150,8 @@ class ReasoningBlock:
     id: str | None = None
 
 
-@attrs.frozen
-class AssistantMessage:
+@attrs.frozen(eq=False, repr=False)
+class AssistantMessage(FieldValues):
     """A model response: text, the tool calls it requests, and the reasoning that came before them.
 
     ``reasoning`` holds the provider's reasoning blocks in the order they
@@ -164,8 +165,8 @@ class AssistantMessage:
     reasoning: tuple[ReasoningBlock, ...] = attrs.field(default=(), converter=tuple[ReasoningBlock, ...], kw_only=True)
 
 
-@attrs.frozen
-class ToolMessage:
+@attrs.frozen(eq=False, repr=False)
+class ToolMessage(FieldValues):
     """The one result of one tool call: text, or text and image parts."""
 
     tool_call_id: str

@@ -11,10 +11,11 @@ import attrs
 from orchestrator.errors import ModelError
 from orchestrator.messages import AssistantMessage, Message
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
+from orchestrator.values import FieldValues
 
 
-@attrs.frozen
-class ModelRequest:
+@attrs.frozen(eq=False, repr=False)
+class ModelRequest(FieldValues):
     """What one model call receives. Fields are frozen; use ``attrs.evolve``."""
 
     messages: tuple[Message, ...] = attrs.field(converter=tuple[Message, ...])
@@ -35,8 +36,8 @@ mid-response; ``content_filter``: the provider's filter withheld or cut it;
 STOP_REASONS: tuple[StopReason, ...] = get_args(StopReason)
 
 
-@attrs.frozen
-class Usage:
+@attrs.frozen(eq=False, repr=False)
+class Usage(FieldValues):
     """Token counts reported by a provider.
 
     ``input_tokens`` counts every input token, cached ones included;
@@ -51,30 +52,30 @@ class Usage:
     cache_write_tokens: int | None = None
 
 
-@attrs.frozen
-class TextDeltaEvent:
+@attrs.frozen(eq=False, repr=False)
+class TextDeltaEvent(FieldValues):
     """A piece of streamed assistant text."""
 
     text: str
 
 
-@attrs.frozen
-class ReasoningDeltaEvent:
+@attrs.frozen(eq=False, repr=False)
+class ReasoningDeltaEvent(FieldValues):
     """A piece of the model's streamed reasoning (thinking) text."""
 
     text: str
 
 
-@attrs.frozen
-class ToolCallStreamEvent:
+@attrs.frozen(eq=False, repr=False)
+class ToolCallStreamEvent(FieldValues):
     """A complete tool call seen in the stream (before the response ends)."""
 
     id: str
     name: str
 
 
-@attrs.frozen
-class ResponseCompletedEvent:
+@attrs.frozen(eq=False, repr=False)
+class ResponseCompletedEvent(FieldValues):
     """The complete assistant message; always the last event of a stream.
 
     ``stop_reason`` says why the response ended (None: the runtime decides from

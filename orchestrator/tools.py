@@ -17,12 +17,13 @@ import trio
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.messages import ToolStatus
 from orchestrator.tool_content import ToolResultContent
+from orchestrator.values import FieldRepr, FieldValues
 
 Handler = Callable[..., Any]
 
 
-@attrs.frozen
-class ServerToolDefinition:
+@attrs.frozen(eq=False, repr=False)
+class ServerToolDefinition(FieldValues):
     """A tool executed by the provider (for example web search)."""
 
     type: str
@@ -37,8 +38,8 @@ def _known_status(instance: ToolResult, attribute: attrs.Attribute[str], value: 
 _STATUSES = tuple(status.value for status in ToolStatus)
 
 
-@attrs.define(eq=False)
-class ToolResult:
+@attrs.define(eq=False, repr=False)
+class ToolResult(FieldRepr):
     """What a tool call produced; hooks may change it before it is appended.
 
     ``content`` is text, or an ``ImagePart`` / ``TextPart`` or a list of them
@@ -55,8 +56,8 @@ class ToolResult:
         return self.status == "succeeded"
 
 
-@attrs.frozen(eq=False)
-class ToolDefinition:
+@attrs.frozen(eq=False, repr=False)
+class ToolDefinition(FieldRepr):
     """A local tool: name, description, JSON schema, and the handler that runs it.
 
     ``inject`` pairs handler parameters filled by the runtime, not by the model,
