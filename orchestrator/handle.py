@@ -234,7 +234,7 @@ class RunHandle:
 
     @property
     def done(self) -> bool:
-        return self._outcome.done.is_set()
+        return self._outcome.finished
 
     @property
     def last_seq(self) -> int:
@@ -260,11 +260,11 @@ class RunHandle:
 
     async def wait(self) -> None:
         """Wait until the request has ended."""
-        await self._outcome.done.wait()
+        await self._outcome.wait()
 
     async def result(self) -> AssistantMessage:
         """The final answer; the request's error, or RunCancelled, when it has none."""
-        await self._outcome.done.wait()
+        await self._outcome.wait()
         if self._outcome.error is not None:
             raise self._outcome.error
         if self._outcome.result is None:

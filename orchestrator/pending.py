@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,8 +41,9 @@ log = logging.getLogger("orchestrator.pending")
 Validator = Callable[[Mapping[str, Any]], str | None]
 
 
+@functools.cache
 def require_bool(field: str) -> Validator:
-    """A validator: ``field`` must be present and a bool."""
+    """A validator: ``field`` must be present and a bool (one shared validator per field name)."""
 
     def check(payload: Mapping[str, Any]) -> str | None:
         if field not in payload:
@@ -179,8 +181,37 @@ def pending_calls(
     return calls
 
 
+def _response_valid(event: Any) -> bool:
+    wait: PendingResponse = event.model.host
+    return wait._valid(event.kwargs["payload"])
+
+
+#: The approval machine's guards, shared by every wait (each reaches its own as the model's host).
+_APPROVAL_GUARDS: Mapping[str, Callable[[Any], bool]] = {"response_valid": _response_valid}
+
+
 class PendingResponse:
-    """One paused call: its key, its approval machine and its wake-up."""
+    """One paused call: its key, its approval machine and its wake-up.
+
+    The waiting task is parked directly (``wait_task_rescheduled``) rather than
+    on a ``trio.Event``: thousands of calls may wait at once, and each keeps
+    only this object, its machine and the parked task.
+    """
+
+    __slots__ = (
+        "_task",
+        "_woken",
+        "key",
+        "machine",
+        "payload",
+        "problem",
+        "question",
+        "request_id",
+        "response_event",
+        "session_id",
+        "token",
+        "validate",
+    )
 
     def __init__(
         self,
@@ -199,12 +230,12 @@ class PendingResponse:
         self.validate = validate
         self.payload: dict[str, Any] = {}
         self.problem: str | None = None
-        self.woken = trio.Event()
         self.token = trio.lowlevel.current_trio_token()
-        self.machine = BoundMachine(APPROVAL, {"response_valid": self._valid})
+        self.machine = BoundMachine(APPROVAL, _APPROVAL_GUARDS, host=self)
+        self._woken = False
+        self._task: trio.lowlevel.Task | None = None
 
-    def _valid(self, event: Any) -> bool:
-        payload: Mapping[str, Any] = event.kwargs["payload"]
+    def _valid(self, payload: Mapping[str, Any]) -> bool:
         try:
             self.problem = self.validate(payload) if self.validate else None
         except Exception as error:
@@ -214,6 +245,30 @@ class PendingResponse:
     @property
     def state(self) -> str:
         return self.machine.state()
+
+    @property
+    def woken(self) -> bool:
+        """Whether the waiter was woken (answered or withdrawn)."""
+        return self._woken
+
+    def wake(self) -> None:
+        """Wake the waiting task (idempotent); call it in the wait's trio thread (``token.run_sync_soon``)."""
+        self._woken = True
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    async def sleep(self) -> None:
+        """Wait until ``wake`` (a checkpoint when it already ran); cancellable."""
+        if self._woken:
+            await trio.lowlevel.checkpoint()
+            return
+        self._task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, raise_cancel: Any) -> trio.lowlevel.Abort:
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def as_call(self) -> PendingCall:
         from orchestrator.wire import json_value  # the wire codecs load on first use
@@ -282,7 +337,7 @@ class ResponseRouter:
             wait.payload = payload
             del self._waits[(wait.session_id, wait.response_event, wait.key)]
         try:
-            wait.token.run_sync_soon(wait.woken.set)
+            wait.token.run_sync_soon(wait.wake)
         except trio.RunFinishedError:
             return Refusal(f"the request of call {self.key_field}={key!r} has ended")
         return True
@@ -301,6 +356,7 @@ class ResponseRouter:
         ``announce`` is emitted once the wait is registered and the request paused,
         so an answer to it can never arrive before the wait exists.
         """
+        run = context._run
         pending = PendingResponse(context.session_id, context.request_id, response_event, key, validate, announce)
         slot = (pending.session_id, response_event, key)
         with self._lock:
@@ -308,13 +364,17 @@ class ResponseRouter:
                 pending.machine.unbind()
                 raise RuntimeError(f"{response_event} for {key!r} is already awaited")
             self._waits[slot] = pending
-        board = context.agent.waiting
+        board = run.agent.waiting
         board.add(pending)
         try:
-            async with context.paused():
+            # context.paused(), without an async generator per wait.
+            await run.pause()
+            try:
                 if announce is not None:
-                    await context.emit(announce)
-                await pending.woken.wait()
+                    await run.emit(announce)
+                await pending.sleep()
+            finally:
+                await run.resume()
         finally:
             board.discard(pending)
             with self._lock:
@@ -348,4 +408,4 @@ class ResponseRouter:
                     wait.machine.fire("withdraw")
         for wait in dropped:
             with contextlib.suppress(trio.RunFinishedError):
-                wait.token.run_sync_soon(wait.woken.set)
+                wait.token.run_sync_soon(wait.wake)

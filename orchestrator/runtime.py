@@ -13,8 +13,8 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import trio
@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from orchestrator.extensions.base import AgentExtension
 
 log = logging.getLogger("orchestrator.runtime")
+
+_T = TypeVar("_T")
 
 CLEANUP_SECONDS = 10.0
 
@@ -453,25 +455,27 @@ class RequestRun:
 
     # the loop ---------------------------------------------------------------
 
-    async def run(self) -> AssistantMessage:
-        """Run the request to its end; the final answer, or the error re-raised."""
-        result: AssistantMessage = await self._guarded(self._loop)
-        return result
+    def run(self) -> Coroutine[Any, Any, AssistantMessage]:
+        """Run the request to its end (await the coroutine): the final answer, or the error re-raised.
+
+        It returns ``_guarded``'s coroutine itself: a waiting request keeps one
+        coroutine frame fewer.
+        """
+        return self._guarded(RequestRun._loop)
 
     async def compact(self) -> None:
         """Run a compaction pass: restore, on_compact, store; no input, no model call."""
+        await self._guarded(RequestRun._compaction)
 
-        async def passes() -> None:
-            await self.step("compact")
-            await self.step("finish_compaction")
+    async def _compaction(self) -> None:
+        await self.step("compact")
+        await self.step("finish_compaction")
 
-        await self._guarded(passes)
-
-    async def _guarded(self, body: Callable[[], Awaitable[Any]]) -> Any:
+    async def _guarded(self, body: Callable[[RequestRun], Awaitable[_T]]) -> _T:
         for extension in self.agent.extensions:
             extension._enter_request()
         try:
-            return await body()
+            return await body(self)
         except BaseException as error:
             if _only_cancellation(error):
                 with trio.move_on_after(CLEANUP_SECONDS, shield=True):
@@ -501,23 +505,35 @@ class RequestRun:
         await self._request_model()
         while True:
             response = await self._call_model()
+            self.request = None  # the next turn assembles its own; a waiting request keeps none
             await self.step("respond" if response.tool_calls else "answer")
-            final = await self._finish_turn(response)
-            if final is not None:
-                return final
+            if response.tool_calls:
+                # _finish_turn, unrolled: a request waiting in a tool call keeps one coroutine frame fewer.
+                await ToolRunner(self).run(response.tool_calls)
+                if self.steering is not None:
+                    await self.step("steer")
+            else:
+                final = await self._conclude(response)
+                if final is not None:
+                    return final
             await self.step("settle_turn")
             await self._request_model()
 
     async def _finish_turn(self, response: AssistantMessage, *, resumed: bool = False) -> AssistantMessage | None:
         """Run the response's calls (a resumed run: those still open), or conclude; the final answer or None."""
-        if response.tool_calls:
-            calls = response.tool_calls
-            if resumed:
-                calls = tuple(call for call in calls if call.id in self.open_calls)
-            await ToolRunner(self).run(calls)
-            if self.steering is not None:
-                await self.step("steer")
-            return None
+        if not response.tool_calls:
+            return await self._conclude(response)
+        calls = response.tool_calls
+        if resumed:
+            open_calls = self.open_calls
+            calls = tuple([call for call in calls if call.id in open_calls])
+        await ToolRunner(self).run(calls)
+        if self.steering is not None:
+            await self.step("steer")
+        return None
+
+    async def _conclude(self, response: AssistantMessage) -> AssistantMessage | None:
+        """After an answer: take steering or internal input if any (None), else complete (the answer)."""
         if self.steering is None:
             await self._announce_steering()
             self._select_next()

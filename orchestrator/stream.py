@@ -33,20 +33,42 @@ if TYPE_CHECKING:
 
 
 class _Outcome:
-    """What the request task and the stream share; the task never holds the stream."""
+    """What the request task and the stream share; the task never holds the stream.
+
+    ``finished`` is set once the request has ended; ``wait`` waits for that. The
+    trio.Event behind ``wait`` is made for the first waiter only (most requests
+    end before anyone waits for them).
+    """
+
+    __slots__ = ("_done", "error", "finished", "result", "run", "scope")
 
     def __init__(self, run: RequestRun) -> None:
         self.run: RequestRun | None = run
         self.scope = trio.CancelScope()
-        self.done = trio.Event()
+        self.finished = False
+        self._done: trio.Event | None = None
         self.result: AssistantMessage | None = None
         self.error: BaseException | None = None
+
+    def finish(self) -> None:
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
+
+    async def wait(self) -> None:
+        """Wait until the request has ended (a checkpoint when it has)."""
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._done is None:
+            self._done = trio.Event()
+        await self._done.wait()
 
 
 async def _drive(agent: Agent, outcome: _Outcome, on_end: Callable[[], None]) -> None:
     """Run the request; its error, whatever its kind, is handed to the consumer.
 
-    ``on_end`` runs once the request has left its session, before ``done`` is set.
+    ``on_end`` runs once the request has left its session, before the outcome is finished.
 
     A system task must not raise: trio would turn a KeyboardInterrupt-like
     exception from a tool into TrioInternalError and end the whole run. Only a
@@ -64,7 +86,7 @@ async def _drive(agent: Agent, outcome: _Outcome, on_end: Callable[[], None]) ->
     finally:
         agent._close_run(run)
         on_end()
-        outcome.done.set()
+        outcome.finish()
 
 
 class RunStream:
@@ -124,13 +146,13 @@ class RunStream:
     async def aclose(self) -> None:
         """Cancel the request if it still runs and wait until it has ended."""
         outcome = self._outcome
-        if outcome is not None and not outcome.done.is_set():
+        if outcome is not None and not outcome.finished:
             assert self._queue is not None
             # Cancel first: a request waiting for room then sees the cancellation, not the room.
             outcome.scope.cancel()
             self._queue.unbound()
             with trio.CancelScope(shield=True):
-                await outcome.done.wait()
+                await outcome.wait()
 
     async def __aenter__(self) -> RunStream:
         return self
@@ -145,7 +167,7 @@ class RunStream:
 
     def __del__(self) -> None:
         outcome = self._outcome
-        if outcome is not None and outcome.run is not None and not outcome.done.is_set():
+        if outcome is not None and outcome.run is not None and not outcome.finished:
             outcome.run.abandoned = True
             with contextlib.suppress(RuntimeError):
                 outcome.scope.cancel()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -80,8 +80,22 @@ class SteeringMessageEvent(AgentEvent):
     message: UserMessage = attrs.field(validator=attrs.validators.instance_of(UserMessage))
 
 
+def _has_messages(event: Any) -> bool:
+    inbox: _Inbox = event.model.host
+    return bool(inbox.messages)
+
+
+#: The inbox machine's guards, shared by every inbox (each reaches its own as the model's host).
+_INBOX_GUARDS: Mapping[str, Callable[[Any], bool]] = {"has_messages": _has_messages}
+
+
 class _Inbox:
-    """One request's queue and its steering_inbox machine."""
+    """One request's queue and its steering_inbox machine.
+
+    ``messages`` and ``unannounced`` are lists once something was queued, an
+    empty tuple before: most requests are never steered, and thousands may wait
+    at once.
+    """
 
     __slots__ = ("machine", "messages", "owner", "request_id", "session_id", "unannounced")
 
@@ -90,10 +104,10 @@ class _Inbox:
         self.session_id = context.session_id
         self.request_id = context.request_id
         # A list (a deque keeps a block of 64 slots even empty): steering messages are few.
-        self.messages: list[UserMessage] = []
+        self.messages: list[UserMessage] | tuple[()] = ()
         # Messages taken from outside the request, not yet announced in it (steering_accepted).
-        self.unannounced: list[UserMessage] = []
-        self.machine = BoundMachine(STEERING_INBOX, {"has_messages": lambda _: bool(self.messages)})
+        self.unannounced: list[UserMessage] | tuple[()] = ()
+        self.machine = BoundMachine(STEERING_INBOX, _INBOX_GUARDS, host=self)
 
     @property
     def accepting(self) -> bool:
@@ -101,11 +115,22 @@ class _Inbox:
 
     def put(self, message: UserMessage) -> None:
         self.machine.fire("hold")
-        self.messages.append(message)
+        if isinstance(self.messages, list):
+            self.messages.append(message)
+        else:
+            self.messages = [message]
+
+    def announce_later(self, message: UserMessage) -> None:
+        """Keep ``message`` (taken from outside) until the request announces it."""
+        if isinstance(self.unannounced, list):
+            self.unannounced.append(message)
+        else:
+            self.unannounced = [message]
 
     def pop(self) -> UserMessage | None:
         if not self.messages:
             return None
+        assert isinstance(self.messages, list)
         message = self.messages.pop(0)
         self.machine.fire("take")
         return message
@@ -163,7 +188,7 @@ class SteeringExtension(AgentExtension):
                 return
             del self._inboxes[(inbox.session_id, inbox.request_id)]
             dropped = len(inbox.messages)
-            inbox.messages.clear()
+            inbox.messages = ()
             if inbox.machine.may("close"):
                 inbox.machine.fire("close")
         inbox.machine.unbind()
@@ -183,7 +208,7 @@ class SteeringExtension(AgentExtension):
             if isinstance(inbox, Refusal):
                 return inbox
             inbox.put(message)
-            inbox.unannounced.append(message)
+            inbox.announce_later(message)
         return True
 
     def _route(self, config: AgentRunConfig) -> _Inbox | Refusal:
@@ -230,8 +255,8 @@ class SteeringExtension(AgentExtension):
             inbox = self._own(context)
             if inbox is None:
                 return []
-            taken, inbox.unannounced = inbox.unannounced, []
-            return taken
+            taken, inbox.unannounced = inbox.unannounced, ()
+            return taken if isinstance(taken, list) else []
 
     def take(self, context: AgentRunContext) -> UserMessage | None:
         """Poll after a model/tool call without closing an empty inbox."""
