@@ -32,6 +32,7 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
+from orchestrator.values import FieldValues
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
@@ -55,8 +56,8 @@ def require_bool(field: str) -> Validator:
     return check
 
 
-@attrs.frozen
-class SettledAnswer:
+@attrs.frozen(eq=False, repr=False)  # FieldValues: attrs' eq, hash and repr, shared
+class SettledAnswer(FieldValues):
     """The result a stored wait gets from the answer recorded for it after its process stopped."""
 
     content: str
@@ -65,8 +66,8 @@ class SettledAnswer:
     events: tuple[AgentEvent, ...] = ()  # announced when the answer is applied
 
 
-@attrs.frozen
-class WaitRule:
+@attrs.frozen(eq=False, repr=False)  # FieldValues: attrs' eq, hash and repr, shared
+class WaitRule(FieldValues):
     """How a session store checks and applies an answer to a wait whose process stopped.
 
     ``validator`` builds, from the payload the wait announced, the same check a
@@ -83,8 +84,8 @@ class ResponseWithdrawn(AgentError):
     """The wait ended without a response (its request is ending)."""
 
 
-@attrs.frozen
-class PendingCall:
+@attrs.frozen(eq=False, repr=False)  # FieldValues: attrs' eq, hash and repr, shared
+class PendingCall(FieldValues):
     """A call waiting for an external answer: send ``response_event`` with its ``tool_call_id``.
 
     ``event`` and ``payload`` are the question event's name and payload (what the

@@ -53,6 +53,7 @@ from orchestrator.sinks import DropSink, EventSink
 from orchestrator.text import SurrogateJoiner, clean_text
 from orchestrator.tool_content import ToolResultContent, tool_content
 from orchestrator.tool_runner import ToolRunner
+from orchestrator.values import FieldValues
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
@@ -81,8 +82,8 @@ _TOOL_EVENTS: dict[
 }
 
 
-@attrs.frozen
-class Restored:
+@attrs.frozen(eq=False, repr=False)  # FieldValues: attrs' eq, hash and repr, shared
+class Restored(FieldValues):
     """Where a run resumed from a run store's checkpoint picks up.
 
     ``response`` is the last assistant message of the session's history (None when

@@ -142,7 +142,8 @@ def schema_for(annotation: Any) -> dict[str, Any]:
     raise TypeError(f"no JSON schema for type hint {annotation!r}")
 
 
-_ARG_LINE = re.compile(r"^(\w+)\s*(?:\([^)]*\))?:\s*(.*)$")
+#: An argument line of a docstring's Args section (compiled by ``re`` on first use, not at import).
+_ARG_LINE = r"^(\w+)\s*(?:\([^)]*\))?:\s*(.*)$"
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -164,7 +165,7 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             summary.append(line)
         elif section == "args":
             indent = len(line) - len(line.lstrip())
-            match = _ARG_LINE.match(stripped)
+            match = re.match(_ARG_LINE, stripped)
             if match and indent <= 4:
                 current = match.group(1)
                 arguments[current] = match.group(2).strip()

@@ -19,6 +19,8 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import ModelRequest, ResponseCompletedEvent, TextDeltaEvent, ToolCallStreamEvent, Usage
+from orchestrator.pending import PendingCall, SettledAnswer
+from orchestrator.runtime import Restored
 from orchestrator.tools import ServerToolDefinition, ToolResult
 from orchestrator.values import FieldRepr, FieldValues
 
@@ -93,6 +95,9 @@ LIBRARY_VALUES = [
     Refusal("no inbox"),
     Delivery("steering_message", ("SteeringExtension",), {"Other": Refusal("busy")}),
     ServerToolDefinition("web_search", {"type": "web_search"}),
+    PendingCall("s", "r", "c1", "ask_user", {"question": "Which?"}, "ask_user_response"),
+    SettledAnswer("yes", plan_mode="on"),
+    Restored("worker-1", 7, 2, AssistantMessage("x"), ("c1",), "max_tokens"),
 ]
 
 
