@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import operator
+from collections.abc import Iterable
 from typing import Any, TypeAlias
 
 import attrs
@@ -55,6 +56,14 @@ def _content(value: str | tuple[ContentPart, ...] | list[ContentPart]) -> str | 
         if not isinstance(part, (TextPart, ImagePart)):
             raise TypeError(f"unsupported content part: {part!r}")
     return parts
+
+
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _reasoning_blocks(value: Iterable[ReasoningBlock]) -> tuple[ReasoningBlock, ...]:
+    return value if type(value) is tuple else tuple(value)
 
 
 def _status(value: ToolStatus | str) -> ToolStatus:
@@ -160,9 +169,9 @@ class AssistantMessage(FieldValues):
     """
 
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple[ToolCall, ...])
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
     role: str = attrs.field(default="assistant", init=False)
-    reasoning: tuple[ReasoningBlock, ...] = attrs.field(default=(), converter=tuple[ReasoningBlock, ...], kw_only=True)
+    reasoning: tuple[ReasoningBlock, ...] = attrs.field(default=(), converter=_reasoning_blocks, kw_only=True)
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import attrs
@@ -14,13 +14,25 @@ from orchestrator.tools import ServerToolDefinition, ToolDefinition
 from orchestrator.values import FieldValues
 
 
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _tools(value: Iterable[ToolDefinition]) -> tuple[ToolDefinition, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _server_tools(value: Iterable[ServerToolDefinition]) -> tuple[ServerToolDefinition, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
 @attrs.frozen(eq=False, repr=False)
 class ModelRequest(FieldValues):
     """What one model call receives. Fields are frozen; use ``attrs.evolve``."""
 
-    messages: tuple[Message, ...] = attrs.field(converter=tuple[Message, ...])
-    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=tuple[ToolDefinition, ...])
-    server_tools: tuple[ServerToolDefinition, ...] = attrs.field(default=(), converter=tuple[ServerToolDefinition, ...])
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
+    server_tools: tuple[ServerToolDefinition, ...] = attrs.field(default=(), converter=_server_tools)
 
 
 StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "content_filter", "refusal", "other"]

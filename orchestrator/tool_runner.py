@@ -59,6 +59,16 @@ class ToolRunner:
     async def run(self, calls: tuple[ToolCall, ...]) -> None:
         """Run ``calls`` batch by batch until steering arrives; every call not run gets a skipped result."""
         run = self.run_of
+        if len(calls) == 1:
+            # One call is its own batch, whether serial or not.
+            if run.steering is None:
+                await self._run_call(calls[0])
+            if calls[0].id in run.open_calls:
+                run.skipped_ids = (calls[0].id,)
+                await run.settle(calls[0], ToolStatus.SKIPPED, SKIPPED)
+            else:
+                run.skipped_ids = ()
+            return
         tools = run.context.tools
 
         def serial(call: ToolCall) -> bool:

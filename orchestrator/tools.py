@@ -343,6 +343,8 @@ def validate_arguments(schema: Mapping[str, Any], arguments: Any) -> dict[str, A
     """Check model-supplied arguments against a tool schema; return the values."""
     if not isinstance(arguments, Mapping):
         raise ToolArgumentsError(f"arguments must be an object, got {type(arguments).__name__}")
+    if not arguments and not schema.get("required"):
+        return {}
     properties: Mapping[str, Any] = schema.get("properties", {})
     missing = [name for name in schema.get("required", ()) if name not in arguments]
     if missing:

@@ -250,7 +250,16 @@ class SteeringExtension(AgentExtension):
         await context.emit(events.SteeringAcceptedEvent(message=message, source="extension"))
 
     def drain_accepted(self, context: AgentRunContext) -> list[UserMessage]:
-        """Messages taken from outside since the last call; the runtime announces each (steering_accepted)."""
+        """Messages taken from outside since the last call; the runtime announces each (steering_accepted).
+
+        Asked after every model and tool call, and almost always empty: that is
+        seen without the lock (one read of the list, which another thread only
+        appends to under the lock; a message appended just after the read is
+        found by the next call).
+        """
+        inbox = self._own(context)
+        if inbox is None or not inbox.unannounced:
+            return []
         with self._lock:
             inbox = self._own(context)
             if inbox is None:
@@ -259,7 +268,10 @@ class SteeringExtension(AgentExtension):
             return taken if isinstance(taken, list) else []
 
     def take(self, context: AgentRunContext) -> UserMessage | None:
-        """Poll after a model/tool call without closing an empty inbox."""
+        """Poll after a model/tool call without closing an empty inbox (an empty one is seen without the lock)."""
+        inbox = self._own(context)
+        if inbox is None or not inbox.messages:
+            return None
         with self._lock:
             inbox = self._own(context)
             return inbox.pop() if inbox is not None else None
