@@ -86,7 +86,7 @@ class Step:
     dest: str
 
 
-_new_step = constructor(Step)
+_new_step = constructor(Step, positional=True)
 
 
 class ModelSet:
@@ -462,13 +462,7 @@ class BoundMachine:
         edge = model.taken
         if not taken or edge is None:
             return None
-        step = _new_step(
-            machine=self.definition.name,
-            region=region.name,
-            source=source,
-            trigger=trigger,
-            dest=getattr(model, region.attribute),
-        )
+        step = _new_step(self.definition.name, region.name, source, trigger, getattr(model, region.attribute))
         self.history.append(step)
         return step, edge
 

@@ -26,9 +26,16 @@ T = TypeVar("T")
 _HOOKS = ("__attrs_pre_init__", "__attrs_post_init__")
 
 
-def constructor(cls: type[T]) -> Callable[..., T]:
-    """A function taking ``cls``'s init keywords that builds the same instance (or ``cls`` itself)."""
+def constructor(cls: type[T], *, positional: bool = False) -> Callable[..., T]:
+    """A function taking ``cls``'s init keywords that builds the same instance (or ``cls`` itself).
+
+    ``positional``: the function takes every field positionally, in the order of
+    ``attrs.fields(cls)``, none of them optional (cheaper to call, for the hottest
+    paths); ``cls`` must then be plain, or a TypeError says why not.
+    """
     if not _plain(cls):
+        if positional:
+            raise TypeError(f"{cls.__qualname__} does more than store its fields: it has no positional constructor")
         return cls
     fields = attrs.fields(typing.cast(Any, cls))
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_NOTHING": attrs.NOTHING}
@@ -51,7 +58,13 @@ def constructor(cls: type[T]) -> Callable[..., T]:
             params.append(f"{name}=_default{index}")
         body.append(f"    _set{index}(self, {name})")
     body.append("    return self")
-    source = f"def build(*, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    if positional:
+        names = [field.alias for field in fields]
+        body = ["    self = _new(_cls)", *(f"    _set{index}(self, {name})" for index, name in enumerate(names))]
+        body.append("    return self")
+        source = f"def build({', '.join(names)}, /):\n" + "\n".join(body) + "\n"
+    else:
+        source = f"def build(*, {', '.join(params)}):\n" + "\n".join(body) + "\n"
     exec(compile(source, f"<constructor of {cls.__qualname__}>", "exec"), namespace)
     build: Callable[..., T] = namespace["build"]
     build.__qualname__ = f"constructor({cls.__qualname__})"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Literal, Protocol, TypeAlias, get_args, runtime_checkable
+import typing
+from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import attrs
 
@@ -64,11 +65,18 @@ class Usage(FieldValues):
     cache_write_tokens: int | None = None
 
 
-@attrs.frozen(eq=False, repr=False)
+@attrs.frozen(init=False, eq=False, repr=False)
 class TextDeltaEvent(FieldValues):
     """A piece of streamed assistant text."""
 
     text: str
+
+    def __init__(self, text: str) -> None:
+        # Made once per streamed piece: the one field is stored through its slot.
+        _store_text(self, text)
+
+
+_store_text = typing.cast(Any, TextDeltaEvent.__dict__["text"]).__set__
 
 
 @attrs.frozen(eq=False, repr=False)

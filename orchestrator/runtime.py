@@ -265,16 +265,17 @@ class RequestRun:
         heard = self._heard_names
         if heard is not None and "transition" not in heard:
             return
+        self.seq += 1
         event = _new_transition(
-            session_id=self._session_id,
-            request_id=self._request_id,
-            seq=self._number(),
-            ts=time.time(),
-            machine=step.machine,
-            region=step.region,
-            source=step.source,
-            trigger=step.trigger,
-            dest=step.dest,
+            self._session_id,
+            self._request_id,
+            self.seq,
+            time.time(),
+            step.machine,
+            step.region,
+            step.source,
+            step.trigger,
+            step.dest,
         )
         if self._waiting or not self._sink.offer(event):
             await self._send_in_turn(event)
@@ -592,24 +593,20 @@ class RequestRun:
         stream = self._model_stream(self.request)
         offer, heard = self._sink.offer, self._heard(ev.TextDeltaEvent.kind)
         delivered = self._delivers(ev.TextDeltaEvent.kind)
+        session_id, request_id, now = self._session_id, self._request_id, time.time
         try:
             async for event in stream:
-                if isinstance(event, TextDeltaEvent):
+                if type(event) is TextDeltaEvent or isinstance(event, TextDeltaEvent):
                     piece = event.text
-                    if not isinstance(piece, str):
+                    if type(piece) is not str and not isinstance(piece, str):
                         raise ModelError(f"the model streamed text of type {type(piece).__name__}")
                     if text.held or not piece.isascii():
                         piece = text.feed(piece)  # ASCII text needs no cleaning and ends in no surrogate
                     if not piece or not heard:
                         continue
                     # _emit_new, unrolled: this runs once per streamed delta.
-                    delta = _new_text_delta(
-                        session_id=self._session_id,
-                        request_id=self._request_id,
-                        seq=self._number(),
-                        ts=time.time(),
-                        text=piece,
-                    )
+                    self.seq += 1
+                    delta = _new_text_delta(session_id, request_id, self.seq, now(), piece)
                     if self._waiting or not offer(delta):
                         await self._send_in_turn(delta)
                     if delivered:
@@ -900,8 +897,8 @@ class RequestRun:
 
 
 # Events are built through constructors that store their fields directly (machines.frozen).
-_new_transition = constructor(ev.TransitionEvent)
-_new_text_delta = constructor(ev.TextDeltaEvent)
+_new_transition = constructor(ev.TransitionEvent, positional=True)
+_new_text_delta = constructor(ev.TextDeltaEvent, positional=True)
 _BUILDERS: dict[type[ev.AgentEvent], Callable[..., ev.AgentEvent]] = {}
 
 

@@ -32,6 +32,13 @@ if TYPE_CHECKING:
     from orchestrator.runtime import RequestRun
 
 
+#: An event that is ready is returned without a schedule point; whether the consumer was
+#: cancelled is checked on the first event and then on every CHECK_EVERY_EVENTS-th (waiting
+#: for an event always is a checkpoint). A cancelled consumer therefore reads at most that
+#: many more queued events before the stream raises Cancelled and cancels the request.
+CHECK_EVERY_EVENTS = 16
+
+
 class _Outcome:
     """What the request task and the stream share; the task never holds the stream.
 
@@ -99,6 +106,8 @@ class RunStream:
         self._queue: StreamQueue | None = None
         self._outcome: _Outcome | None = None
         self._raised = False
+        # Events returned since the consumer's cancellation was last checked.
+        self._unchecked = CHECK_EVERY_EVENTS
 
     @property
     def run(self) -> RequestRun | None:
@@ -128,7 +137,10 @@ class RunStream:
     async def __anext__(self) -> AgentEvent:
         receive = self._queue if self._queue is not None else await self._start()
         try:
-            await trio.lowlevel.checkpoint_if_cancelled()
+            self._unchecked += 1
+            if self._unchecked >= CHECK_EVERY_EVENTS:
+                self._unchecked = 0
+                await trio.lowlevel.checkpoint_if_cancelled()
             try:
                 return receive.receive_nowait()
             except trio.WouldBlock:

@@ -87,3 +87,23 @@ def test_classes_whose_init_does_more_get_the_class_itself() -> None:
         value: int
 
     assert constructor(Unslotted) is Unslotted
+
+
+def test_a_positional_constructor_takes_every_field_in_order() -> None:
+    build = constructor(ev.TransitionEvent, positional=True)
+    made = build("s", "r", 4, 1.5, "request", "phase", "idle", "start", "running")
+    assert made == ev.TransitionEvent(
+        session_id="s",
+        request_id="r",
+        seq=4,
+        ts=1.5,
+        machine="request",
+        region="phase",
+        source="idle",
+        trigger="start",
+        dest="running",
+    )
+    with pytest.raises(TypeError):
+        build("s", "r", 4)  # no field is optional
+    with pytest.raises(TypeError, match="no positional constructor"):
+        constructor(ToolMessage, positional=True)

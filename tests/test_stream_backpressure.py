@@ -72,3 +72,26 @@ async def test_a_dropped_full_stream_releases_its_session() -> None:
 class _Quick:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         yield ResponseCompletedEvent(AssistantMessage("ok"))
+
+
+async def test_a_cancelled_consumer_that_never_waits_reads_a_bounded_number_of_queued_events() -> None:
+    from orchestrator.stream import CHECK_EVERY_EVENTS
+
+    model = EagerModel()
+    client = await create_agent(model)
+    read_after_cancel = 0
+    cancelled = False
+    with trio.fail_after(5):
+        with trio.CancelScope() as scope:
+            async with client.stream("go", config=AgentRunConfig("s")) as events:
+                async for event in events:
+                    if cancelled:
+                        read_after_cancel += 1
+                    elif event.name == "text_delta":
+                        await trio.testing.wait_all_tasks_blocked()  # the queue is full
+                        scope.cancel()
+                        cancelled = True
+        assert scope.cancelled_caught
+    assert read_after_cancel <= CHECK_EVERY_EVENTS
+    assert client.agent.transitions("s")[-1].dest == "cancelled"
+    assert model.produced < DELTAS
