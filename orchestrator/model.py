@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 import typing
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import attrs
