@@ -265,11 +265,10 @@ class RequestRun:
         heard = self._heard_names
         if heard is not None and "transition" not in heard:
             return
-        self.seq += 1
         event = _new_transition(
             self._session_id,
             self._request_id,
-            self.seq,
+            self._number(),
             time.time(),
             step.machine,
             step.region,
