@@ -49,8 +49,10 @@ class StreamQueue:
     request ahead of its consumer waits in ``put``. Once the consumer asked to
     stop the request (``unbound``), the request's last events (cancelled calls,
     the final transitions) are queued without waiting, so cancelling never waits
-    for a consumer that is not reading; their number is bounded by the request's
-    open calls. Once the consumer is gone (``abandon``), events are dropped.
+    for a consumer that is not reading; each event past ``capacity`` is a
+    cancellation point of the request, so their number is bounded by what a
+    request ends with (its open calls). Once the consumer is gone (``abandon``),
+    events are dropped.
     """
 
     __slots__ = (
@@ -92,7 +94,7 @@ class StreamQueue:
         events = self._events
         if events is None:
             events = self._events = collections.deque()
-        elif self._bounded and len(events) >= self._capacity:
+        elif len(events) >= self._capacity:
             return False
         events.append(event)
         if self._readers_parked:
@@ -100,8 +102,23 @@ class StreamQueue:
             self._readers.unpark()
         return True
 
+    def _append(self, event: AgentEvent) -> None:
+        if self._events is None:
+            self._events = collections.deque()
+        self._events.append(event)
+        if self._readers_parked:
+            self._readers_parked -= 1
+            self._readers.unpark()
+
     async def put(self, event: AgentEvent) -> None:
         while not self.offer(event):
+            if not self._bounded:
+                # Past capacity once the consumer stopped the request: queued without waiting,
+                # but a request that is being cancelled stops here (a model that never awaits
+                # would otherwise queue its whole stream).
+                await trio.lowlevel.checkpoint_if_cancelled()
+                self._append(event)
+                return
             if self._writers is None:
                 self._writers = trio.lowlevel.ParkingLot()
             self._writers_parked += 1
