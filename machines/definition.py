@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import attrs
 
+from machines.values import FieldRepr
+
 
 def _as_tuple(value: str | tuple[str, ...]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-@attrs.frozen(cache_hash=True)
-class State:
+@attrs.frozen(cache_hash=True, repr=False)  # FieldRepr: attrs' repr, shared
+class State(FieldRepr):
     """One state of a region."""
 
     name: str
@@ -18,8 +20,8 @@ class State:
     final: bool = False
 
 
-@attrs.frozen(cache_hash=True)
-class Transition:
+@attrs.frozen(cache_hash=True, repr=False)  # FieldRepr: attrs' repr, shared
+class Transition(FieldRepr):
     """A guarded edge.
 
     ``conditions`` must all hold and ``unless`` must all fail for the edge to be
@@ -41,8 +43,8 @@ class Transition:
         return self.conditions + tuple(f"!{name}" for name in self.unless)
 
 
-@attrs.frozen(cache_hash=True)
-class Region:
+@attrs.frozen(cache_hash=True, repr=False)  # FieldRepr: attrs' repr, shared
+class Region(FieldRepr):
     """An independent set of states held in one attribute of the model."""
 
     name: str
@@ -91,8 +93,8 @@ class Region:
                 raise ValueError(f"region {self.name!r}, trigger {t.trigger!r} leaves a final state")
 
 
-@attrs.frozen(cache_hash=True)
-class MachineDefinition:
+@attrs.frozen(cache_hash=True, repr=False)  # FieldRepr: attrs' repr, shared
+class MachineDefinition(FieldRepr):
     """A named machine made of one or more orthogonal regions."""
 
     name: str

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from orchestrator.values import FieldValues
+from machines.values import FieldValues
 
 
 def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -13,7 +13,7 @@ from typing import TypeAlias
 
 import attrs
 
-from orchestrator.values import FieldValues
+from machines.values import FieldValues
 
 
 @attrs.frozen(eq=False, repr=False)

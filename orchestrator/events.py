@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from machines.values import FieldValues
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from orchestrator.model import StopReason, Usage, implied_stop_reason
-from orchestrator.values import FieldValues
 
 if TYPE_CHECKING:  # built on first use, see __getattr__ below
     from orchestrator.feature_events import (

@@ -9,8 +9,8 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from machines.values import FieldValues
 from orchestrator.text import clean_text, clean_value
-from orchestrator.values import FieldValues
 
 
 class ToolStatus(enum.StrEnum):

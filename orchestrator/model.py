@@ -9,10 +9,10 @@ from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkabl
 
 import attrs
 
+from machines.values import FieldValues
 from orchestrator.errors import ModelError
 from orchestrator.messages import AssistantMessage, Message
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
-from orchestrator.values import FieldValues
 
 
 def _messages(value: Iterable[Message]) -> tuple[Message, ...]:

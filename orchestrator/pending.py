@@ -28,11 +28,11 @@ import trio
 
 from machines.approval import APPROVAL
 from machines.build import BoundMachine, GuardRefused, IllegalTransition
+from machines.values import FieldValues
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
-from orchestrator.values import FieldValues
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext

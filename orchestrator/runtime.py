@@ -22,6 +22,7 @@ import trio
 from machines.build import BoundMachine, GuardRefused, Step
 from machines.frozen import constructor
 from machines.request import REQUEST
+from machines.values import FieldValues
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
 from orchestrator.context import AgentRunContext
@@ -53,7 +54,6 @@ from orchestrator.sinks import DropSink, EventSink
 from orchestrator.text import SurrogateJoiner, clean_text
 from orchestrator.tool_content import ToolResultContent, tool_content
 from orchestrator.tool_runner import ToolRunner
-from orchestrator.values import FieldValues
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent

@@ -14,10 +14,10 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, ov
 import attrs
 import trio
 
+from machines.values import FieldRepr, FieldValues
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.messages import ToolStatus
 from orchestrator.tool_content import ToolResultContent
-from orchestrator.values import FieldRepr, FieldValues
 
 Handler = Callable[..., Any]
 

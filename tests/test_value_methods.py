@@ -7,6 +7,8 @@ from typing import Any
 import attrs
 import pytest
 
+from machines import REQUEST, State, Transition
+from machines.values import FieldRepr, FieldValues
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
 from orchestrator.messages import (
@@ -22,7 +24,6 @@ from orchestrator.model import ModelRequest, ResponseCompletedEvent, TextDeltaEv
 from orchestrator.pending import PendingCall, SettledAnswer
 from orchestrator.runtime import Restored
 from orchestrator.tools import ServerToolDefinition, ToolResult
-from orchestrator.values import FieldRepr, FieldValues
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -115,3 +116,17 @@ def test_a_tool_result_compares_by_identity_and_prints_its_fields() -> None:
     result = ToolResult("2")
     assert result != ToolResult("2") and result == result
     assert repr(result).startswith("ToolResult(content='2'")
+
+
+def test_machine_definitions_print_as_attrs_values_and_keep_their_cached_hash() -> None:
+    state = State("idle", doc="waiting")
+    assert type(state).__repr__ is FieldRepr.__repr__
+    assert repr(state) == "State(name='idle', doc='waiting', final=False)"
+    edge = Transition("go", "idle", "busy", conditions="ready")
+    assert repr(edge) == (
+        "Transition(trigger='go', source=('idle',), dest='busy', conditions=('ready',),"
+        " unless=(), callbacks=(), doc='')"
+    )
+    assert edge == Transition("go", ("idle",), "busy", conditions=("ready",))
+    assert hash(edge) == hash(Transition("go", ("idle",), "busy", conditions=("ready",)))
+    assert repr(REQUEST).startswith("MachineDefinition(name='request', doc=")

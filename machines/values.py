@@ -5,7 +5,8 @@ which is most of what building a class costs (and building classes is most of
 what ``import orchestrator`` costs). A class declared
 ``@attrs.frozen(eq=False, repr=False)`` that inherits ``FieldValues`` behaves
 as attrs' own methods would, from one implementation (a class that compares by
-identity, ``eq=False``, inherits ``FieldRepr`` for the repr alone):
+identity, ``eq=False``, or keeps attrs' cached hash, ``cache_hash=True``,
+inherits ``FieldRepr`` for the repr alone):
 
 - ``a == b`` when both are of the same class and every field attrs compares
   (``eq=True``) is equal, in declaration order; another class gives
