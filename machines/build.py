@@ -309,6 +309,32 @@ class _LeanMachine(Machine):
     def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
         return None
 
+    def _can_trigger(self, model: Any, trigger: str, *args: Any, **kwargs: Any) -> bool:
+        """``Machine._can_trigger``: whether an edge of ``trigger`` from the model's state has all its
+        conditions holding (prepare callbacks run first, nothing changes), reading the edges of that
+        one state instead of listing every trigger of the machine and building a spare Event."""
+        state = self.get_model_state(model)
+        event = self.events.get(trigger)
+        edges = event.transitions.get(state.name) if event is not None else None
+        if not edges:
+            return False
+        event_data = EventData(state, event, self, model, args, kwargs)
+        for transition in edges:
+            event_data.transition = transition
+            try:
+                if self._prepare_event:
+                    self.callbacks(self._prepare_event, event_data)
+                if transition.prepare:
+                    self.callbacks(transition.prepare, event_data)
+                if all(condition.check(event_data) for condition in transition.conditions):
+                    return True
+            except BaseException as error:
+                event_data.error = typing.cast(Exception, error)
+                if not self._on_exception:
+                    raise
+                self.callbacks(self._on_exception, event_data)
+        return False
+
 
 class _NamedGuard:
     """A condition that looks its predicate up in the model's guard table."""
@@ -472,11 +498,7 @@ class BoundMachine:
         Raises IllegalTransition when the machine has no such trigger at all.
         """
         region = self._region_of(trigger)
-        machine = self._machines[region.name]
-        state = self.state(region.name)
-        if trigger not in machine.get_triggers(state):
-            return False
-        result: bool = machine._can_trigger(self.model, trigger, **kwargs)
+        result: bool = self._machines[region.name]._can_trigger(self.model, trigger, **kwargs)
         return result
 
     def unbind(self) -> None:

@@ -180,3 +180,26 @@ def test_an_unbound_machine_takes_no_more_triggers() -> None:
     with pytest.raises(Unbound):
         machine.may("go")
     assert machine.state() == "a"
+
+
+@pytest.mark.parametrize("verdict", [True, False])
+def test_may_answers_as_transitions_own_can_trigger_for_every_state_and_trigger(verdict: bool) -> None:
+    """The lean ``_can_trigger`` reads one state's edges; transitions' own lists every trigger first."""
+    from transitions import Machine
+
+    from machines.registry import all_definitions
+
+    checked = 0
+    for definition in all_definitions().values():
+        guards = {name: (lambda _event, v=verdict: v) for name in definition.guard_names}
+        bound = BoundMachine(definition, guards)
+        for region in definition.regions:
+            machine = generated(definition)[region.name]
+            for state in region.state_names:
+                setattr(bound.model, region.attribute, state)
+                for trigger in region.triggers:
+                    expected = Machine._can_trigger(machine, bound.model, trigger)
+                    assert bound.may(trigger) is expected, (definition.name, state, trigger)
+                    checked += 1
+        bound.unbind()
+    assert checked > 400
