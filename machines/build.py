@@ -89,20 +89,27 @@ class Step:
 _new_step = constructor(Step, positional=True)
 
 
+def _key(model: object) -> object:
+    """How ModelSet keys ``model``: itself when it compares by identity (MachineModel does), else its id."""
+    kind = type(model)
+    return model if kind.__eq__ is object.__eq__ and kind.__hash__ is object.__hash__ else id(model)
+
+
 class ModelSet:
     """The models bound to one shared machine: insertion-ordered, O(1) membership, add and removal.
 
     Stands in for ``Machine.models`` (a list in ``transitions``, where adding and
-    removing a model scans every live model). Models are keyed by identity.
+    removing a model scans every live model). Models are keyed by identity: a
+    model that compares by identity is its own key (no id object per model).
     """
 
     __slots__ = ("_items",)
 
     def __init__(self) -> None:
-        self._items: dict[int, Any] = {}
+        self._items: dict[object, Any] = {}
 
     def __contains__(self, model: object) -> bool:
-        return self._items.get(id(model)) is model
+        return self._items.get(_key(model)) is model
 
     def __iter__(self) -> Iterator[Any]:
         return iter(list(self._items.values()))
@@ -112,13 +119,14 @@ class ModelSet:
 
     def append(self, model: object) -> None:
         """Add ``model`` (the name ``transitions`` uses for its list)."""
-        self._items[id(model)] = model
+        self._items[_key(model)] = model
 
     def remove(self, model: object) -> None:
         """Remove ``model``; ValueError when it is not bound, as ``list.remove``."""
-        if self._items.get(id(model)) is not model:
+        key = _key(model)
+        if self._items.get(key) is not model:
             raise ValueError("model is not bound to this machine")
-        del self._items[id(model)]
+        del self._items[key]
 
 
 class _LeanState(MachineState):
@@ -403,13 +411,28 @@ class MachineModel:
     """The object whose attributes ``transitions`` updates; one per bound machine.
 
     ``host`` is the object the guards inspect (reach it as ``event.model.host``),
-    so one guard table can serve every model.
+    so one guard table can serve every model. Slotted: each definition's models
+    are of a subclass with one slot per region attribute (``_model_class``), so
+    thousands of bound machines keep no attribute dict each. Compared by identity.
     """
+
+    __slots__ = ("guards", "host", "taken")
 
     def __init__(self, guards: Mapping[str, Guard], host: object = None) -> None:
         self.guards = guards
         self.host = host
         self.taken: Transition | None = None
+
+
+@functools.cache
+def _model_class(definition: MachineDefinition) -> type[MachineModel]:
+    """The MachineModel subclass with a slot for each region's state attribute of ``definition``."""
+    attributes = tuple(dict.fromkeys(region.attribute for region in definition.regions))
+    clash = set(attributes) & set(MachineModel.__slots__)
+    if clash:
+        raise ValueError(f"{definition.name}: region attributes {sorted(clash)} are reserved by MachineModel")
+    name = f"{definition.name.title().replace('_', '')}Model"
+    return type(name, (MachineModel,), {"__slots__": attributes, "__module__": __name__})
 
 
 class BoundMachine:
@@ -425,11 +448,11 @@ class BoundMachine:
         initial: Mapping[str, str] | None = None,
         host: object = None,
     ) -> None:
-        missing = _guard_names(definition).difference(guards)
-        if missing:
+        if not guards.keys() >= _guard_names(definition):
+            missing = _guard_names(definition).difference(guards)
             raise ValueError(f"{definition.name}: no predicate for guards {sorted(missing)}")
         self.definition = definition
-        self.model = MachineModel(guards, host)
+        self.model = _model_class(definition)(guards, host)
         self.history: list[Step] = []
         self._machines = generated(definition)
         self._regions = _trigger_regions(definition)

@@ -37,9 +37,32 @@ class AgentRunContext:
         self.request_id = request_id
         self.input_message = input_message
         self.tools: dict[str, ToolDefinition] = {}
-        self.server_tools: list[ServerToolDefinition] = []
-        self.state: dict[str, Any] = {}
+        # Made on first use (most requests use neither): see the properties below.
+        self._server_tools: list[ServerToolDefinition] | None = None
+        self._state: dict[str, Any] | None = None
         self._messages: list[Message] = []
+
+    @property
+    def server_tools(self) -> list[ServerToolDefinition]:
+        """Provider-side tools offered in this request (a list hooks may change in place)."""
+        if self._server_tools is None:
+            self._server_tools = []
+        return self._server_tools
+
+    @server_tools.setter
+    def server_tools(self, tools: list[ServerToolDefinition]) -> None:
+        self._server_tools = tools
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Request-scoped values extensions keep between hooks."""
+        if self._state is None:
+            self._state = {}
+        return self._state
+
+    @state.setter
+    def state(self, state: dict[str, Any]) -> None:
+        self._state = state
 
     @property
     def _run(self) -> RequestRun:

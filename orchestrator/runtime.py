@@ -649,7 +649,8 @@ class RequestRun:
         tools = tuple(self.context.tools.values())
         if self.capabilities is not None and self.plan_mode_active:
             tools = tuple(t for t in tools if t.name in self.capabilities)
-        return ModelRequest(self.context.messages, tools, tuple(self.context.server_tools))
+        server_tools = self.context._server_tools
+        return ModelRequest(self.context.messages, tools, tuple(server_tools) if server_tools else ())
 
     # approvals and plan mode ------------------------------------------------
 

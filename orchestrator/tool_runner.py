@@ -57,7 +57,11 @@ class ToolRunner:
         self.run_of = run
 
     async def run(self, calls: tuple[ToolCall, ...]) -> None:
-        """Run ``calls`` batch by batch until steering arrives; every call not run gets a skipped result."""
+        """Run ``calls`` batch by batch until steering arrives; every call not run gets a skipped result.
+
+        No closures and, for the usual single call, no batch lists: thousands of
+        requests may wait inside a call (for an approval), each keeping this frame.
+        """
         run = self.run_of
         if len(calls) == 1:
             # One call is its own batch, whether serial or not.
@@ -69,13 +73,7 @@ class ToolRunner:
             else:
                 run.skipped_ids = ()
             return
-        tools = run.context.tools
-
-        def serial(call: ToolCall) -> bool:
-            definition = tools.get(call.name)
-            return definition is not None and definition.serial
-
-        for batch in batches(calls, serial):
+        for batch in batches(calls, self._serial):
             if run.steering is not None:
                 break
             if len(batch) == 1:
@@ -87,10 +85,17 @@ class ToolRunner:
                         nursery.start_soon(self._run_call, call)
             except BaseExceptionGroup as group:
                 raise first_failure(group) from None
-        skipped = [c for c in calls if c.id in run.open_calls]
+        skipped: list[ToolCall] = []
+        for call in calls:
+            if call.id in run.open_calls:
+                skipped.append(call)
         run.skipped_ids = tuple(c.id for c in skipped)
         for call in skipped:
             await run.settle(call, ToolStatus.SKIPPED, SKIPPED)
+
+    def _serial(self, call: ToolCall) -> bool:
+        definition = self.run_of.context.tools.get(call.name)
+        return definition is not None and definition.serial
 
     async def _run_call(self, requested: ToolCall) -> None:
         run = self.run_of
@@ -114,8 +119,8 @@ class ToolRunner:
         """``before_tool``, the ``admit_tool`` guard, then the middleware chain: the result and any error."""
         run = self.run_of
         try:
-            if run.hooks["before_tool"]:
-                await run._run_hook("before_tool", call)
+            for extension in run.hooks["before_tool"]:  # _run_hook, unrolled: one coroutine less while it waits
+                await extension.before_tool(run.context, call)
         except ToolRejected as rejected:
             return ToolResult(f"rejected: {rejected}", "failed"), rejected
         admitted = run.machine.try_fire("admit_tool", call=call)
