@@ -189,10 +189,11 @@ class _LeanTransition(MachineTransition):
         so the states are read from the machine's table directly.
         """
         machine = event_data.machine
-        source = machine.states[self.source]
+        states = machine.states
+        source = states[self.source]
         if source.on_exit:
             source.exit(event_data)
-        dest = machine.states[typing.cast(str, self.dest)]
+        dest = states[typing.cast(str, self.dest)]
         setattr(event_data.model, machine.model_attribute, dest.value)
         event_data.state = dest
         if dest.on_enter:
