@@ -4,7 +4,10 @@ Every step goes through ``machines.request.REQUEST``: the synchronous
 ``transitions`` machine validates and records the edge, then this class awaits
 the callbacks the edge names, one after another, in the request's own task.
 The tool calls of each assistant message are run by its ``ToolRunner``
-(``orchestrator.tool_runner``).
+(``orchestrator.tool_runner``); how events are numbered, streamed and
+delivered is ``orchestrator.emission``, where steering and internal input are
+looked for is ``orchestrator.steering_points`` (the bases of RequestRun), and
+the checks a model's response passes are ``orchestrator.response_checks``.
 """
 
 from __future__ import annotations
@@ -20,18 +23,16 @@ import attrs
 import trio
 
 from machines.build import BoundMachine, GuardRefused, Step
-from machines.frozen import constructor
 from machines.request import REQUEST
 from machines.values import FieldValues
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
 from orchestrator.context import AgentRunContext
-from orchestrator.errors import AgentError, MaxIterationsExceeded, ModelError
-from orchestrator.inbox import InputInbox
+from orchestrator.emission import _DROP, _heard_names, _new_text_delta
+from orchestrator.errors import MaxIterationsExceeded, ModelError
 from orchestrator.messages import (
     AssistantMessage,
     Message,
-    ReasoningBlock,
     SystemMessage,
     ToolCall,
     ToolMessage,
@@ -40,7 +41,6 @@ from orchestrator.messages import (
     clean_message,
 )
 from orchestrator.model import (
-    STOP_REASONS,
     ModelEvent,
     ModelRequest,
     ReasoningDeltaEvent,
@@ -48,16 +48,16 @@ from orchestrator.model import (
     StopReason,
     TextDeltaEvent,
     Usage,
-    implied_stop_reason,
 )
-from orchestrator.sinks import DropSink, EventSink
-from orchestrator.text import SurrogateJoiner, clean_text
+from orchestrator.response_checks import checked_response, checked_stop, checked_usage
+from orchestrator.sinks import EventSink
+from orchestrator.steering_points import SteeringPoints
+from orchestrator.text import SurrogateJoiner
 from orchestrator.tool_content import ToolResultContent, tool_content
 from orchestrator.tool_runner import ToolRunner
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
-    from orchestrator.extensions.base import AgentExtension
 
 log = logging.getLogger("orchestrator.runtime")
 
@@ -101,7 +101,7 @@ class Restored(FieldValues):
     stop_reason: StopReason = "end_turn"
 
 
-class RequestRun:
+class RequestRun(SteeringPoints):
     """One request of one session: its machine, context and loop.
 
     Slotted: thousands of requests may wait at once (for an approval, say), and
@@ -113,14 +113,7 @@ class RequestRun:
     __slots__ = (
         "__weakref__",
         "_ended",
-        "_heard_names",
-        "_listened",
         "_plans",
-        "_request_id",
-        "_send_lock",
-        "_session_id",
-        "_sink",
-        "_waiting",
         "abandoned",
         "agent",
         "approvals",
@@ -129,10 +122,6 @@ class RequestRun:
         "ending",
         "error",
         "hooks",
-        "inboxes_closed",
-        "internal",
-        "internal_queue",
-        "internal_refused",
         "iterations",
         "left",
         "machine",
@@ -142,9 +131,7 @@ class RequestRun:
         "request",
         "response",
         "restored",
-        "seq",
         "skipped_ids",
-        "steering",
         "stop_reason",
         "usage",
     )
@@ -260,152 +247,6 @@ class RequestRun:
         if plan is None:
             plan = self._plans[callbacks] = tuple(_CALLBACKS[name] for name in callbacks if _has_work(self.agent, name))
         return plan
-
-    async def _announce(self, step: Step) -> None:
-        heard = self._heard_names
-        if heard is not None and "transition" not in heard:
-            return
-        event = _new_transition(
-            self._session_id,
-            self._request_id,
-            self._number(),
-            time.time(),
-            step.machine,
-            step.region,
-            step.source,
-            step.trigger,
-            step.dest,
-        )
-        if self._waiting or not self._sink.offer(event):
-            await self._send_in_turn(event)
-        listened = self._listened
-        if listened is None or "transition" in listened:
-            await self._deliver(event)
-
-    # events -----------------------------------------------------------------
-
-    def _stamp(self, event: ev.AgentEvent) -> ev.AgentEvent:
-        if event.session_id and event.request_id:
-            return event
-        return attrs.evolve(
-            event,
-            session_id=event.session_id or self.context.session_id,
-            request_id=event.request_id or self.context.request_id,
-        )
-
-    def _number(self) -> int:
-        self.seq += 1
-        return self.seq
-
-    def _heard(self, name: str) -> bool:
-        """Whether an event named ``name`` reaches anyone: a consumer, or an on_event that wants it."""
-        return self._heard_names is None or name in self._heard_names
-
-    async def emit(self, event: ev.AgentEvent) -> None:
-        """Stream ``event`` (numbered: its ids, next ``seq`` and ``ts``) and deliver it to every on_event."""
-        if not self._heard(event.name):
-            return
-        event = attrs.evolve(
-            event,
-            session_id=event.session_id or self.context.session_id,
-            request_id=event.request_id or self.context.request_id,
-            seq=self._number(),
-            ts=time.time(),
-        )
-        if self._waiting or not self._sink.offer(event):
-            await self._send_in_turn(event)
-        if self._delivers(event.name):
-            await self._deliver(event)
-
-    async def forward(self, event: ev.AgentEvent) -> None:
-        """Stream another request's event (a subagent's) in this request's order; not delivered to on_event.
-
-        It keeps its own ids and ``ts`` and takes this request's next ``seq``. Nothing
-        is streamed when this request has no consumer.
-        """
-        if self._sink is _DROP:
-            return
-        event = attrs.evolve(event, seq=self._number())
-        if self._waiting or not self._sink.offer(event):
-            await self._send_in_turn(event)
-
-    @property
-    def streams(self) -> bool:
-        """Whether this request's events reach a consumer (a stream or a run's log)."""
-        return self._sink is not _DROP
-
-    async def _send_in_turn(self, event: ev.AgentEvent) -> None:
-        """Hand ``event`` to a sink that has no room, after every event numbered before it.
-
-        Events are numbered as they are built; tasks of one request (parallel tool
-        calls) that wait for room queue on a fair lock in that order, and no event
-        overtakes them while any waits, so the sink receives them in ``seq`` order.
-        """
-        if self._send_lock is None:
-            self._send_lock = trio.Lock()
-        self._waiting += 1
-        try:
-            async with self._send_lock:
-                await self._sink.put(event)
-        finally:
-            self._waiting -= 1
-
-    async def _emit_new(self, kind: type[ev.AgentEvent], **fields: Any) -> None:
-        """Build, number and stream an event of the runtime's own (no copy, unlike ``emit``)."""
-        heard = self._heard_names
-        if heard is not None and kind.kind not in heard:
-            return
-        build = _BUILDERS.get(kind) or _builder(kind)
-        event = build(
-            session_id=self._session_id, request_id=self._request_id, seq=self._number(), ts=time.time(), **fields
-        )
-        if self._waiting or not self._sink.offer(event):
-            await self._send_in_turn(event)
-        listened = self._listened
-        if listened is None or kind.kind in listened:
-            await self._deliver(event)
-
-    def _delivers(self, name: str) -> bool:
-        """Whether some on_event wants events named ``name``."""
-        return self._listened is None or name in self._listened
-
-    async def publish(self, event: ev.AgentEvent, *, to_publisher: bool = False) -> None:
-        """Deliver ``event`` to every on_event (not streamed).
-
-        ``to_publisher`` (``AgentRunContext.publish``): once the request is ending, the
-        first failing subscriber's error is raised to the publisher after every
-        subscriber saw the event, instead of only being logged.
-        """
-        if not self._delivers(event.name):
-            return
-        await self._deliver(self._stamp(event), to_publisher=to_publisher)
-
-    async def _deliver(self, event: ev.AgentEvent, *, to_publisher: bool = False) -> None:
-        """Run every on_event; once the request is ending or ended, one failing hook is only logged.
-
-        A live request fails when a subscriber raises. A failing or cancelled request (and
-        one that reached a final state) can no longer fail, so a broken subscriber must not
-        stop the others from seeing its last events nor the request from reaching its end.
-        An extension publishing then still learns that its event was refused (a steering
-        message published after the inbox closed raises SteeringClosed): with
-        ``to_publisher`` the first failure is raised once every subscriber ran.
-        """
-        refused: Exception | None = None
-        for extension in self.hooks["on_event"]:
-            if extension.event_names is not None and event.name not in extension.event_names:
-                continue
-            if not self.ending:
-                await extension.on_event(self.context, event)
-                continue
-            try:
-                await extension.on_event(self.context, event)
-            except Exception as error:
-                if to_publisher and refused is None:
-                    refused = error
-                else:
-                    log.exception("on_event of %s failed for %s", extension.name, event.name)
-        if refused is not None:
-            raise refused
 
     async def _run_hook(self, name: str, *args: Any) -> None:
         for extension in self.hooks[name]:
@@ -628,9 +469,9 @@ class RequestRun:
             await self._emit_new(ev.TextDeltaEvent, text=text.flush())
         if completed is None:
             raise ModelError("model stream ended without a completed response")
-        message = _checked_response(completed.message)
-        stop_reason, raw_stop_reason = _checked_stop(completed, message)
-        usage = _checked_usage(completed.usage)
+        message = checked_response(completed.message)
+        stop_reason, raw_stop_reason = checked_stop(completed, message)
+        usage = checked_usage(completed.usage)
         if self.iterations % YIELD_EVERY_CALLS:
             await trio.lowlevel.checkpoint_if_cancelled()
         else:
@@ -679,43 +520,6 @@ class RequestRun:
             await self.step("exit_plan")
         self.capabilities = None
 
-    # steering ---------------------------------------------------------------
-
-    @property
-    def inboxes(self) -> list[InputInbox]:
-        return self.agent.inboxes
-
-    async def _announce_steering(self) -> None:
-        """Stream steering_accepted for each message an inbox took from outside since it was last asked."""
-        for inbox in self.inboxes:
-            drain = getattr(inbox, "drain_accepted", None)
-            if drain is None:
-                continue
-            for message in drain(self.context):
-                await self._emit_new(ev.SteeringAcceptedEvent, message=message, source="external")
-
-    def _poll_steering(self) -> None:
-        if self.steering is not None:
-            return
-        for inbox in self.inboxes:
-            message = inbox.take(self.context)
-            if message is not None:
-                self.steering = message
-                return
-
-    def _reserve_internal(self) -> bool:
-        if self.internal is None and self.internal_queue:
-            self.internal = self.internal_queue.pop(0)
-        return self.internal is not None
-
-    def _select_next(self) -> None:
-        for inbox in self.inboxes:
-            message = inbox.select_next(self.context, self._reserve_internal)
-            if message is not None:
-                self.steering = message
-                return
-        self._reserve_internal()
-
     # callbacks named by the request machine ---------------------------------
 
     async def _cb_open_inboxes(self) -> None:
@@ -725,25 +529,8 @@ class RequestRun:
     async def _cb_refuse_internal(self) -> None:
         self.internal_refused = True
 
-    def queue_internal(self, message: UserMessage | SystemMessage) -> None:
-        if self.internal_refused:
-            raise AgentError("the request is concluding: it can no longer answer an internal message")
-        if self.internal_queue is None:
-            self.internal_queue = []
-        self.internal_queue.append(message)
-
     async def _cb_close_inboxes(self) -> None:
         self._close_inboxes()
-
-    def _close_inboxes(self) -> None:
-        if self.inboxes_closed:
-            return
-        self.inboxes_closed = True
-        for inbox in self.inboxes:
-            try:
-                inbox.close(self.context)
-            except Exception:
-                log.exception("inbox close failed")
 
     async def _cb_on_tool(self) -> None:
         for definition in self.agent.tools:
@@ -897,103 +684,6 @@ class RequestRun:
 
 
 # Events are built through constructors that store their fields directly (machines.frozen).
-_new_transition = constructor(ev.TransitionEvent, positional=True)
-_new_text_delta = constructor(ev.TextDeltaEvent, positional=True)
-_BUILDERS: dict[type[ev.AgentEvent], Callable[..., ev.AgentEvent]] = {}
-
-
-def _builder(kind: type[ev.AgentEvent]) -> Callable[..., ev.AgentEvent]:
-    build = _BUILDERS[kind] = constructor(kind)
-    return build
-
-
-def _heard_names(listeners: list[AgentExtension]) -> frozenset[str] | None:
-    """The event names some listener wants, or None when one wants every event."""
-    names: set[str] = set()
-    for listener in listeners:
-        if listener.event_names is None:
-            return None
-        names |= listener.event_names
-    return frozenset(names)
-
-
-def _checked_response(message: Any) -> AssistantMessage:
-    """The model's final message, checked and cleaned; a ModelError when it breaks the contract.
-
-    Every tool call needs its own non-empty string id, since its one result (and
-    any answer to an approval it asks for) is keyed by it, and a string name.
-    Every text is then made encodable as UTF-8.
-    """
-    if not isinstance(message, AssistantMessage):
-        raise ModelError(f"the model completed with a {type(message).__name__}, not an AssistantMessage")
-    if not isinstance(message.content, str):
-        raise ModelError(f"the model's answer text is a {type(message.content).__name__}, not a str")
-    seen: set[str] = set()
-    for call in message.tool_calls:
-        if not isinstance(call, ToolCall):
-            raise ModelError(f"the model returned a tool call of type {type(call).__name__}")
-        if not isinstance(call.name, str):
-            raise ModelError(f"the model returned a tool call whose name is a {type(call.name).__name__}")
-        if not isinstance(call.id, str):
-            raise ModelError(f"the model returned a call of {call.name!r} whose id is a {type(call.id).__name__}")
-        if not call.id:
-            raise ModelError(f"the model returned a call of {call.name!r} without an id")
-        if call.invalid_arguments is not None and not isinstance(call.invalid_arguments, str):
-            raise ModelError(f"the model returned a call of {call.name!r} whose invalid_arguments is not a str")
-        cleaned = clean_text(call.id)
-        if cleaned in seen:
-            raise ModelError(f"the model returned two tool calls with the id {cleaned!r}")
-        seen.add(cleaned)
-    for block in message.reasoning:
-        _check_reasoning(block)
-    try:
-        cleaned_message = clean_message(message)
-    except RecursionError:
-        raise ModelError("the model returned tool-call arguments nested too deeply to handle") from None
-    assert isinstance(cleaned_message, AssistantMessage)
-    return cleaned_message
-
-
-def _check_reasoning(block: Any) -> None:
-    if not isinstance(block, ReasoningBlock):
-        raise ModelError(f"the model returned reasoning of type {type(block).__name__}, not a ReasoningBlock")
-    if not isinstance(block.text, str):
-        raise ModelError(f"the model returned reasoning whose text is a {type(block.text).__name__}")
-    for name in ("signature", "data", "id"):
-        value = getattr(block, name)
-        if value is not None and not isinstance(value, str):
-            raise ModelError(f"the model returned reasoning whose {name} is a {type(value).__name__}")
-
-
-def _checked_usage(usage: Any) -> Usage | None:
-    """The reported usage, or a ModelError when it is not a Usage of non-negative counts."""
-    if usage is None:
-        return None
-    if not isinstance(usage, Usage):
-        raise ModelError(f"the model reported usage of type {type(usage).__name__}, not Usage")
-    for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
-        value = getattr(usage, name)
-        if value is None and name.startswith("cache_"):
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ModelError(f"the model reported {name}={value!r}, not a non-negative int")
-    return usage
-
-
-def _checked_stop(completed: ResponseCompletedEvent, message: AssistantMessage) -> tuple[StopReason, str | None]:
-    """The response's stop reason (implied from the message when the model gave none) and its raw value."""
-    stop_reason = completed.stop_reason
-    if stop_reason is None:
-        stop_reason = implied_stop_reason(message)
-    elif stop_reason not in STOP_REASONS:
-        raise ModelError(f"the model completed with stop_reason {stop_reason!r}, not one of {list(STOP_REASONS)}")
-    raw = completed.raw_stop_reason
-    if raw is not None and not isinstance(raw, str):
-        raise ModelError(f"the model's raw_stop_reason is a {type(raw).__name__}, not a str")
-    return stop_reason, None if raw is None else clean_text(raw)
-
-
-_DROP = DropSink()
 
 
 def _run_of(event: Any) -> RequestRun:
