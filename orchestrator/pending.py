@@ -259,13 +259,16 @@ class PendingResponse:
         if task is not None:
             trio.lowlevel.reschedule(task)
 
-    async def sleep(self) -> None:
-        """Wait until ``wake`` (a checkpoint when it already ran); cancellable."""
+    def parked(self) -> Callable[[Any], trio.lowlevel.Abort] | None:
+        """Register the current task as the waiter: the abort function to wait with, or None once woken.
+
+        The waiter then awaits ``trio.lowlevel.wait_task_rescheduled(abort)`` itself
+        (a checkpoint when None): no coroutine of its own per wait.
+        """
         if self._woken:
-            await trio.lowlevel.checkpoint()
-            return
+            return None
         self._task = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        return self._abort
 
     def _abort(self, raise_cancel: Any) -> trio.lowlevel.Abort:
         self._task = None
@@ -373,7 +376,11 @@ class ResponseRouter:
             try:
                 if announce is not None:
                     await run.emit(announce)
-                await pending.sleep()
+                abort = pending.parked()
+                if abort is None:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.lowlevel.wait_task_rescheduled(abort)
             finally:
                 await run.resume()
         finally:

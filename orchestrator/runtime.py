@@ -17,7 +17,7 @@ import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import attrs
 import trio
@@ -298,12 +298,8 @@ class RequestRun(SteeringPoints):
     # the loop ---------------------------------------------------------------
 
     def run(self) -> Coroutine[Any, Any, AssistantMessage]:
-        """Run the request to its end (await the coroutine): the final answer, or the error re-raised.
-
-        It returns ``_guarded``'s coroutine itself: a waiting request keeps one
-        coroutine frame fewer.
-        """
-        return self._guarded(RequestRun._loop)
+        """Run the request to its end (await the coroutine): the final answer, or the error re-raised."""
+        return self._loop()
 
     async def compact(self) -> None:
         """Run a compaction pass: restore, on_compact, store; no input, no model call."""
@@ -314,52 +310,81 @@ class RequestRun(SteeringPoints):
         await self.step("finish_compaction")
 
     async def _guarded(self, body: Callable[[RequestRun], Awaitable[_T]]) -> _T:
-        for extension in self.agent.extensions:
-            extension._enter_request()
+        """Run ``body`` as the request: it ends the request however it ends (``_ended_by``), then tears it down."""
+        self._enter_extensions()
         try:
             return await body(self)
         except BaseException as error:
-            if _only_cancellation(error):
-                with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                    await self._end("park" if self.parking and self.machine.may("park") else "cancel")
-                raise
-            self.error = _unwrap(error)
-            with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await self._end("fail")
-            raise self.error from None
+            await self._ended_by(error)
+            raise  # not reached: _ended_by raises
         finally:
-            self._close_inboxes()
-            for extension in self.agent.extensions:
-                extension._leave_request()
-            self.machine.unbind()
+            self._tear_down()
+
+    def _enter_extensions(self) -> None:
+        for extension in self.agent.extensions:
+            extension._enter_request()
+
+    async def _ended_by(self, error: BaseException) -> NoReturn:
+        """End the request after ``error`` left its body, then raise it.
+
+        A cancellation parks the run (when it is being handed over) or cancels it
+        and is raised as it is; any other error fails the request and is raised
+        unwrapped from its exception groups.
+        """
+        if _only_cancellation(error):
+            with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                await self._end("park" if self.parking and self.machine.may("park") else "cancel")
+            raise error
+        self.error = _unwrap(error)
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            await self._end("fail")
+        raise self.error from None
+
+    def _tear_down(self) -> None:
+        self._close_inboxes()
+        for extension in self.agent.extensions:
+            extension._leave_request()
+        self.machine.unbind()
 
     async def _loop(self) -> AssistantMessage:
-        if self.restored is None:
-            await self.step("start")
-        else:
-            await self.step("restore")
-            if self.machine.state() != "turn_settled":
-                assert self.response is not None
-                final = await self._finish_turn(self.response, resumed=True)
-                if final is not None:
-                    return final
-                await self.step("settle_turn")
-        await self._request_model()
-        while True:
-            response = await self._call_model()
-            self.request = None  # the next turn assembles its own; a waiting request keeps none
-            await self.step("respond" if response.tool_calls else "answer")
-            if response.tool_calls:
-                # _finish_turn, unrolled: a request waiting in a tool call keeps one coroutine frame fewer.
-                await ToolRunner(self).run(response.tool_calls)
-                if self.steering is not None:
-                    await self.step("steer")
+        """The request from start (or restore) to its answer, guarded as ``_guarded`` does.
+
+        The guard is written out here rather than wrapping the loop, so a waiting
+        request (thousands may wait at once) keeps one coroutine frame fewer.
+        """
+        self._enter_extensions()
+        try:
+            if self.restored is None:
+                await self.step("start")
             else:
-                final = await self._conclude(response)
-                if final is not None:
-                    return final
-            await self.step("settle_turn")
+                await self.step("restore")
+                if self.machine.state() != "turn_settled":
+                    assert self.response is not None
+                    final = await self._finish_turn(self.response, resumed=True)
+                    if final is not None:
+                        return final
+                    await self.step("settle_turn")
             await self._request_model()
+            while True:
+                response = await self._call_model()
+                self.request = None  # the next turn assembles its own; a waiting request keeps none
+                await self.step("respond" if response.tool_calls else "answer")
+                if response.tool_calls:
+                    # _finish_turn, unrolled: a request waiting in a tool call keeps one coroutine frame fewer.
+                    await ToolRunner(self).run(response.tool_calls)
+                    if self.steering is not None:
+                        await self.step("steer")
+                else:
+                    final = await self._conclude(response)
+                    if final is not None:
+                        return final
+                await self.step("settle_turn")
+                await self._request_model()
+        except BaseException as error:
+            await self._ended_by(error)
+            raise  # not reached: _ended_by raises
+        finally:
+            self._tear_down()
 
     async def _finish_turn(self, response: AssistantMessage, *, resumed: bool = False) -> AssistantMessage | None:
         """Run the response's calls (a resumed run: those still open), or conclude; the final answer or None."""

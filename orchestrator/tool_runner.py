@@ -106,7 +106,15 @@ class ToolRunner:
         if run.cut_off:
             result = ToolResult(CUT_OFF, "failed")
         else:
-            result, error = await self._admit_and_run(call)
+            # before_tool runs in this frame (no _run_hook, no helper coroutine): a call waiting
+            # there for an approval keeps no frame of its own besides this one.
+            try:
+                for extension in run.hooks["before_tool"]:
+                    await extension.before_tool(run.context, call)
+            except ToolRejected as rejected:
+                result, error = ToolResult(f"rejected: {rejected}", "failed"), rejected
+            else:
+                result, error = await self._admit_and_run(call)
         result = settled(result)
         if run.hooks["after_tool"]:
             await run._run_hook("after_tool", call, result, error)
@@ -116,13 +124,8 @@ class ToolRunner:
         run._poll_steering()
 
     async def _admit_and_run(self, call: ToolCall) -> tuple[ToolResult, BaseException | None]:
-        """``before_tool``, the ``admit_tool`` guard, then the middleware chain: the result and any error."""
+        """After ``before_tool``: the ``admit_tool`` guard, then the middleware chain; the result and any error."""
         run = self.run_of
-        try:
-            for extension in run.hooks["before_tool"]:  # _run_hook, unrolled: one coroutine less while it waits
-                await extension.before_tool(run.context, call)
-        except ToolRejected as rejected:
-            return ToolResult(f"rejected: {rejected}", "failed"), rejected
         admitted = run.machine.try_fire("admit_tool", call=call)
         if admitted is None:
             return ToolResult(f"tool {call.name!r} is not available in this request", "failed"), None
