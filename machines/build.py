@@ -398,6 +398,12 @@ def _trigger_events(definition: MachineDefinition) -> dict[str, Event]:
 
 
 @functools.cache
+def _shared_steps(definition: MachineDefinition) -> dict[tuple[str, str, str], Step]:
+    """The Steps taken so far by machines of ``definition``, by (source, trigger, dest): at most one per edge."""
+    return {}
+
+
+@functools.cache
 def _guard_names(definition: MachineDefinition) -> frozenset[str]:
     return definition.guard_names
 
@@ -439,7 +445,7 @@ def _model_class(definition: MachineDefinition) -> type[MachineModel]:
 class BoundMachine:
     """A definition bound to one model: fire triggers, read states, unbind."""
 
-    __slots__ = ("_bound", "_events", "_machines", "_regions", "definition", "history", "model")
+    __slots__ = ("_bound", "_events", "_machines", "_regions", "_steps", "definition", "history", "model")
 
     def __init__(
         self,
@@ -458,6 +464,7 @@ class BoundMachine:
         self._machines = generated(definition)
         self._regions = _trigger_regions(definition)
         self._events = _trigger_events(definition)
+        self._steps = _shared_steps(definition)
         initial = initial or {}
         for region in definition.regions:
             self._machines[region.name].add_model(self.model, initial=initial.get(region.name, region.initial))
@@ -512,7 +519,13 @@ class BoundMachine:
         edge = model.taken
         if not taken or edge is None:
             return None
-        step = _new_step(self.definition.name, region.name, source, trigger, getattr(model, region.attribute))
+        dest: str = getattr(model, region.attribute)
+        # Steps are values: every machine of a definition shares one Step per edge taken.
+        step = self._steps.get((source, trigger, dest))
+        if step is None:
+            step = self._steps[source, trigger, dest] = _new_step(
+                self.definition.name, region.name, source, trigger, dest
+            )
         self.history.append(step)
         return step, edge
 

@@ -203,3 +203,17 @@ def test_may_answers_as_transitions_own_can_trigger_for_every_state_and_trigger(
                     checked += 1
         bound.unbind()
     assert checked > 400
+
+
+def test_machines_of_one_definition_share_the_step_of_an_edge() -> None:
+    from machines.build import Step
+
+    guards = {name: (lambda _: True) for name in REQUEST.guard_names}
+    first, second = BoundMachine(REQUEST, guards), BoundMachine(REQUEST, guards)
+    taken, _ = first.fire("start")
+    again, _ = second.fire("start")
+    assert again is taken
+    assert taken == Step("request", "phase", REQUEST.main.initial, "start", first.state())
+    assert first.history == second.history == [taken]
+    first.unbind()
+    second.unbind()
