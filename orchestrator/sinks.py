@@ -61,8 +61,7 @@ class StreamQueue:
         "_closed",
         "_events",
         "_gone",
-        "_readers",
-        "_readers_parked",
+        "_reader",
         "_writers",
         "_writers_parked",
     )
@@ -77,13 +76,13 @@ class StreamQueue:
         self._bounded = True
         self._closed = False
         self._gone = False
-        self._readers = trio.lowlevel.ParkingLot()
+        # The consumer's task while it waits for an event (one reader: no parking lot).
+        self._reader: trio.lowlevel.Task | None = None
         # Made when the request first has to wait for room.
         self._writers: trio.lowlevel.ParkingLot | None = None
-        # How many tasks wait in each lot and were not woken yet (plain counts: cheaper to test,
-        # once per event, than a lot). The waker takes one off as it wakes a task; a task whose
+        # How many tasks wait for room and were not woken yet (a plain count: cheaper to test,
+        # once per event, than the lot). The waker takes one off as it wakes a task; a task whose
         # wait ends otherwise (cancelled) takes itself off.
-        self._readers_parked = 0
         self._writers_parked = 0
 
     # the request's side -----------------------------------------------------
@@ -97,18 +96,21 @@ class StreamQueue:
         elif len(events) >= self._capacity:
             return False
         events.append(event)
-        if self._readers_parked:
-            self._readers_parked -= 1
-            self._readers.unpark()
+        if self._reader is not None:
+            self._wake_reader()
         return True
 
     def _append(self, event: AgentEvent) -> None:
         if self._events is None:
             self._events = collections.deque()
         self._events.append(event)
-        if self._readers_parked:
-            self._readers_parked -= 1
-            self._readers.unpark()
+        if self._reader is not None:
+            self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        task, self._reader = self._reader, None
+        assert task is not None
+        trio.lowlevel.reschedule(task)
 
     async def put(self, event: AgentEvent) -> None:
         while not self.offer(event):
@@ -131,40 +133,57 @@ class StreamQueue:
     def close(self) -> None:
         """No more events (the request ended): the consumer reads what is left, then the end."""
         self._closed = True
-        self._readers_parked = 0
-        self._readers.unpark_all()
+        if self._reader is not None:
+            self._wake_reader()
 
     # the consumer's side ----------------------------------------------------
 
+    def take_ready(self) -> AgentEvent | None:
+        """The next event if one is queued (waking a writer that waits for room); None otherwise.
+
+        Never raises: the consumer's wait path raises no exception, whose
+        traceback would make its frames into objects that stay while it waits.
+        """
+        events = self._events
+        if not events:
+            return None
+        event = events.popleft()
+        if self._writers_parked:
+            assert self._writers is not None
+            self._writers_parked -= 1
+            self._writers.unpark()
+        return event
+
     def receive_nowait(self) -> AgentEvent:
         """The next event; WouldBlock when none is ready, EndOfChannel after the last."""
-        events = self._events
-        if events:
-            event = events.popleft()
-            if self._writers_parked:
-                assert self._writers is not None
-                self._writers_parked -= 1
-                self._writers.unpark()
+        event = self.take_ready()
+        if event is not None:
             return event
         if self._closed:
             raise trio.EndOfChannel
         raise trio.WouldBlock
 
     async def receive(self) -> AgentEvent:
+        """The next event, waiting for one; EndOfChannel after the last.
+
+        One task reads at a time: a second one gets BusyResourceError.
+        """
         while True:
-            try:
-                return self.receive_nowait()
-            except trio.WouldBlock:
-                pass
-            # Nothing queued: let the (empty) deque go while the consumer waits. The wait is
-            # outside the except clause, which would keep the exception and its frames alive.
+            event = self.take_ready()
+            if event is not None:
+                return event
+            if self._closed:
+                raise trio.EndOfChannel
+            if self._reader is not None:
+                raise trio.BusyResourceError("another task is already waiting for this stream's next event")
+            # Nothing queued: let the (empty) deque go while the consumer waits.
             self._events = None
-            self._readers_parked += 1
-            try:
-                await self._readers.park()
-            except BaseException:
-                self._readers_parked -= 1
-                raise
+            self._reader = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_wait)
+
+    def _abort_wait(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        self._reader = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def unbound(self) -> None:
         """The consumer is stopping the request: its last events no longer wait for room."""

@@ -141,10 +141,9 @@ class RunStream:
             if self._unchecked >= CHECK_EVERY_EVENTS:
                 self._unchecked = 0
                 await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                return receive.receive_nowait()
-            except trio.WouldBlock:
-                pass
+            event = receive.take_ready()
+            if event is not None:
+                return event
             return await receive.receive()
         except trio.EndOfChannel:
             if self.error is not None and not self._raised:

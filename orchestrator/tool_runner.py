@@ -15,7 +15,7 @@ first error, the others described in its notes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -56,23 +56,21 @@ class ToolRunner:
     def __init__(self, run: RequestRun) -> None:
         self.run_of = run
 
-    async def run(self, calls: tuple[ToolCall, ...]) -> None:
+    def run(self, calls: tuple[ToolCall, ...]) -> Coroutine[Any, Any, None]:
         """Run ``calls`` batch by batch until steering arrives; every call not run gets a skipped result.
 
-        No closures and, for the usual single call, no batch lists: thousands of
-        requests may wait inside a call (for an approval), each keeping this frame.
+        The usual single call, with no steering waiting, is its own batch, whether serial
+        or not: its coroutine is returned as it is (it settles its call itself), so
+        thousands of requests waiting inside a call (for an approval) keep one frame
+        fewer each. Otherwise no closures are made either.
         """
+        if len(calls) == 1 and self.run_of.steering is None:
+            self.run_of.skipped_ids = ()
+            return self._run_call(calls[0])
+        return self._run_batches(calls)
+
+    async def _run_batches(self, calls: tuple[ToolCall, ...]) -> None:
         run = self.run_of
-        if len(calls) == 1:
-            # One call is its own batch, whether serial or not.
-            if run.steering is None:
-                await self._run_call(calls[0])
-            if calls[0].id in run.open_calls:
-                run.skipped_ids = (calls[0].id,)
-                await run.settle(calls[0], ToolStatus.SKIPPED, SKIPPED)
-            else:
-                run.skipped_ids = ()
-            return
         for batch in batches(calls, self._serial):
             if run.steering is not None:
                 break

@@ -84,3 +84,43 @@ async def test_a_waiting_reader_sees_the_end_when_the_queue_closes() -> None:
             await trio.testing.wait_all_tasks_blocked()
             queue.close()
     assert ended
+
+
+async def test_a_second_reader_waiting_at_once_is_refused_instead_of_never_waking() -> None:
+    queue = StreamQueue(capacity=4)
+    got: list[AgentEvent] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def read() -> None:
+                got.append(await queue.receive())
+
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            try:
+                await queue.receive()
+            except trio.BusyResourceError as busy:
+                assert "already waiting" in str(busy)
+            else:
+                raise AssertionError("a second reader was let wait")
+            assert queue.offer(_event(1))
+    assert [e.seq for e in got] == [1]
+
+
+async def test_closing_wakes_a_waiting_reader_with_the_end() -> None:
+    queue = StreamQueue(capacity=4)
+    ended = False
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def read() -> None:
+                nonlocal ended
+                try:
+                    await queue.receive()
+                except trio.EndOfChannel:
+                    ended = True
+
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            queue.close()
+    assert ended

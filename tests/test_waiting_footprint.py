@@ -29,7 +29,7 @@ from orchestrator.pending import require_bool
 
 SESSIONS = 300
 #: Each waiting request (its stream, its task, its machines and its messages) stays under this.
-LIMIT_BYTES = 12 * 1024
+LIMIT_BYTES = 10 * 1024
 
 
 @tool
