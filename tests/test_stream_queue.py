@@ -106,21 +106,3 @@ async def test_a_second_reader_waiting_at_once_is_refused_instead_of_never_wakin
             assert queue.offer(_event(1))
     assert [e.seq for e in got] == [1]
 
-
-async def test_closing_wakes_a_waiting_reader_with_the_end() -> None:
-    queue = StreamQueue(capacity=4)
-    ended = False
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-
-            async def read() -> None:
-                nonlocal ended
-                try:
-                    await queue.receive()
-                except trio.EndOfChannel:
-                    ended = True
-
-            nursery.start_soon(read)
-            await trio.testing.wait_all_tasks_blocked()
-            queue.close()
-    assert ended
