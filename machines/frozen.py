@@ -45,7 +45,7 @@ def constructor(cls: type[T], *, positional: bool = False) -> Callable[..., T]:
         name = field.alias
         namespace[f"_set{index}"] = getattr(cls, field.name).__set__
         default = field.default
-        if default is attrs.NOTHING:
+        if positional or default is attrs.NOTHING:
             params.append(name)
         elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             params.append(f"{name}=_NOTHING")
@@ -58,13 +58,8 @@ def constructor(cls: type[T], *, positional: bool = False) -> Callable[..., T]:
             params.append(f"{name}=_default{index}")
         body.append(f"    _set{index}(self, {name})")
     body.append("    return self")
-    if positional:
-        names = [field.alias for field in fields]
-        body = ["    self = _new(_cls)", *(f"    _set{index}(self, {name})" for index, name in enumerate(names))]
-        body.append("    return self")
-        source = f"def build({', '.join(names)}, /):\n" + "\n".join(body) + "\n"
-    else:
-        source = f"def build(*, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    signature = f"{', '.join(params)}, /" if positional else f"*, {', '.join(params)}"
+    source = f"def build({signature}):\n" + "\n".join(body) + "\n"
     exec(compile(source, f"<constructor of {cls.__qualname__}>", "exec"), namespace)
     build: Callable[..., T] = namespace["build"]
     build.__qualname__ = f"constructor({cls.__qualname__})"
