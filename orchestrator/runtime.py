@@ -50,7 +50,7 @@ from orchestrator.model import (
     Usage,
 )
 from orchestrator.response_checks import checked_response, checked_stop, checked_usage
-from orchestrator.sinks import EventSink
+from orchestrator.sinks import EventSink, StreamQueue
 from orchestrator.steering_points import SteeringPoints
 from orchestrator.text import SurrogateJoiner
 from orchestrator.tool_content import ToolResultContent, tool_content
@@ -453,32 +453,45 @@ class RequestRun(SteeringPoints):
         self.iterations += 1
         await self._emit_new(ev.ModelStartedEvent, iteration=self.iterations)
         completed: ResponseCompletedEvent | None = None
-        text = SurrogateJoiner()
-        reasoning = SurrogateJoiner()
+        # Made for the first piece that needs one: ASCII text needs no cleaning and ends in no surrogate.
+        text: SurrogateJoiner | None = None
+        reasoning: SurrogateJoiner | None = None
         stream = self._model_stream(self.request)
-        offer, heard = self._sink.offer, self._heard(ev.TextDeltaEvent.kind)
+        sink, heard = self._sink, self._heard(ev.TextDeltaEvent.kind)
         delivered = self._delivers(ev.TextDeltaEvent.kind)
+        # A client.stream queue takes a delta nobody else hears as its parts (built as it is read).
+        queue = sink if type(sink) is StreamQueue and not delivered else None
+        if queue is not None:
+            queue.stamp(self._session_id, self._request_id)
         session_id, request_id, now = self._session_id, self._request_id, time.time
+        # No bound method is kept across the stream: a thousand requests waiting for their
+        # models would each hold them as objects for the garbage collector to visit.
         try:
             async for event in stream:
                 if type(event) is TextDeltaEvent or isinstance(event, TextDeltaEvent):
                     piece = event.text
                     if type(piece) is not str and not isinstance(piece, str):
                         raise ModelError(f"the model streamed text of type {type(piece).__name__}")
-                    if text.held or not piece.isascii():
-                        piece = text.feed(piece)  # ASCII text needs no cleaning and ends in no surrogate
+                    if text is not None or not piece.isascii():
+                        if text is None:
+                            text = SurrogateJoiner()
+                        piece = text.feed(piece)
                     if not piece or not heard:
                         continue
                     # _emit_new, unrolled: this runs once per streamed delta.
                     self.seq += 1
+                    if queue is not None and not self._waiting and queue.offer_text(piece, self.seq, now()):
+                        continue
                     delta = _new_text_delta(session_id, request_id, self.seq, now(), piece)
-                    if self._waiting or not offer(delta):
+                    if self._waiting or not sink.offer(delta):
                         await self._send_in_turn(delta)
                     if delivered:
                         await self._deliver(delta)
                 elif isinstance(event, ReasoningDeltaEvent):
                     if not isinstance(event.text, str):
                         raise ModelError(f"the model streamed reasoning of type {type(event.text).__name__}")
+                    if reasoning is None:
+                        reasoning = SurrogateJoiner()
                     thought = reasoning.feed(event.text)
                     if thought:
                         await self._emit_new(ev.ReasoningDeltaEvent, text=thought)
@@ -488,9 +501,9 @@ class RequestRun(SteeringPoints):
             closer = getattr(stream, "aclose", None)
             if closer is not None:
                 await closer()
-        if reasoning.pending:
+        if reasoning is not None and reasoning.pending:
             await self._emit_new(ev.ReasoningDeltaEvent, text=reasoning.flush())
-        if text.pending:
+        if text is not None and text.pending:
             await self._emit_new(ev.TextDeltaEvent, text=text.flush())
         if completed is None:
             raise ModelError("model stream ended without a completed response")

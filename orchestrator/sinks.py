@@ -14,7 +14,8 @@ from typing import Protocol
 
 import trio
 
-from orchestrator.events import AgentEvent
+from machines.frozen import constructor
+from orchestrator.events import AgentEvent, TextDeltaEvent
 
 STREAM_BUFFER = 128
 """Events a ``client.stream`` request may run ahead of its consumer before it waits."""
@@ -53,15 +54,23 @@ class StreamQueue:
     cancellation point of the request, so their number is bounded by what a
     request ends with (its open calls). Once the consumer is gone (``abandon``),
     events are dropped.
+
+    A text delta may be queued as its parts (``offer_text``): the consumer builds its
+    TextDeltaEvent when it reads it. An event is an object the garbage collector
+    tracks; a str, an int and a float are not, so a thousand requests each running
+    a burst of deltas ahead of their consumers do not set off collections.
     """
 
     __slots__ = (
         "_bounded",
         "_capacity",
         "_closed",
+        "_count",
         "_events",
         "_gone",
         "_reader",
+        "_request_id",
+        "_session_id",
         "_writers",
         "_writers_parked",
     )
@@ -71,8 +80,12 @@ class StreamQueue:
             raise ValueError("capacity must be at least 1")
         # Made on the first event after the queue was found empty: a request waiting
         # with nothing queued (for an approval, say) keeps no deque block.
-        self._events: collections.deque[AgentEvent] | None = None
+        # An event is one entry; a text delta taken as its parts is three: its text, seq and ts.
+        self._events: collections.deque[_Entry] | None = None
+        self._count = 0  # events queued (a delta's parts count as one)
         self._capacity = capacity
+        self._session_id = ""
+        self._request_id = ""
         self._bounded = True
         self._closed = False
         self._gone = False
@@ -85,6 +98,11 @@ class StreamQueue:
         # wait ends otherwise (cancelled) takes itself off.
         self._writers_parked = 0
 
+    def stamp(self, session_id: str, request_id: str) -> None:
+        """The ids a text delta taken as its parts is built with."""
+        self._session_id = session_id
+        self._request_id = request_id
+
     # the request's side -----------------------------------------------------
 
     def offer(self, event: AgentEvent) -> bool:
@@ -93,9 +111,31 @@ class StreamQueue:
         events = self._events
         if events is None:
             events = self._events = collections.deque()
-        elif len(events) >= self._capacity:
+        elif self._count >= self._capacity:
             return False
         events.append(event)
+        self._count += 1
+        if self._reader is not None:
+            self._wake_reader()
+        return True
+
+    def offer_text(self, text: str, seq: int, ts: float) -> bool:
+        """Take the text delta numbered ``seq`` as its parts, like ``offer`` (False: no room).
+
+        The consumer reads it as ``TextDeltaEvent(session_id=..., request_id=...,
+        seq=seq, ts=ts, text=text)`` with the ids given to ``stamp``.
+        """
+        if self._gone:
+            return True
+        events = self._events
+        if events is None:
+            events = self._events = collections.deque()
+        elif self._count >= self._capacity:
+            return False
+        events.append(text)
+        events.append(seq)
+        events.append(ts)
+        self._count += 1
         if self._reader is not None:
             self._wake_reader()
         return True
@@ -104,6 +144,7 @@ class StreamQueue:
         if self._events is None:
             self._events = collections.deque()
         self._events.append(event)
+        self._count += 1
         if self._reader is not None:
             self._wake_reader()
 
@@ -147,7 +188,13 @@ class StreamQueue:
         events = self._events
         if not events:
             return None
-        event = events.popleft()
+        entry = events.popleft()
+        self._count -= 1
+        if type(entry) is str:
+            # A text delta's parts: its seq and ts follow.
+            event = _new_text_delta(self._session_id, self._request_id, events.popleft(), events.popleft(), entry)
+        else:
+            event = entry  # type: ignore[assignment]
         if self._writers_parked:
             assert self._writers is not None
             self._writers_parked -= 1
@@ -196,9 +243,16 @@ class StreamQueue:
         """The consumer left: drop what is queued and what comes."""
         self._gone = True
         self._events = None
+        self._count = 0
         if self._writers is not None:
             self._writers_parked = 0
             self._writers.unpark_all()
 
     def __len__(self) -> int:
-        return len(self._events) if self._events is not None else 0
+        return self._count
+
+
+#: What a StreamQueue holds: events, and text deltas as their parts (text, seq, ts).
+_Entry = AgentEvent | str | int | float
+
+_new_text_delta = constructor(TextDeltaEvent, positional=True)

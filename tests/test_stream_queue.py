@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import trio
 import trio.testing
 
@@ -106,3 +108,45 @@ async def test_a_second_reader_waiting_at_once_is_refused_instead_of_never_wakin
             assert queue.offer(_event(1))
     assert [e.seq for e in got] == [1]
 
+
+def test_a_text_delta_taken_as_its_parts_is_read_as_the_event_in_its_place() -> None:
+    queue = StreamQueue(capacity=3)
+    queue.stamp("session-1", "request-1")
+    assert queue.offer(_event(1))
+    assert queue.offer_text("héllo", 2, 12.5)
+    assert queue.offer(_event(3))
+    assert not queue.offer_text("late", 4, 13.0)  # full: three events queued, a delta counts as one
+    assert len(queue) == 3
+    first, delta, third = queue.receive_nowait(), queue.receive_nowait(), queue.receive_nowait()
+    assert [first.seq, third.seq] == [1, 3]
+    assert type(delta) is TextDeltaEvent
+    assert delta == TextDeltaEvent(session_id="session-1", request_id="request-1", seq=2, ts=12.5, text="héllo")
+    assert len(queue) == 0
+
+
+def test_queued_text_deltas_add_no_objects_for_the_garbage_collector() -> None:
+    queue = StreamQueue(capacity=10_000)
+    queue.stamp("s", "r")
+    gc.collect()
+    before = len(gc.get_objects())
+    for seq in range(1, 5_001):
+        assert queue.offer_text(f"piece {seq}", seq, float(seq))
+    tracked = len(gc.get_objects()) - before
+    assert tracked < 50, f"{tracked} tracked objects for 5,000 queued deltas"
+    read = [queue.receive_nowait() for _ in range(5_000)]
+    assert [(e.seq, e.ts, e.text) for e in read] == [(s, float(s), f"piece {s}") for s in range(1, 5_001)]
+
+
+async def test_a_reader_waiting_is_woken_by_a_text_delta_taken_as_its_parts() -> None:
+    queue = StreamQueue()
+    queue.stamp("s", "r")
+    got: list[AgentEvent] = []
+    async with trio.open_nursery() as nursery:
+
+        async def read() -> None:
+            got.append(await queue.receive())
+
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        assert queue.offer_text("x", 1, 0.0)
+    assert [(type(e), e.seq) for e in got] == [(TextDeltaEvent, 1)]
