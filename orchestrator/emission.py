@@ -147,10 +147,26 @@ class EventEmission:
         event = build(
             session_id=self._session_id, request_id=self._request_id, seq=self._number(), ts=time.time(), **fields
         )
+        await self._stream(event)
+
+    async def _emit(self, kind: type[ev.AgentEvent], *values: Any) -> None:
+        """``_emit_new`` with the event's own fields given in their declared order (after its ids, seq and ts).
+
+        No keyword dictionary is built and merged: this is the way for the events
+        every turn emits (model and tool calls).
+        """
+        heard = self._heard_names
+        if heard is not None and kind.kind not in heard:
+            return
+        build = _POSITIONAL.get(kind) or _positional(kind)
+        await self._stream(build(self._session_id, self._request_id, self._number(), time.time(), *values))
+
+    async def _stream(self, event: ev.AgentEvent) -> None:
+        """Hand a numbered event of the runtime's own to the sink, then to every on_event that wants it."""
         if self._waiting or not self._sink.offer(event):
             await self._send_in_turn(event)
         listened = self._listened
-        if listened is None or kind.kind in listened:
+        if listened is None or event.kind in listened:
             await self._deliver(event)
 
     def _delivers(self, name: str) -> bool:
@@ -208,6 +224,14 @@ _BUILDERS: dict[type[ev.AgentEvent], Callable[..., ev.AgentEvent]] = {}
 
 def _builder(kind: type[ev.AgentEvent]) -> Callable[..., ev.AgentEvent]:
     build = _BUILDERS[kind] = constructor(kind)
+    return build
+
+
+_POSITIONAL: dict[type[ev.AgentEvent], Callable[..., ev.AgentEvent]] = {}
+
+
+def _positional(kind: type[ev.AgentEvent]) -> Callable[..., ev.AgentEvent]:
+    build = _POSITIONAL[kind] = constructor(kind, positional=True)
     return build
 
 

@@ -182,6 +182,7 @@ class RequestRun(SteeringPoints):
         self.internal: UserMessage | SystemMessage | None = None
         self.internal_refused = False
         self.inboxes_closed = False
+        self._probe = None
         self.capabilities: frozenset[str] | None = None
         self.error: BaseException | None = None
         # Set once the request is failing, cancelled or final: nothing can fail it any more.
@@ -292,7 +293,7 @@ class RequestRun(SteeringPoints):
         """Append the one result of ``call`` (text, or parts as ``tool_content`` makes them) and stream its outcome."""
         appended = await self.append(ToolMessage(call.id, call.name, tool_content(content), status))
         assert isinstance(appended, ToolMessage)
-        await self._emit_new(_TOOL_EVENTS[status], call=call, result=appended)
+        await self._emit(_TOOL_EVENTS[status], call, appended)
         return appended
 
     # the loop ---------------------------------------------------------------
@@ -402,7 +403,8 @@ class RequestRun(SteeringPoints):
     async def _conclude(self, response: AssistantMessage) -> AssistantMessage | None:
         """After an answer: take steering or internal input if any (None), else complete (the answer)."""
         if self.steering is None:
-            await self._announce_steering()
+            if not self._quiet():
+                await self._announce_steering()
             self._select_next()
         if self.steering is not None:
             await self.step("steer")
@@ -451,7 +453,7 @@ class RequestRun(SteeringPoints):
     async def _call_model(self) -> AssistantMessage:
         assert self.request is not None
         self.iterations += 1
-        await self._emit_new(ev.ModelStartedEvent, iteration=self.iterations)
+        await self._emit(ev.ModelStartedEvent, self.iterations)
         completed: ResponseCompletedEvent | None = None
         # Made for the first piece that needs one: ASCII text needs no cleaning and ends in no surrogate.
         text: SurrogateJoiner | None = None
@@ -561,8 +563,7 @@ class RequestRun(SteeringPoints):
     # callbacks named by the request machine ---------------------------------
 
     async def _cb_open_inboxes(self) -> None:
-        for inbox in self.inboxes:
-            inbox.open(self.context)
+        self._open_inboxes()
 
     async def _cb_refuse_internal(self) -> None:
         self.internal_refused = True
@@ -622,21 +623,14 @@ class RequestRun(SteeringPoints):
     async def _cb_append_response(self) -> None:
         assert self.response is not None
         await self.append(self.response, cleaned=True)
-        await self._emit_new(
-            ev.ModelCompletedEvent,
-            message=self.response,
-            usage=self.usage,
-            stop_reason=self.stop_reason,
-            raw_stop_reason=self.raw_stop_reason,
-        )
+        await self._emit(ev.ModelCompletedEvent, self.response, self.usage, self.stop_reason, self.raw_stop_reason)
 
     async def _cb_after_model(self) -> None:
         assert self.response is not None
         await self._run_hook("after_model", self.response)
 
     async def _cb_poll_steering(self) -> None:
-        await self._announce_steering()
-        self._poll_steering()
+        await self._poll()
 
     async def _cb_append_steering(self) -> None:
         assert self.steering is not None

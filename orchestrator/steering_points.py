@@ -21,7 +21,7 @@ from orchestrator.messages import SystemMessage, UserMessage
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
-    from orchestrator.inbox import InputInbox
+    from orchestrator.inbox import InboxProbe, InputInbox
 
 log = logging.getLogger("orchestrator.runtime")
 
@@ -32,7 +32,10 @@ class SteeringPoints(EventEmission):
     # Set by RequestRun.__init__: the steering message taken and not yet applied, the internal
     # message reserved, those queued (a list made on the first), whether the request refuses
     # more (it is concluding), and whether the inboxes were closed.
-    __slots__ = ("inboxes_closed", "internal", "internal_queue", "internal_refused", "steering")
+    # And the probe of the agent's one inbox, when it gave one (None otherwise: every poll asks).
+    __slots__ = ("_probe", "inboxes_closed", "internal", "internal_queue", "internal_refused", "steering")
+
+    _probe: InboxProbe | None
 
     steering: UserMessage | None
     internal: UserMessage | SystemMessage | None
@@ -45,6 +48,24 @@ class SteeringPoints(EventEmission):
     @property
     def inboxes(self) -> list[InputInbox]:
         return self.agent.inboxes
+
+    def _open_inboxes(self) -> None:
+        probe = None
+        for inbox in self.inboxes:
+            probe = inbox.open(self.context)
+        self._probe = probe if len(self.inboxes) == 1 else None
+
+    def _quiet(self) -> bool:
+        """Whether the agent's one inbox has nothing to take or announce, seen without asking it."""
+        probe = self._probe
+        return probe is not None and probe.quiet
+
+    async def _poll(self) -> None:
+        """After a model or tool call: announce what an inbox took from outside, then take steering."""
+        if self._quiet():
+            return
+        await self._announce_steering()
+        self._poll_steering()
 
     async def _announce_steering(self) -> None:
         """Stream steering_accepted for each message an inbox took from outside since it was last asked."""

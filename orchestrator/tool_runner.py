@@ -99,7 +99,7 @@ class ToolRunner:
         run = self.run_of
         # The call as the tool and its hooks see it: its own copy of the arguments.
         call = ToolCall(requested.id, requested.name, dict(requested.arguments), requested.invalid_arguments)
-        await run._emit_new(ev.ToolStartedEvent, call=call)
+        await run._emit(ev.ToolStartedEvent, call)
         error: BaseException | None = None
         if run.cut_off:
             result = ToolResult(CUT_OFF, "failed")
@@ -118,8 +118,7 @@ class ToolRunner:
             await run._run_hook("after_tool", call, result, error)
             result = settled(result)
         await run.settle(call, _STATUSES[result.status], result.content)
-        await run._announce_steering()
-        run._poll_steering()
+        await run._poll()
 
     async def _admit_and_run(self, call: ToolCall) -> tuple[ToolResult, BaseException | None]:
         """After ``before_tool``: the ``admit_tool`` guard, then the middleware chain; the result and any error."""

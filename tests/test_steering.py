@@ -495,6 +495,49 @@ def test_select_next_holds_the_lock_while_reserving_and_then_closes() -> None:
     steering.close(context)
 
 
+def test_the_probe_an_inbox_opens_with_is_quiet_only_while_nothing_waits() -> None:
+    steering = SteeringExtension()
+    context: Any = FakeContext("s", "r")
+    probe = steering.open(context)
+    assert probe.quiet
+    assert steering.accept(AgentRunConfig("s"), steer("from outside"))
+    assert not probe.quiet
+    assert steering.take(context) == UserMessage("from outside")
+    assert not probe.quiet, "taken but not announced yet: the next poll must still drain it"
+    assert steering.drain_accepted(context) == [UserMessage("from outside")]
+    assert probe.quiet
+    steering.close(context)
+
+
+class CountingInbox(AgentExtension):
+    """An inbox that gives no probe: the request must ask it at every poll."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+
+    def open(self, context: Any) -> None:
+        return None
+
+    def close(self, context: Any) -> None:
+        return None
+
+    def take(self, context: Any) -> UserMessage | None:
+        self.taken += 1
+        return None
+
+    def select_next(self, context: Any, reserve_other_input: Any) -> UserMessage | None:
+        reserve_other_input()
+        return None
+
+
+async def test_an_inbox_without_a_probe_is_asked_after_every_model_and_tool_call() -> None:
+    inbox = CountingInbox()
+    model = ScriptedModel([asks(call("a", "step", n=1)), asks(call("b", "step", n=2)), AssistantMessage("done")])
+    client = await create_agent(model, tools=[step], extensions=[inbox], steering=False)
+    assert (await client.run("go")).content == "done"
+    assert inbox.taken == 3 + 2  # after each of the three model calls and the two tool calls
+
+
 async def test_steering_racing_request_completion_is_never_lost_nor_answered_twice() -> None:
     def echo(request: ModelRequest) -> AssistantMessage:
         return AssistantMessage("re: " + user_texts(request)[-1])

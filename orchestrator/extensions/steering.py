@@ -30,6 +30,7 @@ from orchestrator.messages import ImagePart, UserMessage, clean_message
 
 if TYPE_CHECKING:
     from orchestrator.context import AgentRunContext
+    from orchestrator.inbox import InboxProbe
 
 log = logging.getLogger("orchestrator.extensions.steering")
 
@@ -113,6 +114,11 @@ class _Inbox:
     def accepting(self) -> bool:
         return self.machine.may("hold")
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing to take and nothing to announce (InboxProbe)."""
+        return not self.messages and not self.unannounced
+
     def put(self, message: UserMessage) -> None:
         self.machine.fire("hold")
         if isinstance(self.messages, list):
@@ -169,8 +175,8 @@ class SteeringExtension(AgentExtension):
         inbox = self._inboxes.get((context.session_id, context.request_id))
         return inbox if inbox is not None and inbox.owner is context else None
 
-    def open(self, context: AgentRunContext) -> None:
-        """Initialize request-local routing before extension hooks run."""
+    def open(self, context: AgentRunContext) -> InboxProbe:
+        """Initialize request-local routing before extension hooks run; the request's inbox is its probe."""
         inbox = _Inbox(context)
         inbox.machine.fire("open")
         key = (context.session_id, context.request_id)
@@ -179,6 +185,7 @@ class SteeringExtension(AgentExtension):
                 inbox.machine.unbind()
                 raise ValueError(f"request {context.request_id!r} of session {context.session_id!r} is already open")
             self._inboxes[key] = inbox
+        return inbox
 
     def close(self, context: AgentRunContext) -> None:
         """Clear routing and messages on every request exit."""
