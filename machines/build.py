@@ -147,8 +147,15 @@ class _LeanCondition(Condition):
     def __init__(self, func: Any, target: bool = True) -> None:
         super().__init__(func, target)
         self._callable = callable(func)
+        # A guard of the definition: its predicate is looked up in the model's table here,
+        # without a call of the _NamedGuard in between.
+        self._guard: str | None = func.name if isinstance(func, _NamedGuard) else None
 
     def check(self, event_data: EventData) -> bool:
+        guard = self._guard
+        if guard is not None:
+            model = typing.cast(MachineModel, event_data.model)
+            return bool(model.guards[guard](event_data) == self.target)
         func: Any = self.func
         predicate = func if self._callable else event_data.machine.resolve_callable(func, event_data)
         if event_data.machine.send_event:
@@ -160,8 +167,10 @@ class _LeanTransition(MachineTransition):
     """``Transition.execute`` with the same order of steps, skipping empty callback lists and logging."""
 
     condition_cls = _LeanCondition
-    # The edge of the definition this transition was generated from (set by _generate).
+    # The edge of the definition this transition was generated from, and the Step taking it records
+    # (a value: every machine of the definition shares it). Both set by _generate.
     definition: Transition | None = None
+    step: Step | None = None
 
     def execute(self, event_data: EventData) -> bool:
         machine = event_data.machine
@@ -247,7 +256,7 @@ class _LeanEvent(Event):
             event_data.transition = transition
             if transition.execute(event_data):
                 event_data.result = True
-                typing.cast(MachineModel, event_data.model).taken = typing.cast(_LeanTransition, transition).definition
+                typing.cast(MachineModel, event_data.model).taken = typing.cast(_LeanTransition, transition)
                 return True
         return False
 
@@ -377,9 +386,11 @@ def _generate(definition: MachineDefinition, region: Region) -> Machine:
             conditions=[_NamedGuard(name) for name in edge.conditions],
             unless=[_NamedGuard(name) for name in edge.unless],
         )
-        # The edge taken is recorded on the model as it is taken (_LeanEvent._take_first).
+        # The transition taken is recorded on the model as it is taken (_LeanEvent._take_first).
         for source in edge.source:
-            typing.cast(_LeanTransition, machine.events[edge.trigger].transitions[source][-1]).definition = edge
+            generated_edge = typing.cast(_LeanTransition, machine.events[edge.trigger].transitions[source][-1])
+            generated_edge.definition = edge
+            generated_edge.step = _new_step(definition.name, region.name, source, edge.trigger, edge.dest)
     return machine
 
 
@@ -395,12 +406,6 @@ def _trigger_events(definition: MachineDefinition) -> dict[str, Event]:
     return {
         trigger: machines[region.name].events[trigger] for region in definition.regions for trigger in region.triggers
     }
-
-
-@functools.cache
-def _shared_steps(definition: MachineDefinition) -> dict[tuple[str, str, str], Step]:
-    """The Steps taken so far by machines of ``definition``, by (source, trigger, dest): at most one per edge."""
-    return {}
 
 
 @functools.cache
@@ -428,7 +433,7 @@ class MachineModel:
     def __init__(self, guards: Mapping[str, Guard], host: object = None) -> None:
         self.guards = guards
         self.host = host
-        self.taken: Transition | None = None
+        self.taken: _LeanTransition | None = None
 
 
 @functools.cache
@@ -445,7 +450,7 @@ def _model_class(definition: MachineDefinition) -> type[MachineModel]:
 class BoundMachine:
     """A definition bound to one model: fire triggers, read states, unbind."""
 
-    __slots__ = ("_bound", "_events", "_machines", "_regions", "_steps", "definition", "history", "model")
+    __slots__ = ("_bound", "_events", "_machines", "_regions", "definition", "history", "model")
 
     def __init__(
         self,
@@ -464,7 +469,6 @@ class BoundMachine:
         self._machines = generated(definition)
         self._regions = _trigger_regions(definition)
         self._events = _trigger_events(definition)
-        self._steps = _shared_steps(definition)
         initial = initial or {}
         for region in definition.regions:
             self._machines[region.name].add_model(self.model, initial=initial.get(region.name, region.initial))
@@ -516,16 +520,12 @@ class BoundMachine:
         except MachineError:
             allowed = tuple(t for t in region.triggers if region.edges(t, source))
             raise IllegalTransition(self.definition.name, region.name, source, trigger, allowed) from None
-        edge = model.taken
-        if not taken or edge is None:
+        transition = model.taken
+        if not taken or transition is None:
             return None
-        dest: str = getattr(model, region.attribute)
-        # Steps are values: every machine of a definition shares one Step per edge taken.
-        step = self._steps.get((source, trigger, dest))
-        if step is None:
-            step = self._steps[source, trigger, dest] = _new_step(
-                self.definition.name, region.name, source, trigger, dest
-            )
+        # Steps are values: every machine of a definition shares one Step per edge.
+        step, edge = transition.step, transition.definition
+        assert step is not None and edge is not None
         self.history.append(step)
         return step, edge
 
