@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import enum
-import operator
-from collections.abc import Iterable
-from typing import Any, TypeAlias
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias, TypeVar
 
 import attrs
 
@@ -199,6 +198,13 @@ def clean_message(message: Message) -> Message:
     Lone surrogates become U+FFFD and split pairs are joined (``clean_text``); a
     message with nothing to clean is returned unchanged (the same object).
     """
+    if isinstance(message, AssistantMessage):
+        content = clean_text(message.content)
+        calls = _cleaned_items(message.tool_calls, _clean_call)
+        reasoning = _cleaned_items(message.reasoning, _clean_reasoning)
+        if content is message.content and calls is message.tool_calls and reasoning is message.reasoning:
+            return message
+        return attrs.evolve(message, content=content, tool_calls=calls, reasoning=reasoning)
     if isinstance(message, SystemMessage):
         content = clean_text(message.content)
         return message if content is message.content else SystemMessage(content)
@@ -208,19 +214,8 @@ def clean_message(message: Message) -> Message:
         if parts is message.content and call_id is message.tool_call_id and name is message.name:
             return message
         return ToolMessage(call_id, name, parts, message.status)
-    if isinstance(message, UserMessage):
-        cleaned = _clean_content(message.content)
-        return message if cleaned is message.content else UserMessage(cleaned)
-    calls = tuple([_clean_call(call) for call in message.tool_calls])
-    content = clean_text(message.content)
-    reasoning = tuple([_clean_reasoning(block) for block in message.reasoning])
-    if (
-        content is message.content
-        and _same_items(calls, message.tool_calls)
-        and _same_items(reasoning, message.reasoning)
-    ):
-        return message
-    return attrs.evolve(message, content=content, tool_calls=calls, reasoning=reasoning)
+    cleaned = _clean_content(message.content)
+    return message if cleaned is message.content else UserMessage(cleaned)
 
 
 def _clean_reasoning(block: ReasoningBlock) -> ReasoningBlock:
@@ -233,16 +228,22 @@ def _clean_reasoning(block: ReasoningBlock) -> ReasoningBlock:
     return ReasoningBlock(text, signature, data, block_id)
 
 
-def _same_items(cleaned: tuple[Any, ...], original: tuple[Any, ...]) -> bool:
-    """Whether cleaning returned every item as it was (the same objects)."""
-    return len(cleaned) == len(original) and all(map(operator.is_, cleaned, original))
+_Item = TypeVar("_Item")
+
+
+def _cleaned_items(items: tuple[_Item, ...], clean: Callable[[_Item], _Item]) -> tuple[_Item, ...]:
+    """``items`` with ``clean`` applied to each: the same tuple when every item came back as it was."""
+    for index, item in enumerate(items):
+        cleaned = clean(item)
+        if cleaned is not item:
+            return (*items[:index], cleaned, *(clean(rest) for rest in items[index + 1 :]))
+    return items
 
 
 def _clean_content(content: str | tuple[ContentPart, ...]) -> str | tuple[ContentPart, ...]:
     if isinstance(content, str):
         return clean_text(content)
-    parts = tuple(_clean_part(part) for part in content)
-    return content if all(a is b for a, b in zip(parts, content, strict=True)) else parts
+    return _cleaned_items(content, _clean_part)
 
 
 def _clean_part(part: ContentPart) -> ContentPart:

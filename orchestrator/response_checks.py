@@ -26,7 +26,6 @@ def checked_response(message: Any) -> AssistantMessage:
         raise ModelError(f"the model completed with a {type(message).__name__}, not an AssistantMessage")
     if not isinstance(message.content, str):
         raise ModelError(f"the model's answer text is a {type(message.content).__name__}, not a str")
-    seen: set[str] = set()
     for call in message.tool_calls:
         if not isinstance(call, ToolCall):
             raise ModelError(f"the model returned a tool call of type {type(call).__name__}")
@@ -38,10 +37,6 @@ def checked_response(message: Any) -> AssistantMessage:
             raise ModelError(f"the model returned a call of {call.name!r} without an id")
         if call.invalid_arguments is not None and not isinstance(call.invalid_arguments, str):
             raise ModelError(f"the model returned a call of {call.name!r} whose invalid_arguments is not a str")
-        cleaned = clean_text(call.id)
-        if cleaned in seen:
-            raise ModelError(f"the model returned two tool calls with the id {cleaned!r}")
-        seen.add(cleaned)
     for block in message.reasoning:
         _check_reasoning(block)
     try:
@@ -49,6 +44,13 @@ def checked_response(message: Any) -> AssistantMessage:
     except RecursionError:
         raise ModelError("the model returned tool-call arguments nested too deeply to handle") from None
     assert isinstance(cleaned_message, AssistantMessage)
+    calls = cleaned_message.tool_calls
+    if len(calls) > 1:
+        seen: set[str] = set()
+        for call in calls:  # ids as cleaned: two that differ only in a broken surrogate are one id
+            if call.id in seen:
+                raise ModelError(f"the model returned two tool calls with the id {call.id!r}")
+            seen.add(call.id)
     return cleaned_message
 
 

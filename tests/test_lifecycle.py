@@ -212,6 +212,11 @@ async def test_model_stream_without_completion_is_a_model_error() -> None:
     [
         ((call("a", "echo", text="1"), call("a", "echo", text="2")), "two tool calls with the id 'a'"),
         ((call("", "echo", text="1"),), "without an id"),
+        # Ids are compared as cleaned: two lone surrogates both become U+FFFD.
+        (
+            (call("a\ud800", "echo", text="1"), call("a\udfff", "echo", text="2")),
+            "two tool calls with the id 'a\ufffd'",
+        ),
     ],
 )
 async def test_tool_calls_without_distinct_ids_are_a_model_error_before_any_tool_runs(calls, message) -> None:  # type: ignore[no-untyped-def]
