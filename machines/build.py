@@ -491,11 +491,15 @@ class BoundMachine:
 
     def _region_of(self, trigger: str) -> Region:
         region = self._regions.get(trigger)
-        if region is None:
-            raise IllegalTransition(self.definition.name, "", "", trigger)
-        if not self._bound:
-            raise Unbound(self.definition.name, trigger)
+        if region is None or not self._bound:
+            raise self._refusal(trigger)
         return region
+
+    def _refusal(self, trigger: str) -> IllegalTransition | Unbound:
+        """Why ``trigger`` cannot be fired at all: no such trigger, or the machine was unbound."""
+        if trigger not in self._regions:
+            return IllegalTransition(self.definition.name, "", "", trigger)
+        return Unbound(self.definition.name, trigger)
 
     def fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition]:
         """Take ``trigger`` or raise IllegalTransition / GuardRefused."""
@@ -509,15 +513,17 @@ class BoundMachine:
 
     def try_fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition] | None:
         """Take ``trigger`` if a guard allows it; None when every guard refused."""
-        region = self._regions.get(trigger)
-        if region is None or not self._bound:
-            region = self._region_of(trigger)
+        event = self._events.get(trigger) if self._bound else None
+        if event is None:
+            raise self._refusal(trigger)
         model = self.model
-        source: str = getattr(model, region.attribute)
         model.taken = None
         try:
-            taken = self._events[trigger].trigger(model, **kwargs)
+            taken = event.trigger(model, **kwargs)
         except MachineError:
+            # No edge of the trigger leaves the current state (which it therefore did not change).
+            region = self._regions[trigger]
+            source: str = getattr(model, region.attribute)
             allowed = tuple(t for t in region.triggers if region.edges(t, source))
             raise IllegalTransition(self.definition.name, region.name, source, trigger, allowed) from None
         transition = model.taken
