@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 
 import trio
 import trio.testing
@@ -15,10 +16,8 @@ def _event(seq: int) -> AgentEvent:
     return TextDeltaEvent(session_id="s", request_id="r", seq=seq, text=str(seq))
 
 
-async def test_a_reader_cancelled_while_waiting_does_not_keep_the_next_reader_from_waking() -> None:
-    queue = StreamQueue(capacity=4)
-    with trio.move_on_after(0.01):
-        await queue.receive()
+async def _read_one_offered_after_it_waits(queue: StreamQueue, offer: Callable[[], bool]) -> list[AgentEvent]:
+    """What a reader that waits for the next event gets once ``offer`` (which must be taken) runs."""
     got: list[AgentEvent] = []
     async with trio.open_nursery() as nursery:
 
@@ -27,7 +26,15 @@ async def test_a_reader_cancelled_while_waiting_does_not_keep_the_next_reader_fr
 
         nursery.start_soon(read)
         await trio.testing.wait_all_tasks_blocked()
-        assert queue.offer(_event(1))
+        assert offer()
+    return got
+
+
+async def test_a_reader_cancelled_while_waiting_does_not_keep_the_next_reader_from_waking() -> None:
+    queue = StreamQueue(capacity=4)
+    with trio.move_on_after(0.01):
+        await queue.receive()
+    got = await _read_one_offered_after_it_waits(queue, lambda: queue.offer(_event(1)))
     assert [e.seq for e in got] == [1]
 
 
@@ -140,13 +147,5 @@ def test_queued_text_deltas_add_no_objects_for_the_garbage_collector() -> None:
 async def test_a_reader_waiting_is_woken_by_a_text_delta_taken_as_its_parts() -> None:
     queue = StreamQueue()
     queue.stamp("s", "r")
-    got: list[AgentEvent] = []
-    async with trio.open_nursery() as nursery:
-
-        async def read() -> None:
-            got.append(await queue.receive())
-
-        nursery.start_soon(read)
-        await trio.testing.wait_all_tasks_blocked()
-        assert queue.offer_text("x", 1, 0.0)
+    got = await _read_one_offered_after_it_waits(queue, lambda: queue.offer_text("x", 1, 0.0))
     assert [(type(e), e.seq) for e in got] == [(TextDeltaEvent, 1)]
