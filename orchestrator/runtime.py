@@ -156,6 +156,8 @@ class RequestRun(SteeringPoints):
         self._heard_names = profile.listened if sink is None else None
         self._session_id = config.session_id
         self._request_id = request_id
+        if type(sink) is StreamQueue:
+            sink.stamp(config.session_id, request_id)  # the ids its text deltas taken as parts are built with
         # The event names at least one on_event wants (None: every name); others skip _deliver.
         self._listened = profile.listened
         self._plans = profile.plans
@@ -463,8 +465,6 @@ class RequestRun(SteeringPoints):
         delivered = self._delivers(ev.TextDeltaEvent.kind)
         # A client.stream queue takes a delta nobody else hears as its parts (built as it is read).
         queue = sink if type(sink) is StreamQueue and not delivered else None
-        if queue is not None:
-            queue.stamp(self._session_id, self._request_id)
         session_id, request_id, now = self._session_id, self._request_id, time.time
         # No bound method is kept across the stream: a thousand requests waiting for their
         # models would each hold them as objects for the garbage collector to visit.
