@@ -8,7 +8,8 @@ import pytest
 from machines.build import Step
 from machines.frozen import constructor
 from orchestrator import events as ev
-from orchestrator.messages import AssistantMessage, ToolCall, ToolMessage
+from orchestrator.messages import AssistantMessage, ToolCall, ToolMessage, ToolStatus
+from orchestrator.tools import ToolResult
 
 EVENT_CLASSES = [
     cls for cls in vars(ev).values() if isinstance(cls, type) and issubclass(cls, ev.AgentEvent) and attrs.has(cls)
@@ -107,3 +108,47 @@ def test_a_positional_constructor_takes_every_field_in_order() -> None:
         build("s", "r", 4)  # no field is optional
     with pytest.raises(TypeError, match="no positional constructor"):
         constructor(ToolMessage, positional=True)
+
+
+def test_an_unchecked_constructor_stores_checked_values_as_the_class_would() -> None:
+    copy = constructor(ToolCall, positional=True, checked=False)
+    made = copy("c1", "echo", {"text": "hi"}, None)
+    assert type(made) is ToolCall and made == ToolCall("c1", "echo", {"text": "hi"})
+    # A field that is not an init parameter (ToolMessage.role) gets its default.
+    message = constructor(ToolMessage, positional=True, checked=False)("c1", "echo", "hi", ToolStatus.FAILED)
+    assert message == ToolMessage("c1", "echo", "hi", "failed") and message.role == "tool"
+    assert repr(message) == repr(ToolMessage("c1", "echo", "hi", "failed"))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        message.status = ToolStatus.SUCCEEDED  # type: ignore[misc]
+    # A mutable class keeps checking what is assigned later.
+    result = constructor(ToolResult, positional=True, checked=False)("ok", "succeeded")
+    assert (result.content, result.status) == ("ok", "succeeded")
+    with pytest.raises(ValueError, match="must be one of"):
+        result.status = "fine"
+
+
+def test_an_unchecked_constructor_skips_checks_so_it_is_only_for_checked_values() -> None:
+    # What ToolCall("c1", "echo", ["a"]) refuses is stored as given: callers copy checked fields.
+    made = constructor(ToolCall, positional=True, checked=False)("c1", "echo", ["a"], None)
+    assert made.arguments == ["a"]
+    with pytest.raises(TypeError, match="must be a dict"):
+        ToolCall("c1", "echo", ["a"])  # type: ignore[arg-type]
+
+
+def test_hooks_and_fields_made_by_the_class_have_no_unchecked_constructor() -> None:
+    @attrs.frozen
+    class Hooked:
+        value: int
+
+        def __attrs_post_init__(self) -> None:
+            pass
+
+    @attrs.frozen
+    class Made:
+        value: int
+        items: list[int] = attrs.field(init=False, factory=list)
+
+    with pytest.raises(TypeError, match="__attrs_post_init__: it has no unchecked constructor"):
+        constructor(Hooked, checked=False)
+    with pytest.raises(TypeError, match="makes its field items itself"):
+        constructor(Made, positional=True, checked=False)
