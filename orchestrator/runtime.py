@@ -537,10 +537,15 @@ class RequestRun(SteeringPoints):
 
     async def pause(self) -> None:
         self.approvals += 1
+        if type(self._sink) is StreamQueue:
+            # A person may take hours: the consumer lets the stream's buffer go once it read it.
+            self._sink.release_when_read(True)
         await self.step("await_approval")
 
     async def resume(self) -> None:
         self.approvals -= 1
+        if not self.approvals and type(self._sink) is StreamQueue:
+            self._sink.release_when_read(False)
         step, _ = self.machine.fire("resume")
         with trio.CancelScope(shield=True):
             await self._announce(step)

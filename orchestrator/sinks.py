@@ -59,6 +59,12 @@ class StreamQueue:
     TextDeltaEvent when it reads it. An event is an object the garbage collector
     tracks; a str, an int and a float are not, so a thousand requests each running
     a burst of deltas ahead of their consumers do not set off collections.
+
+    The buffer (a deque) is made with the first event and kept while the request
+    runs: one made anew for every burst would be a young object, which every
+    collection of the young generations traverses with all it holds. While the
+    request waits for a person (``release_when_read``), a consumer that has read
+    everything lets it go, so a thousand requests waiting for approvals keep none.
     """
 
     __slots__ = (
@@ -69,6 +75,7 @@ class StreamQueue:
         "_events",
         "_gone",
         "_reader",
+        "_release",
         "_request_id",
         "_session_id",
         "_writers",
@@ -78,10 +85,10 @@ class StreamQueue:
     def __init__(self, capacity: int = STREAM_BUFFER) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
-        # Made on the first event after the queue was found empty: a request waiting
-        # with nothing queued (for an approval, say) keeps no deque block.
+        # Made on the first event (again after the consumer let it go: see release_when_read).
         # An event is one entry; a text delta taken as its parts is three: its text, seq and ts.
         self._events: collections.deque[_Entry] | None = None
+        self._release = False
         self._count = 0  # events queued (a delta's parts count as one)
         self._capacity = capacity
         self._session_id = ""
@@ -97,6 +104,16 @@ class StreamQueue:
         # once per event, than the lot). The waker takes one off as it wakes a task; a task whose
         # wait ends otherwise (cancelled) takes itself off.
         self._writers_parked = 0
+
+    def release_when_read(self, release: bool) -> None:
+        """Whether a consumer that has read every event lets the buffer go before it waits.
+
+        The request sets it while it waits for a person (paused in awaiting_approval)
+        and clears it when it resumes; the next event makes a new buffer.
+        """
+        self._release = release
+        if release and not self._events:
+            self._events = None
 
     def stamp(self, session_id: str, request_id: str) -> None:
         """The ids a text delta taken as its parts is built with."""
@@ -223,8 +240,8 @@ class StreamQueue:
                 raise trio.EndOfChannel
             if self._reader is not None:
                 raise trio.BusyResourceError("another task is already waiting for this stream's next event")
-            # Nothing queued: let the (empty) deque go while the consumer waits.
-            self._events = None
+            if self._release:
+                self._events = None
             self._reader = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(self._abort_wait)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import tracemalloc
 from collections.abc import Callable
 
 import trio
@@ -149,3 +151,56 @@ async def test_a_reader_waiting_is_woken_by_a_text_delta_taken_as_its_parts() ->
     queue.stamp("s", "r")
     got = await _read_one_offered_after_it_waits(queue, lambda: queue.offer_text("x", 1, 0.0))
     assert [(type(e), e.seq) for e in got] == [(TextDeltaEvent, 1)]
+
+
+async def _read_to_the_end(queue: StreamQueue) -> None:
+    with contextlib.suppress(trio.EndOfChannel):
+        while True:
+            await queue.receive()
+
+
+async def _bytes_per_drained_queue(release: bool, queues: int = 200) -> float:
+    """Traced bytes each queue holds once its reader has read one event and waits for the next."""
+    made = [StreamQueue() for _ in range(queues)]
+    for queue in made:
+        queue.release_when_read(release)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        async with trio.open_nursery() as nursery:
+            for queue in made:
+                assert queue.offer(_event(1))
+                nursery.start_soon(_read_to_the_end, queue)  # reads the event, then waits for the next
+            await trio.testing.wait_all_tasks_blocked()
+            held = (tracemalloc.get_traced_memory()[0] - before) / queues
+            for queue in made:
+                queue.close()
+    finally:
+        tracemalloc.stop()
+    return held
+
+
+async def test_a_drained_queue_keeps_its_buffer_while_the_request_runs_and_lets_it_go_while_it_waits() -> None:
+    # Kept: a buffer made anew for every burst is a young object each collection traverses.
+    kept = await _bytes_per_drained_queue(release=False)
+    # Let go while the request waits for a person: a waiting request keeps no buffer.
+    released = await _bytes_per_drained_queue(release=True)
+    assert kept - released > 400, f"kept {kept:.0f} B, released {released:.0f} B per queue"
+
+
+async def test_a_queue_released_while_its_reader_waits_takes_the_next_event_in_a_new_buffer() -> None:
+    queue = StreamQueue(capacity=4)
+    queue.stamp("s", "r")
+    assert queue.offer(_event(1))
+    assert queue.receive_nowait().seq == 1
+
+    def release_then_offer() -> bool:
+        queue.release_when_read(True)
+        return queue.offer_text("x", 2, 0.0)
+
+    got = await _read_one_offered_after_it_waits(queue, release_then_offer)
+    assert [(type(e), e.seq) for e in got] == [(TextDeltaEvent, 2)]
+    queue.release_when_read(False)
+    assert queue.offer(_event(3))
+    assert queue.receive_nowait().seq == 3
