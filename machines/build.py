@@ -202,8 +202,10 @@ class _LeanTransition(MachineTransition):
         source = states[self.source]
         if source.on_exit:
             source.exit(event_data)
-        dest = states[typing.cast(str, self.dest)]
-        setattr(event_data.model, machine.model_attribute, dest.value)
+        name = typing.cast(str, self.dest)
+        dest = states[name]
+        # A generated machine's states are named by strings: a state's value is its name.
+        setattr(event_data.model, machine.model_attribute, name)
         event_data.state = dest
         if dest.on_enter:
             dest.enter(event_data)
@@ -505,11 +507,15 @@ class BoundMachine:
         """Take ``trigger`` or raise IllegalTransition / GuardRefused."""
         result = self.try_fire(trigger, **kwargs)
         if result is None:
-            region = self._region_of(trigger)
-            state = self.state(region.name)
-            guards = tuple(g for edge in region.edges(trigger, state) for g in edge.guards)
-            raise GuardRefused(self.definition.name, region.name, state, trigger, guards)
+            raise self.refused(trigger)
         return result
+
+    def refused(self, trigger: str) -> GuardRefused:
+        """What ``fire`` raises when ``try_fire`` found every guard of ``trigger`` refusing."""
+        region = self._region_of(trigger)
+        state = self.state(region.name)
+        guards = tuple(g for edge in region.edges(trigger, state) for g in edge.guards)
+        return GuardRefused(self.definition.name, region.name, state, trigger, guards)
 
     def try_fire(self, trigger: str, **kwargs: Any) -> tuple[Step, Transition] | None:
         """Take ``trigger`` if a guard allows it; None when every guard refused."""
@@ -519,7 +525,7 @@ class BoundMachine:
         model = self.model
         model.taken = None
         try:
-            taken = event.trigger(model, **kwargs)
+            taken = event.trigger(model, **kwargs) if kwargs else event.trigger(model)
         except MachineError:
             # No edge of the trigger leaves the current state (which it therefore did not change).
             region = self._regions[trigger]

@@ -55,10 +55,11 @@ class EventEmission:
         heard = self._heard_names
         if heard is not None and "transition" not in heard:
             return
+        self.seq += 1
         event = _new_transition(
             self._session_id,
             self._request_id,
-            self._number(),
+            self.seq,
             time.time(),
             step.machine,
             step.region,
@@ -159,7 +160,14 @@ class EventEmission:
         if heard is not None and kind.kind not in heard:
             return
         build = _POSITIONAL.get(kind) or _positional(kind)
-        await self._stream(build(self._session_id, self._request_id, self._number(), time.time(), *values))
+        self.seq += 1
+        event = build(self._session_id, self._request_id, self.seq, time.time(), *values)
+        # _stream, unrolled as in _announce: one coroutine less for each model and tool call.
+        if self._waiting or not self._sink.offer(event):
+            await self._send_in_turn(event)
+        listened = self._listened
+        if listened is None or event.kind in listened:
+            await self._deliver(event)
 
     async def _stream(self, event: ev.AgentEvent) -> None:
         """Hand a numbered event of the runtime's own to the sink, then to every on_event that wants it."""

@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from machines.build import BoundMachine, GuardRefused, Step
+from machines.frozen import constructor
 from machines.request import REQUEST
 from machines.values import FieldValues
 from orchestrator import events as ev
@@ -223,7 +224,10 @@ class RequestRun(SteeringPoints):
         CLEANUP_SECONDS): a request that has ended always announces how it
         ended, even when its caller is cancelled at that moment.
         """
-        step, edge = self.machine.fire(trigger, **kwargs)
+        taken = self.machine.try_fire(trigger, **kwargs)
+        if taken is None:
+            raise self.machine.refused(trigger)
+        step, edge = taken
         if step.dest not in _FINAL_PHASES:
             # _follow, unrolled: one coroutine less per step.
             await self._announce(step)
@@ -293,7 +297,7 @@ class RequestRun(SteeringPoints):
 
     async def settle(self, call: ToolCall, status: ToolStatus, content: ToolResultContent) -> ToolMessage:
         """Append the one result of ``call`` (text, or parts as ``tool_content`` makes them) and stream its outcome."""
-        appended = await self.append(ToolMessage(call.id, call.name, tool_content(content), status))
+        appended = await self.append(_tool_message(call.id, call.name, tool_content(content), status))
         assert isinstance(appended, ToolMessage)
         await self._emit(_TOOL_EVENTS[status], call, appended)
         return appended
@@ -461,8 +465,10 @@ class RequestRun(SteeringPoints):
         text: SurrogateJoiner | None = None
         reasoning: SurrogateJoiner | None = None
         stream = self._model_stream(self.request)
-        sink, heard = self._sink, self._heard(ev.TextDeltaEvent.kind)
-        delivered = self._delivers(ev.TextDeltaEvent.kind)
+        sink, heard_names, listened = self._sink, self._heard_names, self._listened
+        # _heard and _delivers, unrolled: once per model call.
+        heard = heard_names is None or _TEXT_DELTA in heard_names
+        delivered = listened is None or _TEXT_DELTA in listened
         # A client.stream queue takes a delta nobody else hears as its parts (built as it is read).
         queue = sink if type(sink) is StreamQueue and not delivered else None
         session_id, request_id, now = self._session_id, self._request_id, time.time
@@ -531,7 +537,7 @@ class RequestRun(SteeringPoints):
         if self.capabilities is not None and self.plan_mode_active:
             tools = tuple(t for t in tools if t.name in self.capabilities)
         server_tools = self.context._server_tools
-        return ModelRequest(self.context.messages, tools, tuple(server_tools) if server_tools else ())
+        return _model_request(self.context.messages, tools, tuple(server_tools) if server_tools else ())
 
     # approvals and plan mode ------------------------------------------------
 
@@ -814,3 +820,12 @@ def _only_cancellation(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return all(_only_cancellation(inner) for inner in error.exceptions)
     return isinstance(error, trio.Cancelled)
+
+
+_TEXT_DELTA = ev.TextDeltaEvent.kind
+
+#: A tool call's result message: its content is what tool_content made and its status a ToolStatus,
+#: the forms ToolMessage's converters would give them.
+_tool_message = constructor(ToolMessage, positional=True, checked=False)
+#: The request a model call receives: its fields are already the tuples ModelRequest's converters make.
+_model_request = constructor(ModelRequest, positional=True, checked=False)

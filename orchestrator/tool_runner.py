@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from machines.frozen import constructor
 from orchestrator import events as ev
 from orchestrator.errors import ToolArgumentsError, ToolRejected
 from orchestrator.messages import ToolCall, ToolStatus
@@ -98,7 +99,7 @@ class ToolRunner:
     async def _run_call(self, requested: ToolCall) -> None:
         run = self.run_of
         # The call as the tool and its hooks see it: its own copy of the arguments.
-        call = ToolCall(requested.id, requested.name, dict(requested.arguments), requested.invalid_arguments)
+        call = _copied_call(requested.id, requested.name, dict(requested.arguments), requested.invalid_arguments)
         await run._emit(ev.ToolStartedEvent, call)
         error: BaseException | None = None
         if run.cut_off:
@@ -148,7 +149,13 @@ class ToolRunner:
                 value = await definition.invoke(call.arguments, {"context": context, "call": call})
             except ToolArgumentsError as invalid:
                 return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
-        return value if isinstance(value, ToolResult) else ToolResult(value)
+        return value if isinstance(value, ToolResult) else _succeeded(value, "succeeded")
+
+
+#: A copy of a checked call's fields (its arguments a dict) needs no second check.
+_copied_call = constructor(ToolCall, positional=True, checked=False)
+#: A tool's plain return value with a status known to be valid.
+_succeeded = constructor(ToolResult, positional=True, checked=False)
 
 
 def settled(result: ToolResult) -> ToolResult:

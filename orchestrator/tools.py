@@ -341,7 +341,7 @@ def _check(schema: Mapping[str, Any], value: Any, path: str) -> Any:
 
 def validate_arguments(schema: Mapping[str, Any], arguments: Any) -> dict[str, Any]:
     """Check model-supplied arguments against a tool schema; return the values."""
-    if not isinstance(arguments, Mapping):
+    if type(arguments) is not dict and not isinstance(arguments, Mapping):
         raise ToolArgumentsError(f"arguments must be an object, got {type(arguments).__name__}")
     if not arguments and not schema.get("required"):
         return {}
