@@ -155,7 +155,8 @@ class _LeanCondition(Condition):
         guard = self._guard
         if guard is not None:
             model = typing.cast(MachineModel, event_data.model)
-            return bool(model.guards[guard](event_data) == self.target)
+            held = model.guards[guard](event_data)
+            return held is self.target or bool(held == self.target)
         func: Any = self.func
         predicate = func if self._callable else event_data.machine.resolve_callable(func, event_data)
         if event_data.machine.send_event:
@@ -229,10 +230,19 @@ class _LeanEvent(Event):
         event_data.state = state
         try:
             edges = self.transitions.get(value if isinstance(value, str) else state.name)
-            if edges is not None:
-                self._take_first(event_data, edges)
-            elif self._is_valid_source(state):
-                self._process(event_data)
+            if edges is None:
+                # No edge of this trigger leaves the state: MachineError (False when invalid triggers are ignored).
+                self._is_valid_source(state)
+                return False
+            # Event._process: prepare_event callbacks, then the first edge whose conditions hold.
+            if machine._prepare_event:
+                machine.callbacks(machine._prepare_event, event_data)
+            for transition in edges:
+                event_data.transition = transition
+                if transition.execute(event_data):
+                    event_data.result = True
+                    typing.cast(MachineModel, event_data.model).taken = typing.cast(_LeanTransition, transition)
+                    break
         except BaseException as error:
             event_data.error = typing.cast(Exception, error)
             if not machine._on_exception:
@@ -245,22 +255,6 @@ class _LeanEvent(Event):
                 except BaseException as error:
                     _log.error("%sfinalize callbacks raised %s: %s", machine.name, type(error).__name__, error)
         return bool(event_data.result)
-
-    def _process(self, event_data: EventData) -> bool:
-        return self._take_first(event_data, self.transitions[event_data.state.name])
-
-    def _take_first(self, event_data: EventData, edges: list[MachineTransition]) -> bool:
-        """``Event._process``: prepare_event callbacks, then the first edge whose conditions hold."""
-        machine = self.machine
-        if machine._prepare_event:
-            machine.callbacks(machine._prepare_event, event_data)
-        for transition in edges:
-            event_data.transition = transition
-            if transition.execute(event_data):
-                event_data.result = True
-                typing.cast(MachineModel, event_data.model).taken = typing.cast(_LeanTransition, transition)
-                return True
-        return False
 
 
 class _LeanMachine(Machine):
@@ -388,7 +382,7 @@ def _generate(definition: MachineDefinition, region: Region) -> Machine:
             conditions=[_NamedGuard(name) for name in edge.conditions],
             unless=[_NamedGuard(name) for name in edge.unless],
         )
-        # The transition taken is recorded on the model as it is taken (_LeanEvent._take_first).
+        # The transition taken is recorded on the model as it is taken (_LeanEvent._trigger).
         for source in edge.source:
             generated_edge = typing.cast(_LeanTransition, machine.events[edge.trigger].transitions[source][-1])
             generated_edge.definition = edge
