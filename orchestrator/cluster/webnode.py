@@ -11,6 +11,8 @@ parked run; its idempotency key makes a retried POST harmless on any node.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -31,7 +33,7 @@ from orchestrator.extensions.steering import STEERING_EVENT
 from orchestrator.handle import UnknownRun
 from orchestrator.messages import UserMessage
 from orchestrator.pending import WaitRule
-from orchestrator.server.backend import RunExists, RunView
+from orchestrator.server.backend import IdempotencyKeyReused, RunExists, RunView
 from orchestrator.store.errors import StoreError
 from orchestrator.store.runs import NewInboxItem, RunRecord, RunStore, StoredEvent
 from orchestrator.trace import NestedTrace
@@ -80,14 +82,30 @@ class StoreBackend:
 
     # runs -------------------------------------------------------------------
 
-    async def start(self, session_id: str, message: UserMessage, request_id: str | None) -> str:
-        request_id = request_id or uuid.uuid4().hex
+    async def start(
+        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+    ) -> str:
+        """Insert a queued run. A run started with an Idempotency-Key and no request id is named
+        after the key (``keyed_request_id``), so a retry to any node finds the run it started:
+        the same input in the same session gets that run's id again, another input a refusal."""
+        keyed = request_id is None and idempotency_key is not None
+        if request_id is None:
+            request_id = keyed_request_id(session_id, idempotency_key) if idempotency_key else uuid.uuid4().hex
+        encoded = wire.encode_message(message)
         try:
-            await self._call(self.store.create_run, session_id, request_id, wire.encode_message(message))
-        except SessionBusy:
-            raise
-        except StoreError as taken:
-            raise RunExists(str(taken)) from None
+            await self._call(self.store.create_run, session_id, request_id, encoded)
+        except (SessionBusy, StoreError) as refused:
+            if idempotency_key is not None:
+                earlier: RunRecord | None = await self._call(self.store.run, request_id)
+                if earlier is not None and earlier.session_id == session_id and _same_json(earlier.input, encoded):
+                    return request_id  # a retry: the run it started
+                if earlier is not None and keyed:
+                    raise IdempotencyKeyReused(
+                        f"this Idempotency-Key started run {request_id!r} with another input"
+                    ) from None
+            if isinstance(refused, SessionBusy):
+                raise
+            raise RunExists(str(refused)) from None
         return request_id
 
     async def run(self, request_id: str) -> RunView:
@@ -244,3 +262,14 @@ class StoreBackend:
 
     def running(self) -> int | None:
         return None
+
+
+def keyed_request_id(session_id: str, idempotency_key: str) -> str:
+    """The request id of the run that POST /sessions/{session_id}/runs with this Idempotency-Key starts."""
+    digest = hashlib.sha256(f"{session_id}\0{idempotency_key}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"key-{digest[:32]}"
+
+
+def _same_json(stored: Mapping[str, Any], encoded: Mapping[str, Any]) -> bool:
+    """Whether two wire values are one (the stored one went through JSON: tuples came back as lists)."""
+    return json.dumps(stored, sort_keys=True) == json.dumps(encoded, sort_keys=True)

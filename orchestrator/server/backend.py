@@ -31,6 +31,10 @@ class RunExists(AgentError):
     """A run with this request id exists already."""
 
 
+class IdempotencyKeyReused(AgentError):
+    """An Idempotency-Key already started a run with another input (or in another session)."""
+
+
 @attrs.frozen
 class RunView:
     request_id: str
@@ -48,8 +52,13 @@ def pending_json(call: PendingCall) -> dict[str, Any]:
 
 
 class Backend(Protocol):
-    async def start(self, session_id: str, message: UserMessage, request_id: str | None) -> str:
-        """Start a run; its request id. SessionBusy, RunExists."""
+    async def start(
+        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+    ) -> str:
+        """Start a run; its request id. SessionBusy, RunExists, IdempotencyKeyReused.
+
+        With ``idempotency_key``, a backend may answer a retry with the run the key already
+        started (its request id) instead of refusing it."""
 
     async def run(self, request_id: str) -> RunView:
         """UnknownRun when there is no such run."""
@@ -110,7 +119,10 @@ class LocalBackend:
         run = self.agent._live.get(session_id)
         return run.context.request_id if run is not None else None
 
-    async def start(self, session_id: str, message: UserMessage, request_id: str | None) -> str:
+    async def start(
+        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+    ) -> str:
+        # One process: the routes' cache of answers already replays a retried key.
         if request_id is not None:
             try:
                 self._handle(request_id)

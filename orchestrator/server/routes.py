@@ -23,7 +23,7 @@ from machines.diagrams import composed_diagram, graphviz_available, machine_diag
 from machines.registry import all_definitions
 from orchestrator.errors import SessionBusy
 from orchestrator.handle import EventsExpired, UnknownRun
-from orchestrator.server.backend import Backend, RunExists, RunView
+from orchestrator.server.backend import Backend, IdempotencyKeyReused, RunExists, RunView
 from orchestrator.server.bodies import external_event, read_object, run_input
 from orchestrator.server.errors import HTTPRefusal, bad_request, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
@@ -134,12 +134,15 @@ class Service:
     async def start_run(self, request: Request, body: dict[str, Any]) -> Answer:
         session_id = _path_id(request, "session_id")
         message, request_id = run_input(body)
+        key = request.headers.get("idempotency-key")
         try:
-            started = await self.backend.start(session_id, message, request_id)
+            started = await self.backend.start(session_id, message, request_id, key)
         except SessionBusy as busy:
             raise HTTPRefusal(409, "SessionBusy", str(busy)) from None
         except RunExists as exists:
             raise HTTPRefusal(409, "RunExists", str(exists)) from None
+        except IdempotencyKeyReused as reused:
+            raise HTTPRefusal(422, "IdempotencyKeyReused", str(reused)) from None
         return Answer(202, {"request_id": started, "session_id": session_id, "events": f"/runs/{started}/events"})
 
     @_idempotent
