@@ -29,12 +29,15 @@ from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.messages import Message, ToolCall, ToolMessage
+from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import InboxItem, Lease, LeaseLost, RunCommit, RunStore, StoredEvent
 from orchestrator.tools import ToolResult
 
 log = logging.getLogger("orchestrator.cluster")
 
 FLUSH_SECONDS = 0.1
+#: Pauses before each new try of a commit the store could not take (well inside a lease).
+COMMIT_RETRY_SECONDS = (0.2, 1.0, 2.0)
 STOPPED_MID_CALL = (
     "not run again: the worker running this call stopped before it finished, so it may or may not have"
     " taken effect; check before calling it again"
@@ -125,7 +128,7 @@ class DurableRun:
             self.messages, self.events, self.consumed = [], [], []
             try:
                 with trio.CancelScope(shield=True):
-                    self.lease = await trio.to_thread.run_sync(self.store.commit, self.lease, change)
+                    self.lease = await self._committed(change)
             except LeaseLost as lost:
                 log.warning("%s; the run stops here without writing more", lost)
                 self.lose()
@@ -135,6 +138,23 @@ class DurableRun:
                 self.events[:0] = change.events
                 self.consumed[:0] = change.consumed
                 raise
+
+    async def _committed(self, change: RunCommit) -> Lease:
+        """``store.commit``, tried again while the store cannot be reached (COMMIT_RETRY_SECONDS apart).
+
+        Commits are fenced: one whose answer was lost but which was made fails its
+        retry with LeaseLost (the version moved), and the run stops here; another
+        worker resumes it from that commit once the lease expires.
+        """
+        for pause in (*COMMIT_RETRY_SECONDS, None):
+            try:
+                return await trio.to_thread.run_sync(self.store.commit, self.lease, change)
+            except StoreUnavailable as down:
+                if pause is None:
+                    raise
+                log.warning("run %s: commit not made (%s); trying again in %.2f s", self.lease.request_id, down, pause)
+                await trio.sleep(pause)
+        raise AssertionError("not reached")
 
     async def flush(self) -> None:
         """Commit streamed events that wait (text deltas between other commits)."""

@@ -34,7 +34,7 @@ from orchestrator.handle import UnknownRun
 from orchestrator.messages import UserMessage
 from orchestrator.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, RunExists, RunView
-from orchestrator.store.errors import StoreError
+from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import NewInboxItem, RunRecord, RunStore, StoredEvent
 from orchestrator.trace import NestedTrace
 
@@ -94,6 +94,8 @@ class StoreBackend:
         encoded = wire.encode_message(message)
         try:
             await self._call(self.store.create_run, session_id, request_id, encoded)
+        except StoreUnavailable:
+            raise
         except (SessionBusy, StoreError) as refused:
             if idempotency_key is not None:
                 earlier: RunRecord | None = await self._call(self.store.run, request_id)
@@ -117,14 +119,23 @@ class StoreBackend:
         async def batches() -> AsyncIterator[list[dict[str, Any]]]:
             position = after
             while True:
-                stored: list[StoredEvent] = await self._call(self.store.events, request_id, position)
+                try:
+                    stored: list[StoredEvent] = await self._call(self.store.events, request_id, position)
+                except StoreUnavailable:
+                    # The stream stays open while the store is away; its events follow when it is back.
+                    await trio.sleep(self.poll_seconds)
+                    continue
                 if stored:
                     position = stored[-1].seq
                     yield [dict(event.body) for event in stored]
                     if stored[-1].type in TERMINAL and _of_session(stored[-1], session_id):
                         return
                     continue
-                record: RunRecord | None = await self._call(self.store.run, request_id)
+                try:
+                    record: RunRecord | None = await self._call(self.store.run, request_id)
+                except StoreUnavailable:
+                    await trio.sleep(self.poll_seconds)
+                    continue
                 if record is None or (record.final and record.last_seq <= position):
                     return
                 await trio.sleep(self.poll_seconds)

@@ -29,6 +29,7 @@ from orchestrator.cluster.history import StoreHistory
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import UserMessage
+from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import Lease, LeaseLost, RunStore
 from orchestrator.wire import decode_message
 
@@ -78,6 +79,7 @@ class Worker:
         self.history = StoreHistory()
         self.agent.history = self.history
         self.active: dict[str, DurableRun | None] = {}
+        self._outage = False
         self.agent.extensions.insert(0, self.durable)
         for hook in ("on_event", "on_tool_call"):
             self.agent.hooks[hook].insert(0, self.durable)
@@ -90,21 +92,44 @@ class Worker:
             while True:
                 free = self.capacity - len(self.active)
                 leases: list[Lease] = []
-                if free > 0:
-                    leases = await trio.to_thread.run_sync(self.store.claim, self.name, self.lease_seconds, free)
-                for lease in leases:
-                    self.active[lease.request_id] = None
-                    nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
-                if not leases:
-                    await trio.to_thread.run_sync(self.store.wait_for_work, self.poll_seconds, abandon_on_cancel=True)
+                try:
+                    if free > 0:
+                        leases = await trio.to_thread.run_sync(self.store.claim, self.name, self.lease_seconds, free)
+                    for lease in leases:
+                        self.active[lease.request_id] = None
+                        nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
+                    if not leases:
+                        await trio.to_thread.run_sync(
+                            self.store.wait_for_work, self.poll_seconds, abandon_on_cancel=True
+                        )
+                except StoreUnavailable as down:
+                    self._note_outage(down)
+                    await trio.sleep(self.poll_seconds)
+                    continue
+                self._note_recovery()
+
+    def _note_outage(self, down: StoreUnavailable) -> None:
+        """Say once that the store cannot be reached (the worker keeps asking every poll_seconds)."""
+        if not self._outage:
+            self._outage = True
+            log.warning("worker %s: %s; asking again every %.1f s", self.name, down, self.poll_seconds)
+
+    def _note_recovery(self) -> None:
+        if self._outage:
+            self._outage = False
+            log.warning("worker %s: the store answers again", self.name)
 
     async def _prune(self) -> None:
         """Delete ended runs past their retention, now and every tenth of it (at most hourly)."""
         while True:
             cutoff = time.time() - self.retention_seconds
-            gone = await trio.to_thread.run_sync(self.store.prune, cutoff)
-            if gone:
-                log.info("pruned %d ended runs", gone)
+            try:
+                gone = await trio.to_thread.run_sync(self.store.prune, cutoff)
+            except StoreUnavailable as down:
+                log.warning("worker %s: no runs pruned: %s", self.name, down)
+            else:
+                if gone:
+                    log.info("pruned %d ended runs", gone)
             await trio.sleep(min(self.retention_seconds / 10, 3600.0))
 
     async def _carry(self, lease: Lease) -> None:
@@ -190,6 +215,10 @@ class Worker:
                 log.warning("%s", lost)
                 durable.lose()
                 return
+            except StoreUnavailable as down:
+                # The next beat tries again; a lease that expired meanwhile is LeaseLost then.
+                log.warning("run %s: lease not renewed: %s", durable.lease.request_id, down)
+                continue
             # A commit may have moved the version meanwhile: keep its lease, take the new expiry.
             durable.lease = attrs.evolve(
                 durable.lease, expires=renewed.expires, cancel_requested=renewed.cancel_requested
@@ -200,9 +229,12 @@ class Worker:
 
     async def _poll_inbox(self, durable: DurableRun) -> None:
         while True:
-            items = await trio.to_thread.run_sync(
-                lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
-            )
+            try:
+                items = await trio.to_thread.run_sync(
+                    lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
+                )
+            except StoreUnavailable:
+                items = []  # asked again at the next poll
             for item in items:
                 if item.id in durable.used:
                     continue

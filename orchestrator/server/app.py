@@ -18,6 +18,7 @@ from orchestrator.server.errors import HTTPRefusal
 from orchestrator.server.guard import TokenGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
 from orchestrator.server.routes import Service
+from orchestrator.store.errors import StoreUnavailable
 
 
 @attrs.frozen
@@ -41,6 +42,12 @@ def _client(agent: Agent | AgentClient) -> AgentClient:
 async def _refused(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPRefusal)
     return error.response()
+
+
+async def _store_unavailable(request: Request, error: Exception) -> Response:
+    # A run store whose database cannot be reached (a cluster's web node): the client may retry.
+    body = {"error": {"type": "StoreUnavailable", "message": str(error)}}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
 
 async def _not_found(request: Request, error: Exception) -> Response:
@@ -97,7 +104,12 @@ def create_app(
         routes.append(Mount("/static", StaticFiles(directory=str(static)), name="static"))
     app = Starlette(
         routes=routes,
-        exception_handlers={HTTPRefusal: _refused, 404: _not_found, 405: _method_not_allowed},
+        exception_handlers={
+            HTTPRefusal: _refused,
+            StoreUnavailable: _store_unavailable,
+            404: _not_found,
+            405: _method_not_allowed,
+        },
     )
     app.state.service = service
     guarded = TokenGuard(app, settings.token)

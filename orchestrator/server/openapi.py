@@ -58,6 +58,7 @@ def _path(name: str) -> dict[str, Any]:
 
 _COMMON = {
     "401": _refusal("missing or wrong bearer token (only when the server has one)"),
+    "503": _refusal("a cluster's web node cannot reach its run store; retry (Retry-After)"),
 }
 _POSTED = {
     "400": _refusal("malformed body or parameter"),

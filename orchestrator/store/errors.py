@@ -9,6 +9,14 @@ class StoreError(AgentError):
     """A session store could not read or write what it was asked to."""
 
 
+class StoreUnavailable(StoreError):
+    """The store's database could not be reached: its connection broke during the call, or none could be made.
+
+    A call whose connection broke may or may not have taken effect (its commit may
+    have been made before the answer was lost). The next call connects again.
+    """
+
+
 class SessionLocked(StoreError):
     """Another process (or another store object) is running this session on the same store.
 

@@ -10,6 +10,7 @@ own message table, so one database holds a deployment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import sqlite3
@@ -26,7 +27,7 @@ from machines.run_lease import RUN_LEASE
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import Message
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
-from orchestrator.store.errors import StoreError
+from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import (
     ACTIVE,
     FINAL,
@@ -185,7 +186,12 @@ def _inbox_item(row: Sequence[Any]) -> InboxItem:
 
 
 class SQLRunStore(RunStore):
-    """The run store over one connection (guarded by a lock); every method one transaction."""
+    """The run store over one connection (guarded by a lock); every method one transaction.
+
+    A PostgreSQL connection that broke (the server restarted, a proxy dropped it)
+    fails the call it broke in with StoreUnavailable; the next call connects again
+    (and fails with StoreUnavailable while the server cannot be reached).
+    """
 
     def __init__(
         self,
@@ -208,9 +214,30 @@ class SQLRunStore(RunStore):
 
     # plumbing ---------------------------------------------------------------
 
+    def _connection(self) -> Any:
+        """The open connection, made again if the last one broke or was closed."""
+        db = self._db
+        if self.dialect.name == "postgresql" and (db is None or db.broken or db.closed):
+            self._db = None
+            try:
+                self._db = db = self._connect()
+            except Exception as failed:
+                raise StoreUnavailable(f"cannot connect to {self.where}: {failed}") from failed
+        return db
+
     @contextmanager
     def _transaction(self) -> Iterator[_Cursor]:
         with self._lock:
+            if self.dialect.name == "postgresql":
+                db = self._connection()
+                try:
+                    with db.transaction(), db.cursor() as cursor:
+                        yield _Dialected(cursor, self.dialect)
+                except Exception as error:
+                    if db.broken or db.closed:
+                        raise StoreUnavailable(f"{self.where}: the connection was lost: {error}") from error
+                    raise
+                return
             if self.dialect.name == "sqlite":
                 cursor = self._db.cursor()
                 cursor.execute("BEGIN IMMEDIATE")
@@ -220,9 +247,6 @@ class SQLRunStore(RunStore):
                     cursor.execute("ROLLBACK")
                     raise
                 cursor.execute("COMMIT")
-            else:
-                with self._db.transaction(), self._db.cursor() as cursor:
-                    yield _Dialected(cursor, self.dialect)
 
     def _notify(self, db: _Cursor) -> None:
         if self.dialect.name == "postgresql":
@@ -528,15 +552,24 @@ class SQLRunStore(RunStore):
         if self._listen is None:
             time.sleep(min(timeout, 0.1))
             return
-        if self._listener is None:
-            self._listener = self._listen()
-            self._listener.execute(f"LISTEN {WAKE_CHANNEL}")
-        for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-            break
+        try:
+            if self._listener is None:
+                self._listener = self._listen()
+                self._listener.execute(f"LISTEN {WAKE_CHANNEL}")
+            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                break
+        except Exception as error:
+            # A broken listening connection is made again by the next wait.
+            listener, self._listener = self._listener, None
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    listener.close()
+            raise StoreUnavailable(f"{self.where}: waiting for work: {error}") from error
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
             if self._listener is not None:
                 self._listener.close()
                 self._listener = None

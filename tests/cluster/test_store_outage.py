@@ -1,0 +1,114 @@
+"""A run store whose PostgreSQL connections are cut (as a server restart or a proxy would) connects again.
+
+The connections are ended from the server's side with ``pg_terminate_backend``,
+on the throwaway server of ``tests/pg.py``: the call that was using one fails
+with StoreUnavailable (an HTTP 503 at a web node), the next call connects
+again, and a worker carrying a parked run goes on to finish it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from orchestrator.cluster import Worker
+from orchestrator.cluster.webnode import StoreBackend
+from orchestrator.store.errors import StoreUnavailable
+from orchestrator.store.runs_sql import SQLRunStore, postgres_run_store
+from tests.cluster import apps
+from tests.server.support import read_sse, serving
+
+INPUT = {"role": "user", "content": "hello"}
+
+
+@pytest.fixture(autouse=True)
+def marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(apps, "MARKS", tmp_path / "marks")
+    return tmp_path / "marks"
+
+
+@pytest.fixture
+def store(postgres_dsn: str) -> Iterator[SQLRunStore]:
+    made = postgres_run_store(postgres_dsn)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def cut_connections(dsn: str) -> int:
+    """End every other connection to the test's database from the server's side; how many."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+def test_the_call_a_cut_connection_breaks_is_store_unavailable_and_the_next_connects_again(
+    store: SQLRunStore, postgres_dsn: str
+) -> None:
+    store.create_run("s1", "r1", INPUT)
+    store.wait_for_work(0.01)  # opens the listening connection too
+    assert cut_connections(postgres_dsn) == 2
+    with pytest.raises(StoreUnavailable, match="connection was lost"):
+        store.run("r1")
+    record = store.run("r1")
+    assert record is not None and record.status == "queued"
+    with pytest.raises(StoreUnavailable, match="waiting for work"):
+        store.wait_for_work(0.01)
+    store.create_run("s2", "r2", INPUT)
+    store.wait_for_work(0.01)  # listening again: no error
+    assert [r.request_id for r in store.runs()] == ["r1", "r2"]
+
+
+async def test_a_parked_run_is_answered_and_finished_after_every_connection_was_cut(postgres_dsn: str) -> None:
+    web_store, worker_store = postgres_run_store(postgres_dsn), postgres_run_store(postgres_dsn)
+    worker = Worker(await apps.approval_agent(), worker_store, name="a", poll_seconds=0.05, lease_seconds=3.0)
+    answers: list[int] = []
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=10) as http:
+                await nursery.start(worker.run)
+                async with serving(StoreBackend(web_store, poll_seconds=0.02)) as base:  # type: ignore[arg-type]
+                    started = await http.post(f"{base}/sessions/s1/runs", json={"input": "paint"})
+                    assert started.status_code == 202, started.text
+                    request_id = started.json()["request_id"]
+
+                    async def answer(event: dict[str, Any]) -> None:
+                        if event["type"] != "run_parked":
+                            return
+                        assert await trio.to_thread.run_sync(cut_connections, postgres_dsn) >= 2
+                        payload = {"tool_call_id": event["waiting"][0], "answer": "yes"}
+                        while True:  # a client retries a 503 with the same key
+                            posted = await http.post(
+                                f"{base}/sessions/s1/events",
+                                json={"name": "ask_user_response", "payload": payload},
+                                headers={"Idempotency-Key": "answer-1"},
+                            )
+                            answers.append(posted.status_code)
+                            if posted.status_code != 503:
+                                break
+                            assert posted.json()["error"]["type"] == "StoreUnavailable"
+                            assert posted.headers["retry-after"] == "1"
+                            await trio.sleep(0.05)
+
+                    got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=answer)
+                nursery.cancel_scope.cancel()
+    finally:
+        web_store.close()
+        worker_store.close()
+    assert answers[-1] == 202 and set(answers) <= {202, 503}, answers
+    assert got.types[-1] == "run_completed", got.types
+    assert got.events[-1]["result"]["content"] == "Done with paint: yes."
+    seqs = [e["seq"] for e in got.events]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert (apps.MARKS / "record.log").read_text().splitlines() == ["paint"]
