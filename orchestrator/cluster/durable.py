@@ -188,8 +188,16 @@ class DurableRun:
         self.consumed.append(item.id)
 
     async def take_answer(self, waiting: Waiting) -> bool:
-        """Answer ``waiting`` from the inbox if its answer is there; whether it was."""
-        items = await trio.to_thread.run_sync(self.store.inbox, self.lease.request_id)
+        """Answer ``waiting`` from the inbox if its answer is there; whether it was.
+
+        A store that cannot be reached has no answer now: the run parks, and an answer
+        already in its inbox makes it runnable again at once.
+        """
+        try:
+            items = await trio.to_thread.run_sync(self.store.inbox, self.lease.request_id)
+        except StoreUnavailable as down:
+            log.warning("run %s: inbox not read (%s)", self.lease.request_id, down)
+            return False
         for item in items:
             if item.id in self.used:
                 continue

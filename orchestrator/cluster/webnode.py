@@ -184,6 +184,8 @@ class StoreBackend:
         item = NewInboxItem(session_id, record.request_id, event.name, dict(event.payload), idempotency_key)
         try:
             await self._call(self.store.post, item)
+        except StoreUnavailable:
+            raise  # a 503: the client retries, with its Idempotency-Key if it sent one
         except StoreError as ended:
             return _refused(event, str(ended))
         return Delivery(event.name, (INBOX,), {})

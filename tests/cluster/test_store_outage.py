@@ -19,6 +19,7 @@ import trio
 from orchestrator.cluster import Worker
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.store.errors import StoreUnavailable
+from orchestrator.store.runs import NewInboxItem, RunCommit
 from orchestrator.store.runs_sql import SQLRunStore, postgres_run_store
 from tests.cluster import apps
 from tests.server.support import read_sse, serving
@@ -112,3 +113,87 @@ async def test_a_parked_run_is_answered_and_finished_after_every_connection_was_
     seqs = [e["seq"] for e in got.events]
     assert seqs == list(range(1, len(seqs) + 1))
     assert (apps.MARKS / "record.log").read_text().splitlines() == ["paint"]
+
+
+async def test_an_answer_whose_insert_loses_the_connection_is_a_503_and_its_retry_is_taken_once(
+    postgres_dsn: str,
+) -> None:
+    web_store = postgres_run_store(postgres_dsn)
+    web_store.create_run("s1", "r1", INPUT)
+    waiting = {"tool_call_id": "q1", "event": "ask_user", "payload": {}, "response_event": "ask_user_response"}
+    lease = web_store.claim("worker", 30.0)[0]
+    web_store.commit(lease, RunCommit(checkpoint={"version": 1, "states": {}, "waiting": [waiting]}, status="parked"))
+    post = web_store.post
+    cuts = 0
+
+    def post_after_a_cut(item: NewInboxItem) -> Any:
+        nonlocal cuts
+        if cuts == 0:  # the connection breaks between checking the answer and inserting it
+            cuts += cut_connections(postgres_dsn)
+        return post(item)
+
+    web_store.post = post_after_a_cut  # type: ignore[method-assign]
+    answer = {"name": "ask_user_response", "payload": {"tool_call_id": "q1", "answer": "yes"}}
+    try:
+        with trio.fail_after(30):
+            async with httpx.AsyncClient(timeout=10) as http:
+                async with serving(StoreBackend(web_store, poll_seconds=0.02)) as base:  # type: ignore[arg-type]
+                    key = {"Idempotency-Key": "answer-1"}
+                    first = await http.post(f"{base}/sessions/s1/events", json=answer, headers=key)
+                    again = await http.post(f"{base}/sessions/s1/events", json=answer, headers=key)
+    finally:
+        web_store.close()
+    assert cuts >= 1
+    assert (first.status_code, first.json()["error"]["type"]) == (503, "StoreUnavailable"), first.text
+    assert again.status_code == 202, again.text
+    check = postgres_run_store(postgres_dsn)
+    try:
+        assert [(i.name, i.idempotency_key) for i in check.inbox("r1")] == [("ask_user_response", "answer-1")]
+    finally:
+        check.close()
+
+
+async def test_a_resumed_run_that_cannot_read_its_inbox_parks_again_and_finishes_with_the_answer(
+    postgres_dsn: str,
+) -> None:
+    web_store, worker_store = postgres_run_store(postgres_dsn), postgres_run_store(postgres_dsn)
+    inbox = worker_store.inbox
+    cuts = 0
+
+    def inbox_after_a_cut(request_id: str, *, after_id: int | None = None) -> Any:
+        nonlocal cuts
+        if after_id is None:  # the resumed call looking for its answer (the inbox poll gives after_id)
+            if not cuts and inbox(request_id):
+                cuts += cut_connections(postgres_dsn)
+            return inbox(request_id)
+        if not cuts:
+            return []  # the poll has not seen the answer before the resumed call looked for it
+        return inbox(request_id, after_id=after_id)
+
+    worker_store.inbox = inbox_after_a_cut  # type: ignore[method-assign]
+    worker = Worker(await apps.approval_agent(), worker_store, name="a", poll_seconds=0.05, lease_seconds=3.0)
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=10) as http:
+                await nursery.start(worker.run)
+                async with serving(StoreBackend(web_store, poll_seconds=0.02)) as base:  # type: ignore[arg-type]
+                    started = await http.post(f"{base}/sessions/s1/runs", json={"input": "paint"})
+                    request_id = started.json()["request_id"]
+
+                    async def answer(event: dict[str, Any]) -> None:
+                        if event["type"] == "run_parked" and not cuts:
+                            payload = {"tool_call_id": event["waiting"][0], "answer": "yes"}
+                            posted = await http.post(
+                                f"{base}/sessions/s1/events", json={"name": "ask_user_response", "payload": payload}
+                            )
+                            assert posted.status_code == 202, posted.text
+
+                    got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=answer)
+                nursery.cancel_scope.cancel()
+    finally:
+        web_store.close()
+        worker_store.close()
+    assert cuts >= 1
+    assert got.types[-1] == "run_completed", got.types
+    assert got.types.count("run_parked") == 2, got.types
+    assert got.events[-1]["result"]["content"] == "Done with paint: yes."
