@@ -8,7 +8,8 @@ again, and a worker carrying a parked run goes on to finish it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,19 @@ def cut_connections(dsn: str) -> int:
     return len(rows)
 
 
+@asynccontextmanager
+async def web_node_and_worker(
+    web_store: SQLRunStore, worker_store: SQLRunStore
+) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A web node on ``web_store``, a worker of ``apps.approval_agent`` on ``worker_store``: a client and the URL."""
+    worker = Worker(await apps.approval_agent(), worker_store, name="a", poll_seconds=0.05, lease_seconds=3.0)
+    async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=10) as http:
+        await nursery.start(worker.run)
+        async with serving(StoreBackend(web_store, poll_seconds=0.02)) as base:  # type: ignore[arg-type]
+            yield http, base
+        nursery.cancel_scope.cancel()
+
+
 def test_the_call_a_cut_connection_breaks_is_store_unavailable_and_the_next_connects_again(
     store: SQLRunStore, postgres_dsn: str
 ) -> None:
@@ -73,37 +87,33 @@ def test_the_call_a_cut_connection_breaks_is_store_unavailable_and_the_next_conn
 
 async def test_a_parked_run_is_answered_and_finished_after_every_connection_was_cut(postgres_dsn: str) -> None:
     web_store, worker_store = postgres_run_store(postgres_dsn), postgres_run_store(postgres_dsn)
-    worker = Worker(await apps.approval_agent(), worker_store, name="a", poll_seconds=0.05, lease_seconds=3.0)
     answers: list[int] = []
     try:
         with trio.fail_after(60):
-            async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=10) as http:
-                await nursery.start(worker.run)
-                async with serving(StoreBackend(web_store, poll_seconds=0.02)) as base:  # type: ignore[arg-type]
-                    started = await http.post(f"{base}/sessions/s1/runs", json={"input": "paint"})
-                    assert started.status_code == 202, started.text
-                    request_id = started.json()["request_id"]
+            async with web_node_and_worker(web_store, worker_store) as (http, base):
+                started = await http.post(f"{base}/sessions/s1/runs", json={"input": "paint"})
+                assert started.status_code == 202, started.text
+                request_id = started.json()["request_id"]
 
-                    async def answer(event: dict[str, Any]) -> None:
-                        if event["type"] != "run_parked":
-                            return
-                        assert await trio.to_thread.run_sync(cut_connections, postgres_dsn) >= 2
-                        payload = {"tool_call_id": event["waiting"][0], "answer": "yes"}
-                        while True:  # a client retries a 503 with the same key
-                            posted = await http.post(
-                                f"{base}/sessions/s1/events",
-                                json={"name": "ask_user_response", "payload": payload},
-                                headers={"Idempotency-Key": "answer-1"},
-                            )
-                            answers.append(posted.status_code)
-                            if posted.status_code != 503:
-                                break
-                            assert posted.json()["error"]["type"] == "StoreUnavailable"
-                            assert posted.headers["retry-after"] == "1"
-                            await trio.sleep(0.05)
+                async def answer(event: dict[str, Any]) -> None:
+                    if event["type"] != "run_parked":
+                        return
+                    assert await trio.to_thread.run_sync(cut_connections, postgres_dsn) >= 2
+                    payload = {"tool_call_id": event["waiting"][0], "answer": "yes"}
+                    while True:  # a client retries a 503 with the same key
+                        posted = await http.post(
+                            f"{base}/sessions/s1/events",
+                            json={"name": "ask_user_response", "payload": payload},
+                            headers={"Idempotency-Key": "answer-1"},
+                        )
+                        answers.append(posted.status_code)
+                        if posted.status_code != 503:
+                            break
+                        assert posted.json()["error"]["type"] == "StoreUnavailable"
+                        assert posted.headers["retry-after"] == "1"
+                        await trio.sleep(0.05)
 
-                    got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=answer)
-                nursery.cancel_scope.cancel()
+                got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=answer)
     finally:
         web_store.close()
         worker_store.close()
@@ -136,11 +146,13 @@ async def test_an_answer_whose_insert_loses_the_connection_is_a_503_and_its_retr
     answer = {"name": "ask_user_response", "payload": {"tool_call_id": "q1", "answer": "yes"}}
     try:
         with trio.fail_after(30):
-            async with httpx.AsyncClient(timeout=10) as http:
-                async with serving(StoreBackend(web_store, poll_seconds=0.02)) as base:  # type: ignore[arg-type]
-                    key = {"Idempotency-Key": "answer-1"}
-                    first = await http.post(f"{base}/sessions/s1/events", json=answer, headers=key)
-                    again = await http.post(f"{base}/sessions/s1/events", json=answer, headers=key)
+            async with (
+                httpx.AsyncClient(timeout=10) as http,
+                serving(StoreBackend(web_store, poll_seconds=0.02)) as base,  # type: ignore[arg-type]
+            ):
+                key = {"Idempotency-Key": "answer-1"}
+                first = await http.post(f"{base}/sessions/s1/events", json=answer, headers=key)
+                again = await http.post(f"{base}/sessions/s1/events", json=answer, headers=key)
     finally:
         web_store.close()
     assert cuts >= 1
@@ -171,25 +183,21 @@ async def test_a_resumed_run_that_cannot_read_its_inbox_parks_again_and_finishes
         return inbox(request_id, after_id=after_id)
 
     worker_store.inbox = inbox_after_a_cut  # type: ignore[method-assign]
-    worker = Worker(await apps.approval_agent(), worker_store, name="a", poll_seconds=0.05, lease_seconds=3.0)
     try:
         with trio.fail_after(60):
-            async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=10) as http:
-                await nursery.start(worker.run)
-                async with serving(StoreBackend(web_store, poll_seconds=0.02)) as base:  # type: ignore[arg-type]
-                    started = await http.post(f"{base}/sessions/s1/runs", json={"input": "paint"})
-                    request_id = started.json()["request_id"]
+            async with web_node_and_worker(web_store, worker_store) as (http, base):
+                started = await http.post(f"{base}/sessions/s1/runs", json={"input": "paint"})
+                request_id = started.json()["request_id"]
 
-                    async def answer(event: dict[str, Any]) -> None:
-                        if event["type"] == "run_parked" and not cuts:
-                            payload = {"tool_call_id": event["waiting"][0], "answer": "yes"}
-                            posted = await http.post(
-                                f"{base}/sessions/s1/events", json={"name": "ask_user_response", "payload": payload}
-                            )
-                            assert posted.status_code == 202, posted.text
+                async def answer(event: dict[str, Any]) -> None:
+                    if event["type"] == "run_parked" and not cuts:
+                        payload = {"tool_call_id": event["waiting"][0], "answer": "yes"}
+                        posted = await http.post(
+                            f"{base}/sessions/s1/events", json={"name": "ask_user_response", "payload": payload}
+                        )
+                        assert posted.status_code == 202, posted.text
 
-                    got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=answer)
-                nursery.cancel_scope.cancel()
+                got = await read_sse(http, f"{base}/runs/{request_id}/events", on_event=answer)
     finally:
         web_store.close()
         worker_store.close()
