@@ -2,7 +2,8 @@
 
 Every step goes through ``machines.request.REQUEST``: the synchronous
 ``transitions`` machine validates and records the edge, then this class awaits
-the callbacks the edge names, one after another, in the request's own task.
+the callbacks the edge names, one after another, in the request's own task
+(the guards' predicates and the callbacks are ``orchestrator.edges``).
 The tool calls of each assistant message are run by its ``ToolRunner``
 (``orchestrator.tool_runner``); how events are numbered, streamed and
 delivered is ``orchestrator.emission``, where steering and internal input are
@@ -29,6 +30,7 @@ from machines.values import FieldValues
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
 from orchestrator.context import AgentRunContext
+from orchestrator.edges import CALLBACKS, GUARDS, has_work
 from orchestrator.emission import _DROP, _heard_names, _new_text_delta
 from orchestrator.errors import MaxIterationsExceeded, ModelError
 from orchestrator.messages import (
@@ -162,7 +164,7 @@ class RequestRun(SteeringPoints):
         # The event names at least one on_event wants (None: every name); others skip _deliver.
         self._listened = profile.listened
         self._plans = profile.plans
-        self.machine = BoundMachine(REQUEST, _GUARDS, host=self)
+        self.machine = BoundMachine(REQUEST, GUARDS, host=self)
         self.iterations = 0
         self.request: ModelRequest | None = None
         self.response: AssistantMessage | None = None
@@ -252,7 +254,7 @@ class RequestRun(SteeringPoints):
         """
         plan = self._plans.get(callbacks)
         if plan is None:
-            plan = self._plans[callbacks] = tuple(_CALLBACKS[name] for name in callbacks if _has_work(self.agent, name))
+            plan = self._plans[callbacks] = tuple(CALLBACKS[name] for name in callbacks if has_work(self.agent, name))
         return plan
 
     async def _run_hook(self, name: str, *args: Any) -> None:
@@ -571,149 +573,6 @@ class RequestRun(SteeringPoints):
             await self.step("exit_plan")
         self.capabilities = None
 
-    # callbacks named by the request machine ---------------------------------
-
-    async def _cb_open_inboxes(self) -> None:
-        self._open_inboxes()
-
-    async def _cb_refuse_internal(self) -> None:
-        self.internal_refused = True
-
-    async def _cb_close_inboxes(self) -> None:
-        self._close_inboxes()
-
-    async def _cb_on_tool(self) -> None:
-        for definition in self.agent.tools:
-            self.context.register_tool(definition)
-        await self._run_hook("on_tool")
-
-    async def _cb_on_state(self) -> None:
-        if self.agent.system_prompt:
-            self.context.add_message(SystemMessage(self.agent.system_prompt))
-        if self.agent.history is not None:
-            for message in self.agent.history.load(self.context.session_id):
-                self.context.add_message(message)
-        await self._run_hook("on_state")
-
-    async def _cb_on_message(self) -> None:
-        await self._run_hook("on_message")
-
-    async def _cb_append_input(self) -> None:
-        message = self.context.input_message
-        if not isinstance(message, UserMessage):
-            raise TypeError(f"input_message must be a UserMessage, got {type(message).__name__}")
-        await self.append(message)
-
-    async def _cb_emit_started(self) -> None:
-        assert self.context.input_message is not None
-        await self._emit_new(ev.RunStartedEvent, input=self.context.input_message)
-
-    async def _cb_before_run(self) -> None:
-        await self._run_hook("before_run")
-
-    async def _cb_before_turn(self) -> None:
-        await self._run_hook("before_turn")
-
-    async def _cb_assemble_request(self) -> None:
-        self.request = self.assemble()
-
-    async def _cb_compact_context(self) -> None:
-        compacted = False
-        for compactor in self.agent.compactors:
-            compacted = await compactor.compact_turn(self.context) or compacted
-        if compacted:
-            await self._store_history()
-            self.request = self.assemble()
-
-    async def _cb_before_model(self) -> None:
-        for extension in self.hooks["before_model"]:
-            assert self.request is not None
-            await extension.before_model(self.context, self.request)
-            self.request = self.assemble()
-
-    async def _cb_append_response(self) -> None:
-        assert self.response is not None
-        await self.append(self.response, cleaned=True)
-        await self._emit(ev.ModelCompletedEvent, self.response, self.usage, self.stop_reason, self.raw_stop_reason)
-
-    async def _cb_after_model(self) -> None:
-        assert self.response is not None
-        await self._run_hook("after_model", self.response)
-
-    async def _cb_poll_steering(self) -> None:
-        await self._poll()
-
-    async def _cb_append_steering(self) -> None:
-        assert self.steering is not None
-        await self._announce_steering()
-        message, self.steering = self.steering, None
-        skipped, self.skipped_ids = self.skipped_ids, ()
-        await self.append(message)
-        await self._emit_new(
-            ev.SteeringAppliedEvent, message=message, skipped_call_ids=skipped, iteration=self.iterations
-        )
-
-    async def _cb_append_internal(self) -> None:
-        assert self.internal is not None
-        message, self.internal = self.internal, None
-        await self.append(message)
-
-    async def _cb_reset_budget(self) -> None:
-        self.iterations = 0
-
-    async def _cb_after_turn(self) -> None:
-        assert self.response is not None
-        await self._run_hook("after_turn", self.response)
-
-    async def _cb_after_run(self) -> None:
-        assert self.response is not None
-        await self._run_hook("after_run", self.response)
-
-    async def _cb_on_success(self) -> None:
-        assert self.response is not None
-        await self._run_hook("on_success", self.response)
-
-    async def _cb_emit_completed(self) -> None:
-        assert self.response is not None
-        await self._emit_new(ev.RunCompletedEvent, result=self.response)
-
-    async def _cb_on_error(self) -> None:
-        assert self.error is not None
-        for extension in self.hooks["on_error"]:
-            try:
-                await extension.on_error(self.context, self.error)
-            except Exception:
-                log.exception("on_error of %s failed", extension.name)
-
-    async def _cb_emit_failed(self) -> None:
-        assert self.error is not None
-        await self._emit_new(ev.RunFailedEvent, error=self.error)
-
-    async def _cb_on_cancelled(self) -> None:
-        await self._emit_new(ev.RunCancelledEvent)
-
-    async def _cb_emit_parked(self) -> None:
-        await self._emit_new(ev.RunParkedEvent, waiting=tuple(self.open_calls))
-
-    async def _cb_emit_resumed(self) -> None:
-        assert self.restored is not None
-        await self._emit_new(ev.RunResumedEvent, worker=self.restored.worker, phase=self.machine.state())
-
-    async def _cb_restore_context(self) -> None:
-        """Pick the loop up where the checkpoint left it: budget, last response, calls still open."""
-        assert self.restored is not None
-        self.iterations = self.restored.iterations
-        self.response = self.restored.response
-        self.stop_reason = self.restored.stop_reason
-        if self.restored.response is not None:
-            self.open_calls = {c.id: c for c in self.restored.response.tool_calls if c.id in self.restored.open_calls}
-
-    async def _cb_on_compact(self) -> None:
-        await self._run_hook("on_compact")
-
-    async def _cb_store_compaction(self) -> None:
-        await self._store_history()
-
     async def _store_history(self) -> None:
         """Make the session's history the request's messages, system instructions left out."""
         kept = tuple(m for m in self.context.messages if not isinstance(m, SystemMessage))
@@ -725,47 +584,6 @@ class RequestRun(SteeringPoints):
             )
         )
 
-
-# Events are built through constructors that store their fields directly (machines.frozen).
-
-
-def _run_of(event: Any) -> RequestRun:
-    run: RequestRun = event.model.host
-    return run
-
-
-def _within_budget(event: Any) -> bool:
-    run = _run_of(event)
-    limit: int = run.agent.max_iterations
-    return run.iterations < limit
-
-
-def _tool_in_capabilities(event: Any) -> bool:
-    caps = _run_of(event).capabilities
-    return caps is not None and event.kwargs["call"].name in caps
-
-
-_GUARDS: dict[str, Callable[[Any], bool]] = {
-    "within_budget": _within_budget,
-    "tool_results_complete": lambda e: not _run_of(e).open_calls,
-    "has_tool_calls": lambda e: bool((r := _run_of(e).response) and r.tool_calls),
-    "has_internal_input": lambda e: _run_of(e).internal is not None,
-    "approvals_outstanding": lambda e: _run_of(e).approvals > 0,
-    "calls_unsettled": lambda e: bool((r := _run_of(e).restored) and r.open_calls),
-    "answer_in_hand": lambda e: bool((r := _run_of(e).restored) and r.response and not r.response.tool_calls),
-    "steering_pending": lambda e: _run_of(e).steering is not None,
-    "tool_registered": lambda e: e.kwargs["call"].name in _run_of(e).context.tools,
-    "tool_in_capabilities": _tool_in_capabilities,
-}
-
-_CALLBACKS: dict[str, Callable[[RequestRun], Awaitable[None]]] = {
-    name: getattr(RequestRun, f"_cb_{name}") for name in REQUEST.callback_names
-}
-
-#: Callbacks that only run one hook: nothing to do when no extension implements it.
-_HOOK_ONLY = frozenset(
-    {"before_run", "before_turn", "before_model", "after_model", "after_turn", "after_run", "on_success", "on_message"}
-)
 
 _Plan = tuple[Callable[[RequestRun], Awaitable[None]], ...]
 
@@ -794,16 +612,6 @@ def _profile_of(agent: Agent) -> _AgentProfile:
     if profile is None:
         profile = _PROFILES[agent] = _AgentProfile(agent)
     return profile
-
-
-def _has_work(agent: Agent, callback: str) -> bool:
-    if callback in _HOOK_ONLY:
-        return bool(agent.hooks[callback])
-    if callback == "compact_context":
-        return bool(agent.compactors)
-    if callback in ("open_inboxes", "poll_steering"):
-        return bool(agent.inboxes)
-    return True
 
 
 def _unwrap(error: BaseException) -> BaseException:

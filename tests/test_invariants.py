@@ -46,6 +46,7 @@ from orchestrator import (
     create_agent,
     tool,
 )
+from orchestrator import edges
 from orchestrator import runtime as runtime_module
 from orchestrator.events import SteeringAcceptedEvent, SteeringAppliedEvent, TransitionEvent
 from orchestrator.extensions import steering as steering_module
@@ -793,7 +794,7 @@ def _plan_mode_admits_everything(monkeypatch: pytest.MonkeyPatch) -> None:
             await propose(self, context, call)
 
     monkeypatch.setattr(PlanModeExtension, "before_tool", only_proposals)
-    monkeypatch.setitem(runtime_module._GUARDS, "tool_in_capabilities", lambda event: True)
+    monkeypatch.setitem(edges.GUARDS, "tool_in_capabilities", lambda event: True)
 
 
 def _approvals_skipped(monkeypatch: pytest.MonkeyPatch) -> None:

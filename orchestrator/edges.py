@@ -1,0 +1,252 @@
+"""What the request machine's edges do: the predicates of its guards and the callbacks it names.
+
+``machines.request.REQUEST`` names, for each edge, the guards that decide
+whether it is taken and the callbacks that run once it is, in order. Each guard
+here reads the RequestRun a bound machine's host is (``event.model.host``);
+each callback is an async function of the RequestRun (``orchestrator.runtime``)
+that ``RequestRun.step`` awaits in its own task. A callback that only runs an
+extension hook, or only visits compactors or inboxes, has no work when nothing
+implements it (``has_work``): such callbacks are left out of an agent's plans.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from machines.request import REQUEST
+from orchestrator import events as ev
+from orchestrator.messages import SystemMessage, UserMessage
+
+if TYPE_CHECKING:
+    from orchestrator.agent import Agent
+    from orchestrator.runtime import RequestRun
+
+log = logging.getLogger("orchestrator.runtime")
+
+# guards -------------------------------------------------------------------------
+
+
+def _run_of(event: Any) -> RequestRun:
+    run: RequestRun = event.model.host
+    return run
+
+
+def _within_budget(event: Any) -> bool:
+    run = _run_of(event)
+    limit: int = run.agent.max_iterations
+    return run.iterations < limit
+
+
+def _tool_in_capabilities(event: Any) -> bool:
+    caps = _run_of(event).capabilities
+    return caps is not None and event.kwargs["call"].name in caps
+
+
+GUARDS: dict[str, Callable[[Any], bool]] = {
+    "within_budget": _within_budget,
+    "tool_results_complete": lambda e: not _run_of(e).open_calls,
+    "has_tool_calls": lambda e: bool((r := _run_of(e).response) and r.tool_calls),
+    "has_internal_input": lambda e: _run_of(e).internal is not None,
+    "approvals_outstanding": lambda e: _run_of(e).approvals > 0,
+    "calls_unsettled": lambda e: bool((r := _run_of(e).restored) and r.open_calls),
+    "answer_in_hand": lambda e: bool((r := _run_of(e).restored) and r.response and not r.response.tool_calls),
+    "steering_pending": lambda e: _run_of(e).steering is not None,
+    "tool_registered": lambda e: e.kwargs["call"].name in _run_of(e).context.tools,
+    "tool_in_capabilities": _tool_in_capabilities,
+}
+
+
+# callbacks ----------------------------------------------------------------------
+
+
+async def open_inboxes(run: RequestRun) -> None:
+    run._open_inboxes()
+
+
+async def refuse_internal(run: RequestRun) -> None:
+    run.internal_refused = True
+
+
+async def close_inboxes(run: RequestRun) -> None:
+    run._close_inboxes()
+
+
+async def on_tool(run: RequestRun) -> None:
+    for definition in run.agent.tools:
+        run.context.register_tool(definition)
+    await run._run_hook("on_tool")
+
+
+async def on_state(run: RequestRun) -> None:
+    if run.agent.system_prompt:
+        run.context.add_message(SystemMessage(run.agent.system_prompt))
+    if run.agent.history is not None:
+        for message in run.agent.history.load(run.context.session_id):
+            run.context.add_message(message)
+    await run._run_hook("on_state")
+
+
+async def on_message(run: RequestRun) -> None:
+    await run._run_hook("on_message")
+
+
+async def append_input(run: RequestRun) -> None:
+    message = run.context.input_message
+    if not isinstance(message, UserMessage):
+        raise TypeError(f"input_message must be a UserMessage, got {type(message).__name__}")
+    await run.append(message)
+
+
+async def emit_started(run: RequestRun) -> None:
+    assert run.context.input_message is not None
+    await run._emit_new(ev.RunStartedEvent, input=run.context.input_message)
+
+
+async def before_run(run: RequestRun) -> None:
+    await run._run_hook("before_run")
+
+
+async def before_turn(run: RequestRun) -> None:
+    await run._run_hook("before_turn")
+
+
+async def assemble_request(run: RequestRun) -> None:
+    run.request = run.assemble()
+
+
+async def compact_context(run: RequestRun) -> None:
+    compacted = False
+    for compactor in run.agent.compactors:
+        compacted = await compactor.compact_turn(run.context) or compacted
+    if compacted:
+        await run._store_history()
+        run.request = run.assemble()
+
+
+async def before_model(run: RequestRun) -> None:
+    for extension in run.hooks["before_model"]:
+        assert run.request is not None
+        await extension.before_model(run.context, run.request)
+        run.request = run.assemble()
+
+
+async def append_response(run: RequestRun) -> None:
+    assert run.response is not None
+    await run.append(run.response, cleaned=True)
+    await run._emit(ev.ModelCompletedEvent, run.response, run.usage, run.stop_reason, run.raw_stop_reason)
+
+
+async def after_model(run: RequestRun) -> None:
+    assert run.response is not None
+    await run._run_hook("after_model", run.response)
+
+
+async def poll_steering(run: RequestRun) -> None:
+    await run._poll()
+
+
+async def append_steering(run: RequestRun) -> None:
+    assert run.steering is not None
+    await run._announce_steering()
+    message, run.steering = run.steering, None
+    skipped, run.skipped_ids = run.skipped_ids, ()
+    await run.append(message)
+    await run._emit_new(ev.SteeringAppliedEvent, message=message, skipped_call_ids=skipped, iteration=run.iterations)
+
+
+async def append_internal(run: RequestRun) -> None:
+    assert run.internal is not None
+    message, run.internal = run.internal, None
+    await run.append(message)
+
+
+async def reset_budget(run: RequestRun) -> None:
+    run.iterations = 0
+
+
+async def after_turn(run: RequestRun) -> None:
+    assert run.response is not None
+    await run._run_hook("after_turn", run.response)
+
+
+async def after_run(run: RequestRun) -> None:
+    assert run.response is not None
+    await run._run_hook("after_run", run.response)
+
+
+async def on_success(run: RequestRun) -> None:
+    assert run.response is not None
+    await run._run_hook("on_success", run.response)
+
+
+async def emit_completed(run: RequestRun) -> None:
+    assert run.response is not None
+    await run._emit_new(ev.RunCompletedEvent, result=run.response)
+
+
+async def on_error(run: RequestRun) -> None:
+    assert run.error is not None
+    for extension in run.hooks["on_error"]:
+        try:
+            await extension.on_error(run.context, run.error)
+        except Exception:
+            log.exception("on_error of %s failed", extension.name)
+
+
+async def emit_failed(run: RequestRun) -> None:
+    assert run.error is not None
+    await run._emit_new(ev.RunFailedEvent, error=run.error)
+
+
+async def on_cancelled(run: RequestRun) -> None:
+    await run._emit_new(ev.RunCancelledEvent)
+
+
+async def emit_parked(run: RequestRun) -> None:
+    await run._emit_new(ev.RunParkedEvent, waiting=tuple(run.open_calls))
+
+
+async def emit_resumed(run: RequestRun) -> None:
+    assert run.restored is not None
+    await run._emit_new(ev.RunResumedEvent, worker=run.restored.worker, phase=run.machine.state())
+
+
+async def restore_context(run: RequestRun) -> None:
+    """Pick the loop up where the checkpoint left it: budget, last response, calls still open."""
+    assert run.restored is not None
+    run.iterations = run.restored.iterations
+    run.response = run.restored.response
+    run.stop_reason = run.restored.stop_reason
+    if run.restored.response is not None:
+        run.open_calls = {c.id: c for c in run.restored.response.tool_calls if c.id in run.restored.open_calls}
+
+
+async def on_compact(run: RequestRun) -> None:
+    await run._run_hook("on_compact")
+
+
+async def store_compaction(run: RequestRun) -> None:
+    await run._store_history()
+
+
+Callback = Callable[["RequestRun"], Awaitable[None]]
+
+#: Each callback the request machine names is the function of that name above.
+CALLBACKS: dict[str, Callback] = {name: globals()[name] for name in REQUEST.callback_names}
+
+#: Callbacks that only run one hook: nothing to do when no extension implements it.
+HOOK_ONLY = frozenset(
+    {"before_run", "before_turn", "before_model", "after_model", "after_turn", "after_run", "on_success", "on_message"}
+)
+
+
+def has_work(agent: Agent, callback: str) -> bool:
+    if callback in HOOK_ONLY:
+        return bool(agent.hooks[callback])
+    if callback == "compact_context":
+        return bool(agent.compactors)
+    if callback in ("open_inboxes", "poll_steering"):
+        return bool(agent.inboxes)
+    return True
