@@ -68,6 +68,7 @@ async def _work(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str]) -> int:
     from orchestrator.apploader import AppSpecError
+    from orchestrator.store.errors import StoreError
 
     args = parse(argv)
     try:
@@ -75,6 +76,9 @@ def main(argv: Sequence[str]) -> int:
     except (AppSpecError, ValueError) as error:
         print(f"worker: {error}", file=sys.stderr)
         return 2
+    except StoreError as error:  # the store cannot be opened (an outage later is ridden out)
+        print(f"worker: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0

@@ -143,6 +143,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
 
 def main(argv: Sequence[str]) -> int:
     from orchestrator.apploader import AppSpecError
+    from orchestrator.store.errors import StoreError
 
     options = parse(argv)
     try:
@@ -150,6 +151,9 @@ def main(argv: Sequence[str]) -> int:
     except AppSpecError as error:
         print(f"serve: {error}", file=sys.stderr)
         return 2
+    except StoreError as error:  # the store named by --db cannot be opened
+        print(f"serve: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0

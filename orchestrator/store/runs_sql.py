@@ -204,7 +204,10 @@ class SQLRunStore(RunStore):
         self.dialect = dialect
         self.where = where
         self._connect = connect
-        self._db = connect()
+        try:
+            self._db = connect()
+        except Exception as failed:
+            raise StoreUnavailable(f"cannot connect to {where}: {failed}") from failed
         self._lock = threading.RLock()
         self._listen = listen
         self._listener: Any = None

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -159,3 +160,21 @@ def test_serve_refuses_a_backlog_below_one() -> None:
     )
     assert done.returncode == 2
     assert "--backlog" in done.stderr and "not at least 1" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["worker", "--app", "tests.cluster.apps:approval_agent"]])
+def test_a_run_store_that_cannot_be_reached_at_start_exits_1_saying_so_without_a_traceback(command: list[str]) -> None:
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *command, "--db", f"postgresql://postgres@127.0.0.1:{port}/none"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"{command[0]}: cannot connect to postgresql 127.0.0.1:{port}/none" in done.stderr
+    assert "Traceback" not in done.stderr
