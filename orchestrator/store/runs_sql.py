@@ -207,7 +207,7 @@ class SQLRunStore(RunStore):
         try:
             self._db = connect()
         except Exception as failed:
-            raise StoreUnavailable(f"cannot connect to {where}: {failed}") from failed
+            raise StoreUnavailable(f"cannot connect to {where}: {_said(failed)}") from failed
         self._lock = threading.RLock()
         self._listen = listen
         self._listener: Any = None
@@ -225,7 +225,7 @@ class SQLRunStore(RunStore):
             try:
                 self._db = db = self._connect()
             except Exception as failed:
-                raise StoreUnavailable(f"cannot connect to {self.where}: {failed}") from failed
+                raise StoreUnavailable(f"cannot connect to {self.where}: {_said(failed)}") from failed
         return db
 
     @contextmanager
@@ -238,7 +238,7 @@ class SQLRunStore(RunStore):
                         yield _Dialected(cursor, self.dialect)
                 except Exception as error:
                     if db.broken or db.closed:
-                        raise StoreUnavailable(f"{self.where}: the connection was lost: {error}") from error
+                        raise StoreUnavailable(f"{self.where}: the connection was lost: {_said(error)}") from error
                     raise
                 return
             if self.dialect.name == "sqlite":
@@ -567,7 +567,7 @@ class SQLRunStore(RunStore):
             if listener is not None:
                 with contextlib.suppress(Exception):
                     listener.close()
-            raise StoreUnavailable(f"{self.where}: waiting for work: {error}") from error
+            raise StoreUnavailable(f"{self.where}: waiting for work: {_said(error)}") from error
 
     def close(self) -> None:
         with self._lock:
@@ -593,6 +593,11 @@ class _Dialected:
 
     def fetchall(self) -> list[Any]:
         return list(self._cursor.fetchall())
+
+
+def _said(error: BaseException) -> str:
+    """A driver's message on one line (libpq adds hints on lines of their own)."""
+    return " ".join(str(error).split())
 
 
 def _pg_integrity_error() -> type[Exception]:

@@ -178,3 +178,4 @@ def test_a_run_store_that_cannot_be_reached_at_start_exits_1_saying_so_without_a
     assert done.returncode == 1, done.stderr
     assert f"{command[0]}: cannot connect to postgresql 127.0.0.1:{port}/none" in done.stderr
     assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
