@@ -21,4 +21,4 @@ settings.register_profile(
 settings.load_profile("default")
 
 # A throwaway PostgreSQL server, for the tests that need one (see tests/pg.py).
-from pg import postgres_dsn, postgres_server  # noqa: E402, F401
+from pg import postgres_dsn, postgres_server, stoppable_postgres  # noqa: E402, F401

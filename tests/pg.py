@@ -95,22 +95,58 @@ def _start() -> PostgresServer | str:
         return f"initdb failed: {done.stderr.strip()[-500:]}"
     problem = "not started"
     for _ in range(3):  # another process may take the free port first
-        port = _free_port()
-        options = f"-p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -k {directory}"
-        start = [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(directory / "log"), "-w", "-o", options, "start"]
-        done = subprocess.run(_as_server_user(start), capture_output=True, text=True, timeout=START_SECONDS)
-        if done.returncode == 0:
-            return PostgresServer(port, directory, bin_dir)
-        log = directory / "log"
-        problem = (done.stderr or "") + (log.read_text(errors="replace")[-500:] if log.exists() else "")
+        server = PostgresServer(_free_port(), directory, bin_dir)
+        problem = _pg_ctl_start(server)
+        if not problem:
+            return server
     shutil.rmtree(directory, ignore_errors=True)
     return f"pg_ctl start failed: {problem.strip()[-500:]}"
 
 
-def _stop(server: PostgresServer) -> None:
-    stop = [str(server.bin_dir / "pg_ctl"), "-D", str(server.directory / "data"), "-m", "immediate", "-w", "stop"]
+def _pg_ctl_start(server: PostgresServer) -> str:
+    """Start ``server`` on its port; why it did not start ("" when it did)."""
+    directory = server.directory
+    options = f"-p {server.port} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -k {directory}"
+    start = [str(server.bin_dir / "pg_ctl"), "-D", str(directory / "data"), "-l", str(directory / "log"), "-w"]
+    done = subprocess.run(
+        _as_server_user([*start, "-o", options, "start"]), capture_output=True, text=True, timeout=START_SECONDS
+    )
+    if done.returncode == 0:
+        return ""
+    log = directory / "log"
+    return (done.stderr or "not started") + (log.read_text(errors="replace")[-500:] if log.exists() else "")
+
+
+def _pg_ctl_stop(server: PostgresServer, mode: str = "immediate") -> None:
+    """Stop ``server``, keeping its data: at once (``immediate``, as a crash) or closing its sessions (``fast``)."""
+    stop = [str(server.bin_dir / "pg_ctl"), "-D", str(server.directory / "data"), "-m", mode, "-w", "stop"]
     subprocess.run(_as_server_user(stop), capture_output=True, timeout=START_SECONDS)
+
+
+def _stop(server: PostgresServer) -> None:
+    _pg_ctl_stop(server)
     shutil.rmtree(server.directory, ignore_errors=True)
+
+
+class StoppableServer:
+    """A server of one test's own, which the test may stop and start again, as an operator restarts one.
+
+    ``stop`` ends every connection and shuts down cleanly: the throwaway server
+    runs with ``fsync=off``, so a crash would also lose what it had committed.
+    """
+
+    def __init__(self, server: PostgresServer) -> None:
+        self.server = server
+
+    def dsn(self, database: str = "postgres") -> str:
+        return self.server.dsn(database)
+
+    def stop(self) -> None:
+        _pg_ctl_stop(self.server, "fast")
+
+    def start(self) -> None:
+        problem = _pg_ctl_start(self.server)
+        assert not problem, f"the server did not start again: {problem[-500:]}"
 
 
 @pytest.fixture(scope="session")
@@ -138,3 +174,15 @@ def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def stoppable_postgres() -> Iterator[StoppableServer]:
+    """A throwaway server of the test's own that it may stop and start again (skips, saying why, without one)."""
+    started = _start()
+    if isinstance(started, str):
+        pytest.skip(f"no PostgreSQL server: {started}")
+    try:
+        yield StoppableServer(started)
+    finally:
+        _stop(started)

@@ -132,6 +132,11 @@ class DurableRun:
             except LeaseLost as lost:
                 log.warning("%s; the run stops here without writing more", lost)
                 self.lose()
+            except StoreUnavailable as down:
+                # Not a failure of the run: it stops here, and whoever claims it once the lease
+                # expires resumes it from its last commit (this worker too, once the store is back).
+                log.warning("run %s: %s; the run stops here until its lease expires", self.lease.request_id, down)
+                self.lose()
             except BaseException:
                 # Nothing was written: keep it for the next commit (the run's failure is committed with it).
                 self.messages[:0] = change.messages
@@ -146,15 +151,13 @@ class DurableRun:
         retry with LeaseLost (the version moved), and the run stops here; another
         worker resumes it from that commit once the lease expires.
         """
-        for pause in (*COMMIT_RETRY_SECONDS, None):
+        for pause in COMMIT_RETRY_SECONDS:
             try:
                 return await trio.to_thread.run_sync(self.store.commit, self.lease, change)
             except StoreUnavailable as down:
-                if pause is None:
-                    raise
                 log.warning("run %s: commit not made (%s); trying again in %.2f s", self.lease.request_id, down, pause)
                 await trio.sleep(pause)
-        raise AssertionError("not reached")
+        return await trio.to_thread.run_sync(self.store.commit, self.lease, change)
 
     async def flush(self) -> None:
         """Commit streamed events that wait (text deltas between other commits)."""

@@ -135,6 +135,8 @@ class Worker:
     async def _carry(self, lease: Lease) -> None:
         try:
             await self._carry_leased(lease)
+        except StoreUnavailable as down:
+            log.warning("run %s: %s; it is resumed once its lease expires", lease.request_id, down)
         except Exception:
             log.exception("run %s failed in worker %s", lease.request_id, self.name)
         finally:

@@ -18,11 +18,14 @@ import pytest
 import trio
 
 from orchestrator.cluster import Worker
+from orchestrator.cluster import durable as durable_module
+from orchestrator.cluster.durable import DurableRun
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.store.errors import StoreUnavailable
-from orchestrator.store.runs import NewInboxItem, RunCommit
+from orchestrator.store.runs import NewInboxItem, RunCommit, StoredEvent
 from orchestrator.store.runs_sql import SQLRunStore, postgres_run_store
 from tests.cluster import apps
+from tests.pg import StoppableServer
 from tests.server.support import read_sse, serving
 
 INPUT = {"role": "user", "content": "hello"}
@@ -205,3 +208,64 @@ async def test_a_resumed_run_that_cannot_read_its_inbox_parks_again_and_finishes
     assert got.types[-1] == "run_completed", got.types
     assert got.types.count("run_parked") == 2, got.types
     assert got.events[-1]["result"]["content"] == "Done with paint: yes."
+
+
+async def test_a_parked_run_waits_out_its_database_going_away_and_finishes_when_it_is_back(
+    stoppable_postgres: StoppableServer,
+) -> None:
+    dsn = stoppable_postgres.dsn()
+    web_store, worker_store = postgres_run_store(dsn), postgres_run_store(dsn)
+    during: list[httpx.Response] = []
+    answers: list[int] = []
+    try:
+        with trio.fail_after(90):
+            async with web_node_and_worker(web_store, worker_store) as (http, base):
+                started = await http.post(f"{base}/sessions/s1/runs", json={"input": "paint"})
+                request_id = started.json()["request_id"]
+                events = f"{base}/runs/{request_id}/events"
+                parked = await read_sse(http, events, stop=lambda e: e["type"] == "run_parked")
+                payload = {"tool_call_id": parked.events[-1]["waiting"][0], "answer": "yes"}
+                answer = {"name": "ask_user_response", "payload": payload}
+
+                await trio.to_thread.run_sync(stoppable_postgres.stop)
+                during.append(await http.post(f"{base}/sessions/s1/events", json=answer))
+                during.append(await http.get(f"{base}/runs/{request_id}"))
+                await trio.sleep(1.0)  # the worker keeps asking for work meanwhile
+                await trio.to_thread.run_sync(stoppable_postgres.start)
+
+                while not answers or answers[-1] == 503:  # a client retries a 503
+                    posted = await http.post(f"{base}/sessions/s1/events", json=answer)
+                    answers.append(posted.status_code)
+                    await trio.sleep(0.05)
+                rest = await read_sse(http, events, last_event_id=parked.events[-1]["seq"])
+    finally:
+        web_store.close()
+        worker_store.close()
+    assert [(r.status_code, r.json()["error"]["type"]) for r in during] == [(503, "StoreUnavailable")] * 2
+    assert answers[-1] == 202, answers
+    assert rest.types[-1] == "run_completed", rest.types
+    assert rest.events[-1]["result"]["content"] == "Done with paint: yes."
+    seqs = [e["seq"] for e in [*parked.events, *rest.events]]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+async def test_a_commit_the_store_cannot_take_after_its_retries_stops_the_run_without_failing_it(
+    stoppable_postgres: StoppableServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(durable_module, "COMMIT_RETRY_SECONDS", (0.01, 0.01))
+    store = postgres_run_store(stoppable_postgres.dsn())
+    try:
+        store.create_run("s1", "r1", INPUT)
+        lease = store.claim("worker", 30.0)[0]
+        durable = DurableRun(store, lease, lambda event, config: False)
+        durable.events.append(StoredEvent("r1", 1, "text_delta", {"type": "text_delta", "seq": 1}))
+        await trio.to_thread.run_sync(stoppable_postgres.stop)
+        await durable.commit()  # tried three times, then the run stops: no error reaches the run
+        assert durable.lost and durable.scope.cancel_called
+        await trio.to_thread.run_sync(stoppable_postgres.start)
+        await durable.commit("failed")  # a lost run writes nothing more
+        record = store.run("r1")
+    finally:
+        store.close()
+    assert record is not None and (record.status, record.last_seq) == ("running", 0)
+    assert record.lease_owner == "worker"
