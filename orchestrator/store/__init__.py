@@ -11,7 +11,7 @@ connects a store to an Agent is
 from __future__ import annotations
 
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
-from orchestrator.store.errors import SchemaTooNew, SessionLocked, StoreError, StoreUnavailable
+from orchestrator.store.errors import SchemaTooNew, SessionLocked, SessionLost, StoreError, StoreUnavailable
 from orchestrator.store.interface import (
     PendingApproval,
     Quarantined,
@@ -38,6 +38,7 @@ __all__ = [
     "SessionHistory",
     "SessionLock",
     "SessionLocked",
+    "SessionLost",
     "SessionStore",
     "StoreError",
     "StoreUnavailable",

@@ -32,6 +32,20 @@ class SessionLocked(StoreError):
         super().__init__(f"session {session_id!r} is already being run{by} on {where}; refusing to run it twice")
 
 
+class SessionLost(StoreError):
+    """The store's lock on this session went with its broken connection, and another holder took it.
+
+    Every call for the session fails until the lock is released (its runner ends).
+    """
+
+    def __init__(self, session_id: str, where: str) -> None:
+        self.session_id = session_id
+        self.where = where
+        super().__init__(
+            f"session {session_id!r}: its lock went with the connection to {where}, and another process took it"
+        )
+
+
 class SchemaTooNew(StoreError):
     """The database was written by a newer version of this library."""
 

@@ -13,8 +13,13 @@ Session locks are session-level advisory locks held by the store's connection:
 the server drops them when the connection ends, so a killed process blocks
 nothing once its connection is gone (at once for a killed process, whose
 kernel closes the socket). Two runners in one process are told apart by the
-store as well. The connection is not re-established when it breaks: every
-call then fails with StoreError, and the locks it held are gone.
+store as well.
+
+A connection that breaks (the server restarted, a proxy dropped it) fails the
+call it broke in with StoreUnavailable; the next call connects again and takes
+the store's session locks again. A session whose lock another process took
+meanwhile is lost to this store: every call for it raises SessionLost until its
+lock is released (its runner ends), so two processes never write one session.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from orchestrator.store.codec import change_rows, json_default, json_object
-from orchestrator.store.errors import SchemaTooNew, SessionLocked, StoreError
+from orchestrator.store.errors import SchemaTooNew, SessionLocked, SessionLost, StoreError, StoreUnavailable
 from orchestrator.store.interface import (
     PendingApproval,
     Quarantined,
@@ -111,8 +116,9 @@ def _without_password(dsn: str) -> str:
 
 
 class _AdvisoryLock(SessionLock):
-    def __init__(self, store: PostgresStore, key: int, local: SessionLock) -> None:
+    def __init__(self, store: PostgresStore, session_id: str, key: int, local: SessionLock) -> None:
         self._store = store
+        self.session_id = session_id
         self._key = key
         self._local = local
         self._released = False
@@ -124,7 +130,7 @@ class _AdvisoryLock(SessionLock):
                 return
             self._released = True
         try:
-            self._store._unlock(self._key)
+            self._store._unlock(self)
         finally:
             self._local.release()
 
@@ -134,35 +140,64 @@ class PostgresStore(SessionStore):
 
     def __init__(self, dsn: str, *, connect_timeout: int = 10) -> None:
         self.where = _without_password(dsn)
+        self._dsn = dsn
+        self._connect_timeout = connect_timeout
         self._lock = threading.Lock()
-        try:
-            self._db: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(
-                dsn,
-                autocommit=True,
-                connect_timeout=connect_timeout,
-                application_name=f"orchestrator pid {os.getpid()}",
-            )
-        except psycopg.Error as failed:
-            raise StoreError(f"cannot connect to {self.where}: {failed}") from failed
+        self._closed = False
+        self._db = self._connect()
         self._local = ProcessLocks(self.where)
         self._advisory: set[_AdvisoryLock] = set()
+        # Sessions whose lock another process took while this store's connection was down.
+        self._lost: set[str] = set()
         try:
             self._migrate()
         except BaseException:
             self._db.close()
             raise
 
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        try:
+            return psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                connect_timeout=self._connect_timeout,
+                application_name=f"orchestrator pid {os.getpid()}",
+            )
+        except psycopg.Error as failed:
+            raise StoreUnavailable(f"cannot connect to {self.where}: {' '.join(str(failed).split())}") from failed
+
+    def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """The connection, made again (with the session locks taken again) if it broke. Under ``_lock``."""
+        db = self._db
+        if not (db.broken or db.closed) or self._closed:
+            return db
+        db = self._db = self._connect()
+        for lock in self._advisory:
+            row = db.execute("SELECT pg_try_advisory_lock(%s)", (lock._key,)).fetchone()
+            if not (row and row[0]):
+                self._lost.add(lock.session_id)
+        return db
+
     @contextmanager
     def _transaction(self, session_id: str | None = None) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
         """One transaction on the connection, its errors as StoreError."""
         with self._lock:
             try:
-                with self._db.transaction():
-                    yield self._db
+                db = self._connection()
+            except psycopg.Error as failed:
+                raise StoreUnavailable(f"{self.where}: {' '.join(str(failed).split())}") from failed
+            if session_id is not None and session_id in self._lost:
+                raise SessionLost(session_id, self.where)
+            try:
+                with db.transaction():
+                    yield db
             except psycopg.errors.UniqueViolation as clash:
                 raise StoreError(f"session {session_id!r}: {clash} (is another writer running it?)") from clash
             except psycopg.Error as failed:
-                raise StoreError(f"{self.where}: {failed}") from failed
+                said = " ".join(str(failed).split())
+                if db.broken or db.closed:
+                    raise StoreUnavailable(f"{self.where}: the connection was lost: {said}") from failed
+                raise StoreError(f"{self.where}: {said}") from failed
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -188,9 +223,10 @@ class PostgresStore(SessionStore):
     def close(self) -> None:
         self._local.release_all()
         with self._lock:
+            self._closed = True
             held = bool(self._advisory)
             self._advisory.clear()
-            if held and not self._db.closed:
+            if held and not (self._db.closed or self._db.broken):
                 # The server would drop them with the connection, but only once its backend process
                 # has noticed the close: release them now, so the next owner's lock succeeds at once.
                 with contextlib.suppress(psycopg.Error):
@@ -341,7 +377,7 @@ class PostgresStore(SessionStore):
         if row is None or not row[0]:
             local.release()
             raise SessionLocked(session_id, self.where, holder)
-        lock = _AdvisoryLock(self, key, local)
+        lock = _AdvisoryLock(self, session_id, key, local)
         with self._lock:
             self._advisory.add(lock)
         return lock
@@ -359,12 +395,15 @@ class PostgresStore(SessionStore):
             return None
         return f"{row[0] or 'a client'} (server pid {row[1]})"
 
-    def _unlock(self, key: int) -> None:
+    def _unlock(self, released: _AdvisoryLock) -> None:
         with self._lock:
-            self._advisory = {lock for lock in self._advisory if lock._key != key}
-            if self._db.closed:
-                return
+            self._advisory.discard(released)
+            if released.session_id in self._lost:
+                self._lost.discard(released.session_id)
+                return  # another process holds it: nothing of ours to release
+            if self._db.closed or self._db.broken:
+                return  # the server dropped it with the connection
             try:
-                self._db.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                self._db.execute("SELECT pg_advisory_unlock(%s)", (released._key,))
             except psycopg.Error as failed:
                 raise StoreError(f"{self.where}: {failed}") from failed

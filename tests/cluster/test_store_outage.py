@@ -25,7 +25,7 @@ from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import NewInboxItem, RunCommit, StoredEvent
 from orchestrator.store.runs_sql import SQLRunStore, postgres_run_store
 from tests.cluster import apps
-from tests.pg import StoppableServer
+from tests.pg import StoppableServer, end_connections
 from tests.server.support import read_sse, serving
 
 INPUT = {"role": "user", "content": "hello"}
@@ -46,18 +46,6 @@ def store(postgres_dsn: str) -> Iterator[SQLRunStore]:
         made.close()
 
 
-def cut_connections(dsn: str) -> int:
-    """End every other connection to the test's database from the server's side; how many."""
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return len(rows)
-
-
 @asynccontextmanager
 async def web_node_and_worker(
     web_store: SQLRunStore, worker_store: SQLRunStore
@@ -76,7 +64,7 @@ def test_the_call_a_cut_connection_breaks_is_store_unavailable_and_the_next_conn
 ) -> None:
     store.create_run("s1", "r1", INPUT)
     store.wait_for_work(0.01)  # opens the listening connection too
-    assert cut_connections(postgres_dsn) == 2
+    assert end_connections(postgres_dsn) == 2
     with pytest.raises(StoreUnavailable, match="connection was lost"):
         store.run("r1")
     record = store.run("r1")
@@ -101,7 +89,7 @@ async def test_a_parked_run_is_answered_and_finished_after_every_connection_was_
                 async def answer(event: dict[str, Any]) -> None:
                     if event["type"] != "run_parked":
                         return
-                    assert await trio.to_thread.run_sync(cut_connections, postgres_dsn) >= 2
+                    assert await trio.to_thread.run_sync(end_connections, postgres_dsn) >= 2
                     payload = {"tool_call_id": event["waiting"][0], "answer": "yes"}
                     while True:  # a client retries a 503 with the same key
                         posted = await http.post(
@@ -142,7 +130,7 @@ async def test_an_answer_whose_insert_loses_the_connection_is_a_503_and_its_retr
     def post_after_a_cut(item: NewInboxItem) -> Any:
         nonlocal cuts
         if cuts == 0:  # the connection breaks between checking the answer and inserting it
-            cuts += cut_connections(postgres_dsn)
+            cuts += end_connections(postgres_dsn)
         return post(item)
 
     web_store.post = post_after_a_cut  # type: ignore[method-assign]
@@ -179,7 +167,7 @@ async def test_a_resumed_run_that_cannot_read_its_inbox_parks_again_and_finishes
         nonlocal cuts
         if after_id is None:  # the resumed call looking for its answer (the inbox poll gives after_id)
             if not cuts and inbox(request_id):
-                cuts += cut_connections(postgres_dsn)
+                cuts += end_connections(postgres_dsn)
             return inbox(request_id)
         if not cuts:
             return []  # the poll has not seen the answer before the resumed call looked for it
