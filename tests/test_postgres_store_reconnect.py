@@ -7,7 +7,7 @@ second store stands for another process sharing the database.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -22,22 +22,19 @@ from orchestrator.store.postgres import PostgresStore  # noqa: E402
 
 
 @pytest.fixture
-def store(postgres_dsn: str) -> Iterator[PostgresStore]:
-    made = PostgresStore(postgres_dsn)
-    try:
-        yield made
-    finally:
-        made.close()
+def open_store(postgres_dsn: str) -> Iterator[Callable[[], PostgresStore]]:
+    """Opens a store on the test's database (a second one stands for another process); all closed at the end."""
+    opened: list[PostgresStore] = []
 
+    def open_one() -> PostgresStore:
+        opened.append(PostgresStore(postgres_dsn))
+        return opened[-1]
 
-@pytest.fixture
-def other(postgres_dsn: str) -> Iterator[PostgresStore]:
-    """Another process's store (made when first asked for: after the cut, in these tests)."""
-    made = PostgresStore(postgres_dsn)
     try:
-        yield made
+        yield open_one
     finally:
-        made.close()
+        for made in opened:
+            made.close()
 
 
 def said(text: str, at: int) -> SessionChange:
@@ -45,8 +42,9 @@ def said(text: str, at: int) -> SessionChange:
 
 
 def test_the_call_a_broken_connection_fails_is_store_unavailable_and_the_next_goes_on_with_its_locks(
-    store: PostgresStore, postgres_dsn: str, request: pytest.FixtureRequest
+    open_store: Callable[[], PostgresStore], postgres_dsn: str
 ) -> None:
+    store = open_store()
     lock = store.lock_session("s1")
     store.apply("s1", said("one", 0))
     assert end_connections(postgres_dsn) >= 1
@@ -54,7 +52,7 @@ def test_the_call_a_broken_connection_fails_is_store_unavailable_and_the_next_go
         store.rows("s1")
     store.apply("s1", said("two", 2))  # connected again, its lock taken again
     assert [r.position for r in store.rows("s1")] == [0, 1, 2, 3]
-    other: PostgresStore = request.getfixturevalue("other")
+    other = open_store()  # another process, connected after the cut
     with pytest.raises(SessionLocked):
         other.lock_session("s1")
     lock.release()
@@ -62,12 +60,13 @@ def test_the_call_a_broken_connection_fails_is_store_unavailable_and_the_next_go
 
 
 def test_a_session_another_process_locked_meanwhile_is_lost_to_the_store_until_its_lock_is_released(
-    store: PostgresStore, postgres_dsn: str, request: pytest.FixtureRequest
+    open_store: Callable[[], PostgresStore], postgres_dsn: str
 ) -> None:
+    store = open_store()
     lock = store.lock_session("s1")
     held = store.lock_session("s3")
     end_connections(postgres_dsn)
-    other: PostgresStore = request.getfixturevalue("other")
+    other = open_store()  # another process, connected after the cut
     taken = other.lock_session("s1")  # the server dropped the first store's lock with its connection
     with pytest.raises(StoreUnavailable):
         store.sessions()
