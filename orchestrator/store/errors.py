@@ -9,6 +9,11 @@ class StoreError(AgentError):
     """A session store could not read or write what it was asked to."""
 
 
+def one_line(error: BaseException) -> str:
+    """A database driver's message on one line (libpq puts its hints on lines of their own)."""
+    return " ".join(str(error).split())
+
+
 class StoreUnavailable(StoreError):
     """The store's database could not be reached: its connection broke during the call, or none could be made.
 

@@ -38,7 +38,14 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from orchestrator.store.codec import change_rows, json_default, json_object
-from orchestrator.store.errors import SchemaTooNew, SessionLocked, SessionLost, StoreError, StoreUnavailable
+from orchestrator.store.errors import (
+    SchemaTooNew,
+    SessionLocked,
+    SessionLost,
+    StoreError,
+    StoreUnavailable,
+    one_line,
+)
 from orchestrator.store.interface import (
     PendingApproval,
     Quarantined,
@@ -164,7 +171,7 @@ class PostgresStore(SessionStore):
                 application_name=f"orchestrator pid {os.getpid()}",
             )
         except psycopg.Error as failed:
-            raise StoreUnavailable(f"cannot connect to {self.where}: {' '.join(str(failed).split())}") from failed
+            raise StoreUnavailable(f"cannot connect to {self.where}: {one_line(failed)}") from failed
 
     def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
         """The connection, made again (with the session locks taken again) if it broke. Under ``_lock``."""
@@ -185,7 +192,7 @@ class PostgresStore(SessionStore):
             try:
                 db = self._connection()
             except psycopg.Error as failed:
-                raise StoreUnavailable(f"{self.where}: {' '.join(str(failed).split())}") from failed
+                raise StoreUnavailable(f"{self.where}: {one_line(failed)}") from failed
             if session_id is not None and session_id in self._lost:
                 raise SessionLost(session_id, self.where)
             try:
@@ -194,10 +201,9 @@ class PostgresStore(SessionStore):
             except psycopg.errors.UniqueViolation as clash:
                 raise StoreError(f"session {session_id!r}: {clash} (is another writer running it?)") from clash
             except psycopg.Error as failed:
-                said = " ".join(str(failed).split())
                 if db.broken or db.closed:
-                    raise StoreUnavailable(f"{self.where}: the connection was lost: {said}") from failed
-                raise StoreError(f"{self.where}: {said}") from failed
+                    raise StoreUnavailable(f"{self.where}: the connection was lost: {one_line(failed)}") from failed
+                raise StoreError(f"{self.where}: {failed}") from failed
 
     def _migrate(self) -> None:
         with self._transaction() as db:

@@ -27,7 +27,7 @@ from machines.run_lease import RUN_LEASE
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import Message
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
-from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.errors import StoreError, StoreUnavailable, one_line
 from orchestrator.store.runs import (
     ACTIVE,
     FINAL,
@@ -207,7 +207,7 @@ class SQLRunStore(RunStore):
         try:
             self._db = connect()
         except Exception as failed:
-            raise StoreUnavailable(f"cannot connect to {where}: {_said(failed)}") from failed
+            raise StoreUnavailable(f"cannot connect to {where}: {one_line(failed)}") from failed
         self._lock = threading.RLock()
         self._listen = listen
         self._listener: Any = None
@@ -225,22 +225,12 @@ class SQLRunStore(RunStore):
             try:
                 self._db = db = self._connect()
             except Exception as failed:
-                raise StoreUnavailable(f"cannot connect to {self.where}: {_said(failed)}") from failed
+                raise StoreUnavailable(f"cannot connect to {self.where}: {one_line(failed)}") from failed
         return db
 
     @contextmanager
     def _transaction(self) -> Iterator[_Cursor]:
         with self._lock:
-            if self.dialect.name == "postgresql":
-                db = self._connection()
-                try:
-                    with db.transaction(), db.cursor() as cursor:
-                        yield _Dialected(cursor, self.dialect)
-                except Exception as error:
-                    if db.broken or db.closed:
-                        raise StoreUnavailable(f"{self.where}: the connection was lost: {_said(error)}") from error
-                    raise
-                return
             if self.dialect.name == "sqlite":
                 cursor = self._db.cursor()
                 cursor.execute("BEGIN IMMEDIATE")
@@ -250,6 +240,15 @@ class SQLRunStore(RunStore):
                     cursor.execute("ROLLBACK")
                     raise
                 cursor.execute("COMMIT")
+            else:
+                db = self._connection()
+                try:
+                    with db.transaction(), db.cursor() as cursor:
+                        yield _Dialected(cursor, self.dialect)
+                except Exception as error:
+                    if db.broken or db.closed:
+                        raise StoreUnavailable(f"{self.where}: the connection was lost: {one_line(error)}") from error
+                    raise
 
     def _notify(self, db: _Cursor) -> None:
         if self.dialect.name == "postgresql":
@@ -567,7 +566,7 @@ class SQLRunStore(RunStore):
             if listener is not None:
                 with contextlib.suppress(Exception):
                     listener.close()
-            raise StoreUnavailable(f"{self.where}: waiting for work: {_said(error)}") from error
+            raise StoreUnavailable(f"{self.where}: waiting for work: {one_line(error)}") from error
 
     def close(self) -> None:
         with self._lock:
@@ -593,11 +592,6 @@ class _Dialected:
 
     def fetchall(self) -> list[Any]:
         return list(self._cursor.fetchall())
-
-
-def _said(error: BaseException) -> str:
-    """A driver's message on one line (libpq adds hints on lines of their own)."""
-    return " ".join(str(error).split())
 
 
 def _pg_integrity_error() -> type[Exception]:
