@@ -90,7 +90,7 @@ class StoreBackend:
         the same input in the same session gets that run's id again, another input a refusal."""
         keyed = request_id is None and idempotency_key is not None
         if request_id is None:
-            request_id = keyed_request_id(session_id, idempotency_key) if idempotency_key else uuid.uuid4().hex
+            request_id = uuid.uuid4().hex if idempotency_key is None else keyed_request_id(session_id, idempotency_key)
         encoded = wire.encode_message(message)
         try:
             await self._call(self.store.create_run, session_id, request_id, encoded)
@@ -121,6 +121,7 @@ class StoreBackend:
             while True:
                 try:
                     stored: list[StoredEvent] = await self._call(self.store.events, request_id, position)
+                    record: RunRecord | None = None if stored else await self._call(self.store.run, request_id)
                 except StoreUnavailable:
                     # The stream stays open while the store is away; its events follow when it is back.
                     await trio.sleep(self.poll_seconds)
@@ -130,11 +131,6 @@ class StoreBackend:
                     yield [dict(event.body) for event in stored]
                     if stored[-1].type in TERMINAL and _of_session(stored[-1], session_id):
                         return
-                    continue
-                try:
-                    record: RunRecord | None = await self._call(self.store.run, request_id)
-                except StoreUnavailable:
-                    await trio.sleep(self.poll_seconds)
                     continue
                 if record is None or (record.final and record.last_seq <= position):
                     return
