@@ -46,8 +46,7 @@ async def _refused(request: Request, error: Exception) -> Response:
 
 async def _store_unavailable(request: Request, error: Exception) -> Response:
     # A run store whose database cannot be reached (a cluster's web node): the client may retry.
-    body = {"error": {"type": "StoreUnavailable", "message": str(error)}}
-    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+    return HTTPRefusal(503, "StoreUnavailable", str(error)).response({"Retry-After": "1"})
 
 
 async def _not_found(request: Request, error: Exception) -> Response:
