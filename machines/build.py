@@ -77,13 +77,25 @@ class Unbound(RuntimeError):
 
 @attrs.frozen
 class Step:
-    """One transition that was taken."""
+    """One transition that was taken: on which machine and region, from where, by which trigger, to where."""
 
     machine: str
     region: str
     source: str
     trigger: str
     dest: str
+
+    def __str__(self) -> str:
+        return f"{self.machine}.{self.region}: {self.source} -{self.trigger}-> {self.dest}"
+
+
+def steps_in(steps: Iterable[Step], *, region: str | None = None, machine: str | None = None) -> list[Step]:
+    """The steps of one region (and/or one machine), in order; all of them when neither is named."""
+    return [
+        step
+        for step in steps
+        if (region is None or step.region == region) and (machine is None or step.machine == machine)
+    ]
 
 
 _new_step = constructor(Step, positional=True)

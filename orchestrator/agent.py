@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from machines.build import Step
+from machines.build import Step, steps_in
 from orchestrator.compactor import TurnCompactor
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
@@ -251,9 +251,12 @@ class Agent:
         run = self._live.get(session_id)
         return run.machine.states if run else None
 
-    def transitions(self, session_id: str) -> list[Step]:
-        """Edges taken by the session's running or most recent request."""
-        return list(self._last.get(session_id, ()))
+    def transitions(self, session_id: str, *, region: str | None = None, machine: str | None = None) -> list[Step]:
+        """Edges taken by the session's running or most recent request, each naming its machine and region.
+
+        With ``region`` (``"phase"``, ``"mode"``, ...) or ``machine``, only the edges of that region or machine.
+        """
+        return steps_in(self._last.get(session_id, ()), region=region, machine=machine)
 
     def child_traces(self, session_id: str, request_id: str | None = None) -> list[NestedTrace]:
         """The paths of the child requests (subagents) of the session's latest request, nested.
@@ -345,8 +348,9 @@ class AgentClient:
     def state(self, session_id: str) -> str | None:
         return self.agent.state(session_id)
 
-    def transitions(self, session_id: str) -> list[Step]:
-        return self.agent.transitions(session_id)
+    def transitions(self, session_id: str, *, region: str | None = None, machine: str | None = None) -> list[Step]:
+        """Edges taken by the session's running or most recent request (of one region or machine when named)."""
+        return self.agent.transitions(session_id, region=region, machine=machine)
 
     def trace(self, session_id: str) -> str:
         """Mermaid flowchart of the path of the session's running or latest request, subagents nested."""

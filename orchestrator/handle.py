@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from machines.build import Step
+from machines.build import Step, steps_in
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, UserMessage
@@ -231,6 +231,10 @@ class RunHandle:
     def transitions(self) -> list[Step]:
         """Every edge the request took so far, in order (all of them once it ended)."""
         return list(self._steps)
+
+    def steps(self, *, region: str | None = None, machine: str | None = None) -> list[Step]:
+        """The edges the request took so far in one region or machine (``steps(region="phase")``), in order."""
+        return steps_in(self._steps, region=region, machine=machine)
 
     @property
     def done(self) -> bool:
