@@ -344,7 +344,7 @@ function ask(event) {
       actions.append(input, el("button", { type: "button", class: "primary", onclick: () => send({ answer: input.value }) }, "Answer"));
     }
   } else {
-    const titles = { enter_plan_mode: "Enter Plan Mode?", exit_plan_mode: "Approve this plan?", tool_approval: `Allow ${event.name || "this tool"}?` };
+    const titles = { enter_plan_mode: "Enter Plan Mode?", exit_plan_mode: "Approve this plan?", tool_approval: `Allow ${event.tool_name || "this tool"}?` };
     card.append(el("h3", {}, titles[event.type] || event.type));
     const detail = event.plan || event.reason || (event.arguments ? JSON.stringify(event.arguments, null, 2) : "");
     if (detail) card.append(el("pre", {}, detail));
