@@ -91,6 +91,7 @@ class ServerProcess:
             "0",
             "--root",
             self._workspace.name,
+            "--no-token",
         ]
         environment = {**os.environ, ENVIRONMENT: self.shape.to_json()}
         environment.pop("ORCHESTRATOR_TOKEN", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib import resources
 
 import attrs
@@ -10,25 +11,30 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from orchestrator.agent import Agent, AgentClient
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
 from orchestrator.server.errors import HTTPRefusal
-from orchestrator.server.guard import TokenGuard
+from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PATH, TokenGuard
+from orchestrator.server.hosts import HostGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
+from orchestrator.server.origins import OriginGuard
 from orchestrator.server.routes import Service
 from orchestrator.store.errors import StoreUnavailable
 
 
 @attrs.frozen
 class ServerSettings:
-    """How the service guards itself: a bearer token, body and memory limits."""
+    """How the service guards itself: a bearer token, the hosts and origins it serves, body and memory limits."""
 
     token: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     idempotency_keys: int = DEFAULT_CAPACITY
     console: bool = True
+    allowed_hosts: tuple[str, ...] | None = None
+    allowed_origins: tuple[str, ...] = ()
 
 
 def _client(agent: Agent | AgentClient) -> AgentClient:
@@ -66,18 +72,35 @@ def create_app(
     idempotency_keys: int = DEFAULT_CAPACITY,
     console: bool = True,
     retained_runs: int = DEFAULT_RETAINED_RUNS,
-) -> TokenGuard:
+    allowed_hosts: Iterable[str] | None = None,
+    allowed_origins: Iterable[str] = (),
+) -> ASGIApp:
     """The ASGI application for ``agent`` (an Agent or its client, or another Backend such as a web node's).
 
     Serve it with hypercorn's trio worker (``hypercorn.trio.serve``) or mount
     it in a trio ASGI application: its requests run in the serving trio loop.
-    ``token`` guards every route but ``/health``; ``max_body_bytes`` caps
+    ``token`` guards every route but ``/health`` and the console's page and
+    files (which hold no data); ``max_body_bytes`` caps
     request bodies; ``idempotency_keys`` bounds the remembered answers;
     ``retained_runs`` is how many finished runs of an Agent or AgentClient
     stay reachable (events, state, trace) before the oldest answer 404 (a
     Backend given as it is keeps its own setting).
+
+    ``allowed_hosts`` are the names (``name``, ``name:port``, ``*``) a request's
+    ``Host`` must give, else 403; None checks no Host (the embedding
+    application does). A POST, PUT, PATCH or DELETE from a browser page of
+    another origin than the server's own is refused (403) unless its origin is
+    in ``allowed_origins`` (``scheme://host[:port]``), which also get CORS
+    answers. ValueError when a host or origin is malformed.
     """
-    settings = ServerSettings(token, max_body_bytes, idempotency_keys, console)
+    settings = ServerSettings(
+        token,
+        max_body_bytes,
+        idempotency_keys,
+        console,
+        None if allowed_hosts is None else tuple(allowed_hosts),
+        tuple(allowed_origins),
+    )
     backend: Backend
     if isinstance(agent, (Agent, AgentClient)):
         backend = LocalBackend(_client(agent), retained_runs=retained_runs)
@@ -111,5 +134,10 @@ def create_app(
         },
     )
     app.state.service = service
-    guarded = TokenGuard(app, settings.token)
+    open_prefixes = CONSOLE_PREFIXES if settings.console else ()
+    open_paths = {HEALTH_PATH, *(CONSOLE_PATHS if settings.console else ())}
+    guarded: ASGIApp = TokenGuard(app, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
+    guarded = OriginGuard(guarded, settings.allowed_origins)
+    if settings.allowed_hosts is not None:
+        guarded = HostGuard(guarded, settings.allowed_hosts)
     return guarded

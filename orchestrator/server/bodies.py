@@ -15,8 +15,27 @@ from orchestrator.server.errors import HTTPRefusal, bad_request
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 
 
+JSON_MEDIA_TYPE = "application/json"
+
+
+def require_json(request: Request) -> None:
+    """Refuse (415) a body not declared ``application/json`` (parameters such as charset aside).
+
+    Only the CORS-safelisted types (text/plain, forms) can be posted by another
+    site's page without a preflight, so none of them is read as a request.
+    """
+    declared = request.headers.get("content-type")
+    media_type = (declared or "").partition(";")[0].strip().lower()
+    if media_type != JSON_MEDIA_TYPE:
+        shown = repr(declared) if declared is not None else "none"
+        raise HTTPRefusal(
+            415, "UnsupportedMediaType", f"the body must be sent as Content-Type: {JSON_MEDIA_TYPE} (got {shown})"
+        )
+
+
 async def read_object(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object, refused (413) past ``limit`` bytes and (400) when not an object."""
+    """The body as a JSON object: refused (415) unless declared JSON, (413) past ``limit`` bytes, (400) otherwise."""
+    require_json(request)
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.responses import JSONResponse
+from starlette.types import Send
 
 
 class HTTPRefusal(Exception):
@@ -29,3 +31,13 @@ def bad_request(message: str) -> HTTPRefusal:
 
 def not_found(message: str) -> HTTPRefusal:
     return HTTPRefusal(404, "NotFound", message)
+
+
+async def send_refusal(
+    send: Send, status: int, kind: str, message: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer an ASGI request with the JSON refusal ``{"error": {"type": kind, "message": message}}``."""
+    body = json.dumps({"error": {"type": kind, "message": message}}).encode()
+    start_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start_headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,48 +1,55 @@
 """ASGI middleware: the optional bearer token, checked before any route runs.
 
-With a token set, every path but ``/health`` needs ``Authorization: Bearer
-TOKEN``; a GET may carry it as ``?access_token=TOKEN`` instead, since a
-browser cannot add a header to a page load. A missing or wrong token is a
-401 with a JSON reason.
+With a token set, every path but the open ones (``/health``, and the
+console's page and static files, which hold no data) needs ``Authorization:
+Bearer TOKEN``; a GET may carry it as ``?access_token=TOKEN`` instead, since a
+browser's EventSource cannot add a header. A missing or wrong token is a 401
+with a JSON reason.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
+from collections.abc import Iterable
 from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-OPEN_PATHS = frozenset({"/health"})
+from orchestrator.server.errors import send_refusal
+
+HEALTH_PATH = "/health"
+CONSOLE_PATHS = frozenset({"/"})
+CONSOLE_PREFIXES = ("/static/",)
 
 
 class TokenGuard:
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    """Refuses (401) a request to a guarded path without the bearer ``token``; no token guards nothing."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        *,
+        open_paths: Iterable[str] = (HEALTH_PATH,),
+        open_prefixes: Iterable[str] = (),
+    ) -> None:
         self.app = app
         self.token = token.encode() if token else None
+        self.open_paths = frozenset(open_paths)
+        self.open_prefixes = tuple(open_prefixes)
+
+    def _open(self, path: str) -> bool:
+        return path in self.open_paths or path.startswith(self.open_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token is None or scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if self.token is None or scope["type"] != "http" or self._open(scope["path"]):
             await self.app(scope, receive, send)
             return
         problem = self._problem(scope)
         if problem is None:
             await self.app(scope, receive, send)
             return
-        body = json.dumps({"error": {"type": "Unauthorized", "message": problem}}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="orchestrator"'),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_refusal(send, 401, "Unauthorized", problem, [(b"www-authenticate", b'Bearer realm="orchestrator"')])
 
     def _problem(self, scope: Scope) -> str | None:
         assert self.token is not None

@@ -58,11 +58,13 @@ def _path(name: str) -> dict[str, Any]:
 
 _COMMON = {
     "401": _refusal("missing or wrong bearer token (only when the server has one)"),
+    "403": _refusal("a Host the server does not answer to, or a change asked by a page of another origin"),
     "503": _refusal("a cluster's web node cannot reach its run store; retry (Retry-After)"),
 }
 _POSTED = {
     "400": _refusal("malformed body or parameter"),
     "413": _refusal(f"body over the limit ({DEFAULT_MAX_BODY_BYTES} bytes by default)"),
+    "415": _refusal("the body is not sent as Content-Type: application/json"),
     "422": _refusal("Idempotency-Key reused with a different body"),
 }
 _IDEMPOTENCY = {

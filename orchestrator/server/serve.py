@@ -2,13 +2,17 @@
 
 Sessions are kept in SQLite (``--db``) unless ``--app`` brings the
 application's own agent. The server binds 127.0.0.1 unless ``--host`` says
-otherwise.
+otherwise, answers only to the bound name and the loopback names (plus
+``--allow-host``), refuses state changes from other web origins (but
+``--allow-origin``), and without ``--token`` generates one, printed once in the
+console's URL (``--no-token`` serves without one).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -17,6 +21,8 @@ import attrs
 import trio
 
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS
+from orchestrator.server.hosts import LOOPBACK_NAMES, AllowedHost
+from orchestrator.server.origins import normalized_origin
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
@@ -38,6 +44,14 @@ class ServeOptions:
     app: str | None
     backlog: int = DEFAULT_BACKLOG
     retained_runs: int = DEFAULT_RETAINED_RUNS
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    token_generated: bool = False
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The Host names served: the bound address, the loopback names, and the ones ``--allow-host`` adds."""
+        return tuple(dict.fromkeys([self.host, *LOOPBACK_NAMES, *self.allowed_hosts]))
 
 
 def parse(argv: Sequence[str]) -> ServeOptions:
@@ -53,10 +67,32 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     parser.add_argument("--root", default=".", help="workspace of the filesystem tools")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
-    parser.add_argument(
+    tokens = parser.add_mutually_exclusive_group()
+    tokens.add_argument(
         "--token",
-        default=os.environ.get("ORCHESTRATOR_TOKEN"),
-        help="bearer token every route but /health needs (default $ORCHESTRATOR_TOKEN)",
+        help="bearer token every route but /health and the console's files needs (default $ORCHESTRATOR_TOKEN,"
+        " else one generated and printed in the console's URL)",
+    )
+    tokens.add_argument(
+        "--no-token",
+        action="store_true",
+        help="serve without a token: anyone who can reach the port (any user of a shared machine) drives the agent",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer to Host NAME (or NAME:PORT; * for any), e.g. the name of a public bind or of a proxy"
+        " (default: the --host address, localhost, 127.0.0.1, [::1])",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages of ORIGIN (scheme://host[:port]) call the API, with CORS answers"
+        " (default: only the server's own pages)",
     )
     parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
     parser.add_argument(
@@ -82,8 +118,34 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         parser.error("a web node runs no model: the workers do (python -m orchestrator worker)")
     if web_node and args.retained_runs != DEFAULT_RETAINED_RUNS:
         parser.error("a web node keeps runs in its run store: --retained-runs does not apply")
+    for name in args.allow_host:
+        if name.strip() != "*":
+            try:
+                AllowedHost.parse(name)
+            except ValueError as error:
+                parser.error(f"--allow-host: {error}")
+    for origin in args.allow_origin:
+        try:
+            normalized_origin(origin)
+        except ValueError as error:
+            parser.error(f"--allow-origin: {error}")
+    token = None if args.no_token else args.token or os.environ.get("ORCHESTRATOR_TOKEN") or None
+    generated = token is None and not args.no_token
+    if generated:
+        token = secrets.token_urlsafe(32)
     return ServeOptions(
-        args.model, args.db, args.root, args.host, args.port, args.token, args.app, args.backlog, args.retained_runs
+        args.model,
+        args.db,
+        args.root,
+        args.host,
+        args.port,
+        token,
+        args.app,
+        args.backlog,
+        args.retained_runs,
+        tuple(args.allow_host),
+        tuple(args.allow_origin),
+        generated,
     )
 
 
@@ -130,15 +192,25 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
         client = await default_client(options.model, options.db, options.root)
         backend = LocalBackend(client, retained_runs=options.retained_runs)
     config = hypercorn_config(options)
-    app = create_app(backend, token=options.token)
+    app = create_app(
+        backend, token=options.token, allowed_hosts=options.hosts, allowed_origins=options.allowed_origins
+    )
 
     async def announce(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         await hypercorn_serve(app, config, task_status=task_status)  # type: ignore[arg-type]
 
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(announce)
-        print(f"serving on {', '.join(binds)} (console at {binds[0]}/)", file=sys.stderr, flush=True)
+        console = console_url(binds[0], options)
+        print(f"serving on {', '.join(binds)} (console at {console})", file=sys.stderr, flush=True)
         task_status.started(binds)
+
+
+def console_url(base: str, options: ServeOptions) -> str:
+    """The console's address; a generated token rides in it (the console keeps it and drops it from the URL)."""
+    if options.token_generated and options.token is not None:
+        return f"{base}/?access_token={options.token}"
+    return f"{base}/"
 
 
 def main(argv: Sequence[str]) -> int:

@@ -92,7 +92,7 @@ class Cluster:
         return node
 
     def web(self, name: str) -> Node:
-        node = self._spawn(name, "serve", "--db", self.dsn, "--port", "0")
+        node = self._spawn(name, "serve", "--db", self.dsn, "--port", "0", "--no-token")
         node.url = self._wait_for(node, SERVING).group(1)
         return node
 

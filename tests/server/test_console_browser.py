@@ -322,3 +322,39 @@ def test_the_console_asks_a_subagents_question_and_ends_with_the_parent_run(brow
         assert page.eval_on_selector_all(".question", "qs => qs.length") == 0
         final = page.eval_on_selector_all("#event-log li", "items => items.map(i => Number(i.dataset.seq))")
         assert final == list(range(1, len(final) + 1))
+
+
+def test_the_console_names_the_tool_a_tool_approval_asks_about(browser_page) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator import tool
+    from orchestrator.extensions.tool_approval import ToolApprovalExtension
+
+    ran: list[str] = []
+
+    @tool
+    def paint(colour: str) -> str:
+        """Paint the wall.
+
+        Args:
+            colour: which colour
+        """
+        ran.append(colour)
+        return f"painted {colour}"
+
+    async def make_client():  # type: ignore[no-untyped-def]
+        model = ScriptedModel([asks(call("p1", "paint", colour="blue")), AssistantMessage("The wall is blue.")])
+        return await create_agent(model, tools=[paint], extensions=[ToolApprovalExtension({"paint": "ask"})])
+
+    page = browser_page
+    page.set_default_timeout(15_000)
+    with ServerThread(make_client) as server:
+        page.goto(server.url + "/")
+        page.fill("#session-input", "approve-tool")
+        page.fill("#prompt-input", "Paint it blue")
+        page.click("#start-button")
+        card = '.question[data-event="tool_approval"]'
+        page.wait_for_selector(card)
+        assert page.inner_text(f"{card} h3") == "Allow paint?"
+        assert '"colour": "blue"' in page.inner_text(f"{card} pre")
+        page.click(f"{card} button.approve")
+        page.locator(".notice.end", has_text="run completed").wait_for()
+    assert ran == ["blue"]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,30 +21,48 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+ANNOUNCED = re.compile(r"serving on (http://127\.0\.0\.1:\d+) \(console at (\S+)\)")
+GENERATED_TOKEN = re.compile(r"/\?access_token=([A-Za-z0-9_-]{32,})$")
+
+
+@dataclass
+class Served:
+    """A running ``serve``: its base URL, the console address it printed, the token generated for it (or None)."""
+
+    url: str
+    console: str
+    token: str | None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+
 @contextmanager
-def served(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+def served(*args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+    environment = {**os.environ, **(env or {})}
+    if env is None or "ORCHESTRATOR_TOKEN" not in env:
+        environment.pop("ORCHESTRATOR_TOKEN", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "serve", "--port", "0", *args],
         cwd=ROOT,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=environment,
     )
     try:
         assert process.stderr is not None
-        url = None
+        found = None
         lines = []
         for _ in range(50):
             line = process.stderr.readline()
             lines.append(line)
-            found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                url = found[1]
+            found = ANNOUNCED.search(line)
+            if found or not line:
                 break
-            if not line:
-                break
-        assert url is not None, "".join(lines)
-        yield url
+        assert found is not None, "".join(lines)
+        token = GENERATED_TOKEN.search(found[2])
+        yield Served(found[1], found[2], token[1] if token else None)
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -66,7 +85,9 @@ def _run_to_end(http: httpx.Client, url: str, text: str) -> list[dict[str, objec
 
 def test_serve_runs_the_default_agent_with_sqlite_sessions_on_loopback(tmp_path: Path) -> None:
     db = tmp_path / "sessions.db"
-    with served("--db", str(db), "--root", str(tmp_path), "--token", "t0k") as url, httpx.Client(timeout=10) as http:
+    with served("--db", str(db), "--root", str(tmp_path), "--token", "t0k") as server, httpx.Client(timeout=10) as http:
+        url = server.url
+        assert server.console == f"{url}/" and server.token is None  # a token of one's own is not printed
         assert http.get(f"{url}/health").status_code == 200
         assert http.get(f"{url}/sessions").status_code == 401
         http.headers["Authorization"] = "Bearer t0k"
@@ -87,8 +108,9 @@ def test_serve_runs_the_default_agent_with_sqlite_sessions_on_loopback(tmp_path:
 
 def test_serve_app_serves_the_application_agent_or_its_factory() -> None:
     for attribute, answer in (("agent", "from the application's agent"), ("make_client", "from a factory")):
-        with served("--app", f"tests.server.sample_app:{attribute}") as url, httpx.Client(timeout=10) as http:
-            events = _run_to_end(http, url, "hello")
+        with served("--app", f"tests.server.sample_app:{attribute}") as server, httpx.Client(timeout=10) as http:
+            http.headers.update(server.headers)
+            events = _run_to_end(http, server.url, "hello")
         assert events[-1]["type"] == "run_completed"
         assert events[-1]["result"]["content"] == answer
 
@@ -117,14 +139,18 @@ def _listen_backlog(url: str) -> int:
 
 
 def test_serve_listens_with_a_backlog_of_1024_by_default_and_takes_backlog() -> None:
-    with served() as url:
-        assert _listen_backlog(url) == 1024
-    with served("--backlog", "777") as url:
-        assert _listen_backlog(url) == 777
+    with served() as server:
+        assert _listen_backlog(server.url) == 1024
+    with served("--backlog", "777") as server:
+        assert _listen_backlog(server.url) == 777
 
 
 def test_serve_retained_runs_bounds_the_finished_runs_still_reachable() -> None:
-    with served("--retained-runs", "1", "--app", "tests.server.sample_app:agent") as url, httpx.Client(timeout=10) as http:
+    with (
+        served("--retained-runs", "1", "--app", "tests.server.sample_app:agent") as server,
+        httpx.Client(timeout=10, headers=server.headers) as http,
+    ):
+        url = server.url
         first = _run_to_end(http, url, "one")
         second = _run_to_end(http, url, "two")
         assert first[-1]["type"] == second[-1]["type"] == "run_completed"
@@ -179,3 +205,24 @@ def test_a_run_store_that_cannot_be_reached_at_start_exits_1_saying_so_without_a
     assert f"{command[0]}: cannot connect to postgresql 127.0.0.1:{port}/none" in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--token", "t", "--no-token"], "not allowed with argument"),
+        (["--allow-origin", "localhost:3000"], "--allow-origin: 'localhost:3000' is not an http or https origin"),
+        (["--allow-origin", "https://app.example/path"], "is not an http or https origin"),
+        (["--allow-host", "a b"], "--allow-host: 'a b' is not a host name"),
+    ],
+)
+def test_serve_refuses_a_token_with_no_token_and_malformed_hosts_or_origins(args: list[str], reason: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "serve", "--port", "0", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, done.stderr
+    assert reason in done.stderr

@@ -6,8 +6,15 @@ const $ = (id) => document.getElementById(id);
 const TERMINAL = new Set(["run_completed", "run_failed", "run_cancelled"]);
 const TOOL_ENDS = { tool_completed: "succeeded", tool_failed: "failed", tool_skipped: "skipped", tool_cancelled: "cancelled" };
 
+// The server's token comes once in the address (?access_token=, as serve prints it): kept in this tab's
+// sessionStorage, dropped from the address bar (and so from history and bookmarks), sent as a Bearer header.
 const params = new URLSearchParams(location.search);
-if (params.get("access_token")) sessionStorage.setItem("token", params.get("access_token"));
+if (params.has("access_token")) {
+  sessionStorage.setItem("token", params.get("access_token"));
+  params.delete("access_token");
+  const query = params.toString();
+  history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
+}
 const token = sessionStorage.getItem("token");
 
 function headers(extra = {}) {
@@ -20,9 +27,15 @@ async function api(method, path, body, extra = {}) {
   const init = { method, headers: headers(body === undefined ? extra : { "Content-Type": "application/json", ...extra }) };
   if (body !== undefined) init.body = JSON.stringify(body);
   const response = await fetch(path, init);
+  if (response.status === 401) tokenNeeded();
   let data = null;
   try { data = await response.json(); } catch (_) { data = null; }
   return { status: response.status, ok: response.ok, data };
+}
+
+function tokenNeeded() {
+  $("start-error").textContent = "This server needs its token: open the console address it printed at start (…/?access_token=…).";
+  $("start-error").hidden = false;
 }
 
 function el(tag, attrs = {}, ...children) {
@@ -331,7 +344,7 @@ function ask(event) {
       actions.append(input, el("button", { type: "button", class: "primary", onclick: () => send({ answer: input.value }) }, "Answer"));
     }
   } else {
-    const titles = { enter_plan_mode: "Enter Plan Mode?", exit_plan_mode: "Approve this plan?", tool_approval: `Allow ${event.name || "this tool"}?` };
+    const titles = { enter_plan_mode: "Enter Plan Mode?", exit_plan_mode: "Approve this plan?", tool_approval: `Allow ${event.tool_name || "this tool"}?` };
     card.append(el("h3", {}, titles[event.type] || event.type));
     const detail = event.plan || event.reason || (event.arguments ? JSON.stringify(event.arguments, null, 2) : "");
     if (detail) card.append(el("pre", {}, detail));
@@ -378,6 +391,7 @@ $("start-form").addEventListener("submit", async (e) => {
   $("start-error").hidden = true;
   const result = await api("POST", `sessions/${encodeURIComponent(session)}/runs`, { input: prompt });
   if (!result.ok) {
+    if (result.status === 401) return; // tokenNeeded() said what to do
     $("start-error").textContent = result.data && result.data.error ? result.data.error.message : `HTTP ${result.status}`;
     $("start-error").hidden = false;
     return;
