@@ -55,6 +55,8 @@ async def test_a_run_given_back_unrun_keeps_its_checkpoint(tmp_path: Path) -> No
     (dead,) = store.claim("dead", 0.05)
     planning = Checkpoint({"phase": "awaiting_model", "mode": "planning"}, 2, True, (), (), "planning")
     store.commit(dead, RunCommit(messages=(UserMessage("plan the move"),), checkpoint=planning.json()))
+    committed = store.run("r1")
+    assert committed is not None
     await trio.sleep(0.1)  # the lease runs out: its worker is gone
 
     client = await _asking_client()
@@ -64,10 +66,9 @@ async def test_a_run_given_back_unrun_keeps_its_checkpoint(tmp_path: Path) -> No
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
-            while (record := store.run("r1")) is not None and record.lease_owner != "w":
+            # The worker claims it (the version moves on), finds the session busy, and gives it back (again).
+            while (record := store.run("r1")) is not None and record.version < committed.version + 2:
                 await trio.sleep(0.01)
-            while (record := store.run("r1")) is not None and record.version == 1:
-                await trio.sleep(0.01)  # the worker took it, found the session busy, and gave it back
             nursery.cancel_scope.cancel()
     busy.cancel()
     record = store.run("r1")
