@@ -24,25 +24,22 @@ from machines.registry import all_definitions
 from orchestrator.errors import SessionBusy
 from orchestrator.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, IdempotencyKeyReused, RunExists, RunView
-from orchestrator.server.bodies import external_event, read_object, run_input
-from orchestrator.server.errors import HTTPRefusal, bad_request, not_found
+from orchestrator.server.bodies import external_event, read_object, run_input, whole_number
+from orchestrator.server.errors import HTTPRefusal, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
+from orchestrator.server.ids import checked_id
 from orchestrator.server.openapi import openapi_document
 from orchestrator.trace import trace_mermaid
 
 logger = logging.getLogger(__name__)
 
-MAX_ID_LENGTH = 200
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 CONSOLE_ASSETS = ("static/console.css", "static/console.js")
 """Files the console page loads itself (with a token, their URLs carry it)."""
 
 
 def _path_id(request: Request, name: str) -> str:
-    value: str = request.path_params[name]
-    if not value.strip() or len(value) > MAX_ID_LENGTH:
-        raise bad_request(f"{name} must be 1 to {MAX_ID_LENGTH} characters")
-    return value
+    return checked_id(request.path_params[name], name)
 
 
 def sse_frame(event: Mapping[str, Any]) -> str:
@@ -56,10 +53,7 @@ def _after(request: Request) -> int:
     raw = request.headers.get("last-event-id")
     if raw is None:
         raw = request.query_params.get("after", "0")
-    raw = raw.strip()
-    if not raw.isdigit() or len(raw) > 18:
-        raise bad_request("Last-Event-ID (or ?after=) must be a non-negative whole number")
-    return int(raw)
+    return whole_number(raw, "Last-Event-ID (or ?after=)")
 
 
 Handler = Callable[[Request], Awaitable[Response]]
