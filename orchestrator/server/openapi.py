@@ -224,6 +224,7 @@ def _document() -> dict[str, Any]:
                             "description": "event stream",
                             "content": {"text/event-stream": {"schema": {"type": "string"}}},
                         },
+                        "204": {"description": "the run has ended, nothing after Last-Event-ID: stop reconnecting"},
                         "400": _refusal("bad Last-Event-ID (ASCII digits only) or bad id"),
                         "404": _refusal("no such run"),
                         "410": _refusal("the events after Last-Event-ID are no longer retained"),

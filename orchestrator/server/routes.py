@@ -157,10 +157,18 @@ class Service:
         return JSONResponse((await self._run(_path_id(request, "request_id"))).json())
 
     async def run_events(self, request: Request) -> Response:
+        """The run's events after the cursor. A run that has ended with nothing after the cursor
+        (a reader that saw its terminal event reconnects) is a 204, which tells an EventSource to stop."""
         request_id = _path_id(request, "request_id")
         after = _after(request)
         try:
+            ended = (await self.backend.run(request_id)).done
             batches = await self.backend.events(request_id, after)
+            if ended:
+                first = await anext(batches, None)
+                if first is None:
+                    return Response(status_code=204, headers=SSE_HEADERS)
+                batches = _after_first(first, batches)
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
         except EventsExpired as expired:
@@ -222,6 +230,14 @@ def sse_error_frame(error: Exception) -> str:
     """The last frame of a stream that cannot go on: ``event: error`` with the reason, no ``id``."""
     data = json.dumps({"type": "error", "error": {"type": type(error).__name__, "message": str(error)}})
     return f"event: error\ndata: {data}\n\n"
+
+
+async def _after_first(
+    first: list[dict[str, Any]], rest: AsyncIterator[list[dict[str, Any]]]
+) -> AsyncIterator[list[dict[str, Any]]]:
+    yield first
+    async for batch in rest:
+        yield batch
 
 
 async def _frames(batches: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[str]:
