@@ -5,8 +5,10 @@ deployment: a second is SessionBusy, a 409). Events are read from the run's
 log after ``Last-Event-ID`` and followed by polling it, so any node serves any
 run. An answer is checked like a live one against the question its run's
 checkpoint says is waiting (the same ``WaitRule`` validators the extensions
-use), then inserted into the run's inbox in one transaction that wakes a
-parked run; its idempotency key makes a retried POST harmless on any node.
+use) in the one transaction that inserts it into the run's inbox and wakes a
+parked run, so a worker's commit cannot come between; a call takes one answer
+(a second is refused while the first waits), and an idempotency key makes a
+retried POST harmless on any node, even one raced with its first try.
 """
 
 from __future__ import annotations
@@ -174,12 +176,10 @@ class StoreBackend:
         if record is None:
             which = f"request {request_id!r} of" if request_id else "request in"
             return _refused(event, f"no running {which} session {session_id!r}")
-        problem = self._problem(record, event)
-        if problem is not None:
-            return _refused(event, problem)
         item = NewInboxItem(session_id, record.request_id, event.name, dict(event.payload), idempotency_key)
         try:
-            await self._call(self.store.post, item)
+            # Checked against the run as it is when the item goes in: a worker's commit cannot come between.
+            await self._call(self.store.post, item, lambda locked: self._problem(locked, event))
         except StoreUnavailable:
             raise  # a 503: the client retries, with its Idempotency-Key if it sent one
         except StoreError as ended:

@@ -1,4 +1,4 @@
-"""Request bodies: size-capped JSON objects, and the shapes the routes accept."""
+"""Request bodies: size-capped JSON objects of bounded nesting, and the shapes the routes accept."""
 
 from __future__ import annotations
 
@@ -11,8 +11,52 @@ from starlette.requests import Request
 from orchestrator.config import ExternalEvent
 from orchestrator.messages import UserMessage
 from orchestrator.server.errors import HTTPRefusal, bad_request
+from orchestrator.server.ids import checked_id
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
+MAX_JSON_DEPTH = 100
+"""Arrays and objects a body may nest: deeper bodies are refused before anything walks them."""
+MAX_WHOLE_NUMBER_DIGITS = 18
+
+
+def whole_number(raw: str, what: str) -> int:
+    """``raw`` (blanks around it ignored) as a non-negative whole number of ASCII digits; a 400 otherwise.
+
+    ``str.isdigit`` alone is not the test: it holds for digits ``int`` refuses, such as ``"\u00b2"``."""
+    text = raw.strip()
+    if not text or len(text) > MAX_WHOLE_NUMBER_DIGITS or not (text.isascii() and text.isdigit()):
+        raise bad_request(f"{what} must be a non-negative whole number of at most {MAX_WHOLE_NUMBER_DIGITS} digits")
+    return int(text)
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in ``value`` (a scalar is 0), walked without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def decode_json(raw: bytes) -> Any:
+    """The JSON value of a body; a 400 for anything that is not JSON, or nests past ``MAX_JSON_DEPTH``."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise bad_request(f"the body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels") from None
+    except (UnicodeDecodeError, ValueError) as error:
+        raise bad_request(f"the body is not valid JSON: {error}") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise bad_request(f"the body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels")
+    return value
 
 
 JSON_MEDIA_TYPE = "application/json"
@@ -37,11 +81,8 @@ async def read_object(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object: refused (415) unless declared JSON, (413) past ``limit`` bytes, (400) otherwise."""
     require_json(request)
     declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise bad_request("Content-Length must be a whole number")
-        if int(declared) > limit:
-            raise HTTPRefusal(413, "PayloadTooLarge", f"the body is over the limit of {limit} bytes")
+    if declared is not None and whole_number(declared, "Content-Length") > limit:
+        raise HTTPRefusal(413, "PayloadTooLarge", f"the body is over the limit of {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -52,10 +93,7 @@ async def read_object(request: Request, limit: int) -> dict[str, Any]:
     raw = b"".join(chunks)
     if not raw.strip():
         raise bad_request("the body must be a JSON object")
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise bad_request(f"the body is not valid JSON: {error}") from None
+    value = decode_json(raw)
     if not isinstance(value, dict):
         raise bad_request(f"the body must be a JSON object, not {type(value).__name__}")
     return value
@@ -65,9 +103,7 @@ def _optional_id(body: Mapping[str, Any], field: str) -> str | None:
     value = body.get(field)
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip() or len(value) > 200:
-        raise bad_request(f"{field!r} must be a non-empty string of at most 200 characters")
-    return value
+    return checked_id(value, repr(field))
 
 
 def run_input(body: Mapping[str, Any]) -> tuple[UserMessage, str | None]:
@@ -100,10 +136,10 @@ def external_event(body: Mapping[str, Any]) -> tuple[ExternalEvent, str | None]:
     unknown = set(body) - {"name", "payload", "request_id"}
     if unknown:
         raise bad_request(f"unknown fields: {sorted(unknown)}")
-    name = body.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise bad_request("'name' must be a non-empty string")
+    name = checked_id(body.get("name"), "'name'")
     payload = body.get("payload", {})
     if not isinstance(payload, dict):
         raise bad_request("'payload' must be a JSON object")
+    if "tool_call_id" in payload:
+        checked_id(payload["tool_call_id"], "'payload.tool_call_id'")
     return ExternalEvent(name, payload), _optional_id(body, "request_id")

@@ -14,9 +14,9 @@ from typing import Any
 import attrs
 
 from orchestrator.server.errors import HTTPRefusal
+from orchestrator.server.ids import checked_id
 
 DEFAULT_CAPACITY = 10_000
-MAX_KEY_LENGTH = 200
 
 
 @attrs.frozen
@@ -32,8 +32,8 @@ class IdempotencyCache:
 
     @staticmethod
     def check_key(key: str) -> None:
-        if not key.strip() or len(key) > MAX_KEY_LENGTH:
-            raise HTTPRefusal(400, "BadRequest", f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} characters")
+        """A 400 unless ``key`` is an acceptable id (``orchestrator.server.ids``)."""
+        checked_id(key, "Idempotency-Key")
 
     @staticmethod
     def fingerprint(body: Any) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
 
-_ID = {"type": "string", "minLength": 1, "maxLength": 200}
+_ID = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"}
 _ERROR: dict[str, Any] = {
     "type": "object",
     "required": ["error"],
@@ -226,7 +226,8 @@ def _document() -> dict[str, Any]:
                             "description": "event stream",
                             "content": {"text/event-stream": {"schema": {"type": "string"}}},
                         },
-                        "400": _refusal("bad Last-Event-ID"),
+                        "204": {"description": "the run has ended, nothing after Last-Event-ID: stop reconnecting"},
+                        "400": _refusal("bad Last-Event-ID (ASCII digits only) or bad id"),
                         "404": _refusal("no such run"),
                         "410": _refusal("the events after Last-Event-ID are no longer retained"),
                     },

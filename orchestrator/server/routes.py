@@ -23,23 +23,20 @@ from machines.registry import all_definitions
 from orchestrator.errors import SessionBusy
 from orchestrator.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, IdempotencyKeyReused, RunExists, RunView
-from orchestrator.server.bodies import external_event, read_object, run_input
-from orchestrator.server.errors import HTTPRefusal, bad_request, not_found
+from orchestrator.server.bodies import external_event, read_object, run_input, whole_number
+from orchestrator.server.errors import HTTPRefusal, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
+from orchestrator.server.ids import checked_id
 from orchestrator.server.openapi import openapi_document
 from orchestrator.trace import trace_mermaid
 
 logger = logging.getLogger(__name__)
 
-MAX_ID_LENGTH = 200
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _path_id(request: Request, name: str) -> str:
-    value: str = request.path_params[name]
-    if not value.strip() or len(value) > MAX_ID_LENGTH:
-        raise bad_request(f"{name} must be 1 to {MAX_ID_LENGTH} characters")
-    return value
+    return checked_id(request.path_params[name], name)
 
 
 def sse_frame(event: Mapping[str, Any]) -> str:
@@ -53,10 +50,7 @@ def _after(request: Request) -> int:
     raw = request.headers.get("last-event-id")
     if raw is None:
         raw = request.query_params.get("after", "0")
-    raw = raw.strip()
-    if not raw.isdigit() or len(raw) > 18:
-        raise bad_request("Last-Event-ID (or ?after=) must be a non-negative whole number")
-    return int(raw)
+    return whole_number(raw, "Last-Event-ID (or ?after=)")
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -153,10 +147,18 @@ class Service:
         return JSONResponse((await self._run(_path_id(request, "request_id"))).json())
 
     async def run_events(self, request: Request) -> Response:
+        """The run's events after the cursor. A run that has ended with nothing after the cursor
+        (a reader that saw its terminal event reconnects) is a 204, which tells an EventSource to stop."""
         request_id = _path_id(request, "request_id")
         after = _after(request)
         try:
+            ended = (await self.backend.run(request_id)).done
             batches = await self.backend.events(request_id, after)
+            if ended:
+                first = await anext(batches, None)
+                if first is None:
+                    return Response(status_code=204, headers=SSE_HEADERS)
+                batches = _after_first(first, batches)
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
         except EventsExpired as expired:
@@ -218,6 +220,14 @@ def sse_error_frame(error: Exception) -> str:
     """The last frame of a stream that cannot go on: ``event: error`` with the reason, no ``id``."""
     data = json.dumps({"type": "error", "error": {"type": type(error).__name__, "message": str(error)}})
     return f"event: error\ndata: {data}\n\n"
+
+
+async def _after_first(
+    first: list[dict[str, Any]], rest: AsyncIterator[list[dict[str, Any]]]
+) -> AsyncIterator[list[dict[str, Any]]]:
+    yield first
+    async for batch in rest:
+        yield batch
 
 
 async def _frames(batches: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[str]:

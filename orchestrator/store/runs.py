@@ -33,7 +33,9 @@ from orchestrator.store.errors import StoreError
 __all__ = [
     "ACTIVE",
     "FINAL",
+    "AnswerWaiting",
     "InboxItem",
+    "InboxRefused",
     "Lease",
     "LeaseLost",
     "NewInboxItem",
@@ -55,6 +57,24 @@ class LeaseLost(StoreError):
         self.request_id = request_id
         self.why = why
         super().__init__(f"lease of run {request_id!r} lost: {why}")
+
+
+class AnswerWaiting(StoreError):
+    """An answer to call ``tool_call_id`` of run ``request_id`` waits in its inbox already: a call takes one."""
+
+    def __init__(self, request_id: str, tool_call_id: str) -> None:
+        self.request_id = request_id
+        self.tool_call_id = tool_call_id
+        super().__init__(f"call {tool_call_id!r} of run {request_id!r} has an answer waiting already")
+
+
+class InboxRefused(StoreError):
+    """The run, as its row stands when the item would be added, does not take it: ``reason`` says why."""
+
+    def __init__(self, request_id: str, reason: str) -> None:
+        self.request_id = request_id
+        self.reason = reason
+        super().__init__(reason)
 
 
 class UnknownRunRow(StoreError, KeyError):
@@ -195,10 +215,15 @@ class RunStore(abc.ABC):
         """The run's events with seq > ``after``, in order."""
 
     @abc.abstractmethod
-    def post(self, item: NewInboxItem) -> tuple[InboxItem, bool]:
+    def post(
+        self, item: NewInboxItem, check: Callable[[RunRecord], str | None] | None = None
+    ) -> tuple[InboxItem, bool]:
         """Add ``item`` to the run's inbox; with an idempotency key already used, the earlier item
-        and False. A parked run becomes queued in the same transaction. UnknownRunRow when the
-        run does not exist; StoreError when it is final."""
+        and False (also when another post of that key wins a race). A parked run becomes queued in
+        the same transaction. UnknownRunRow when the run does not exist; StoreError when it is
+        final; AnswerWaiting when the item answers a call (``tool_call_id``) whose answer already
+        waits unconsumed; InboxRefused with its reason when ``check`` finds one in the run as it is
+        in this transaction (no other post or commit of the run can come between)."""
 
     @abc.abstractmethod
     def inbox(self, request_id: str, *, after_id: int = 0) -> list[InboxItem]:

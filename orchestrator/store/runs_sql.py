@@ -31,7 +31,9 @@ from orchestrator.store.errors import StoreError, StoreUnavailable, one_line
 from orchestrator.store.runs import (
     ACTIVE,
     FINAL,
+    AnswerWaiting,
     InboxItem,
+    InboxRefused,
     Lease,
     LeaseLost,
     NewInboxItem,
@@ -438,24 +440,40 @@ class SQLRunStore(RunStore):
             )
             return [StoredEvent(request_id, int(seq), kind, json.loads(body)) for seq, kind, body in db.fetchall()]
 
-    def post(self, item: NewInboxItem) -> tuple[InboxItem, bool]:
+    def post(
+        self, item: NewInboxItem, check: Callable[[RunRecord], str | None] | None = None
+    ) -> tuple[InboxItem, bool]:
+        """Race-free on every node: the run's row is locked first, so posts to one run (and its worker's
+        commits) take turns; a key another run's post holds is settled by the insert itself
+        (``ON CONFLICT``), which then reads the winner's item in the same transaction."""
         now = time.time()
         with self._transaction() as db:
+            row = self._row(db, item.request_id, lock=True)
             if item.idempotency_key is not None:
                 found = self._inbox_by_key(db, item.idempotency_key)
                 if found is not None:
                     return found, False
-            row = self._row(db, item.request_id, lock=True)
             if row is None:
                 raise UnknownRunRow(item.request_id)
             if row.status in FINAL:
                 raise StoreError(f"run {item.request_id!r} has ended ({row.status})")
+            problem = check(row) if check is not None else None
+            if problem is not None:
+                raise InboxRefused(item.request_id, problem)
+            self._refuse_second_answer(db, item)
             db.execute(
                 "INSERT INTO orchestrator_inbox (session_id, request_id, name, payload, idempotency_key, consumed,"
-                " created) VALUES (?, ?, ?, ?, ?, 0, ?) RETURNING id",
+                " created) VALUES (?, ?, ?, ?, ?, 0, ?) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
                 (item.session_id, item.request_id, item.name, _dumps(dict(item.payload)), item.idempotency_key, now),
             )
-            (new_id,) = db.fetchone()
+            inserted = db.fetchone()
+            if inserted is None:
+                assert item.idempotency_key is not None  # only a key can conflict
+                winner = self._inbox_by_key(db, item.idempotency_key)
+                if winner is None:
+                    raise StoreError(f"idempotency key {item.idempotency_key!r} conflicted but its item is gone")
+                return winner, False
+            (new_id,) = inserted
             if row.status == "parked":
                 db.execute(
                     "UPDATE orchestrator_runs SET status = ?, updated = ? WHERE request_id = ?",
@@ -466,6 +484,21 @@ class SQLRunStore(RunStore):
             int(new_id), item.session_id, item.request_id, item.name, dict(item.payload), item.idempotency_key, now
         )
         return stored, True
+
+    def _refuse_second_answer(self, db: _Cursor, item: NewInboxItem) -> None:
+        """AnswerWaiting when ``item`` answers a call (its payload names a ``tool_call_id``) whose answer
+        already waits unconsumed in the run's inbox (the caller holds the run's row lock)."""
+        call_id = item.payload.get("tool_call_id")
+        if not isinstance(call_id, str):
+            return
+        db.execute(
+            "SELECT payload FROM orchestrator_inbox WHERE request_id = ? AND name = ? AND consumed = 0",
+            (item.request_id, item.name),
+        )
+        for (payload,) in db.fetchall():
+            earlier = json.loads(payload)
+            if isinstance(earlier, dict) and earlier.get("tool_call_id") == call_id:
+                raise AnswerWaiting(item.request_id, call_id)
 
     def _inbox_by_key(self, db: _Cursor, key: str) -> InboxItem | None:
         db.execute(

@@ -127,11 +127,11 @@ async def test_an_answer_whose_insert_loses_the_connection_is_a_503_and_its_retr
     post = web_store.post
     cuts = 0
 
-    def post_after_a_cut(item: NewInboxItem) -> Any:
+    def post_after_a_cut(item: NewInboxItem, check: Any = None) -> Any:
         nonlocal cuts
-        if cuts == 0:  # the connection breaks between checking the answer and inserting it
+        if cuts == 0:  # the connection breaks between finding the run and inserting the answer
             cuts += end_connections(postgres_dsn)
-        return post(item)
+        return post(item, check)
 
     web_store.post = post_after_a_cut  # type: ignore[method-assign]
     answer = {"name": "ask_user_response", "payload": {"tool_call_id": "q1", "answer": "yes"}}

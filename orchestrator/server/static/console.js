@@ -155,6 +155,7 @@ async function connect() {
       headers: headers({ "Last-Event-ID": String(run.lastSeq), Accept: "text/event-stream" }),
       signal: controller.signal,
     });
+    if (response.status === 204) { run.ended = true; setConnection("ended", false); return; } // nothing after lastSeq: the run has ended
     if (!response.ok) {
       const body = await response.json().catch(() => null);
       setConnection(body && body.error ? body.error.message : `HTTP ${response.status}`, false);
