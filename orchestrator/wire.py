@@ -72,6 +72,7 @@ ENVELOPE = ("type", "session_id", "request_id", "seq", "ts")
 BUNDLED_EVENT_MODULES = (
     "orchestrator.feature_events",
     "orchestrator.extensions.ask_user",
+    "orchestrator.extensions.bash",
     "orchestrator.extensions.plan_mode",
     "orchestrator.extensions.steering",
     "orchestrator.extensions.sqlite_store",

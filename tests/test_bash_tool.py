@@ -1,4 +1,8 @@
-"""The bash tool: working directory, exit code, output cap and timeout."""
+"""The bash tool: working directory, exit code, output cap and timeout.
+
+The tests that follow a process by its id from outside run bash unconfined (``FULL``): inside the
+sandbox the command has its own PID namespace (tests/reliability/test_bash_sandbox.py covers it).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,10 @@ from orchestrator.extensions.bash import (
     BashRunner,
     bash_tool,
 )
+from orchestrator.extensions.sandbox import Sandbox
 from orchestrator.tools import ToolResult
+
+FULL = Sandbox("full")
 
 
 async def test_runs_in_the_root_and_reports_the_exit_code(tmp_path: Path) -> None:
@@ -46,7 +53,7 @@ def alive(pid: str) -> bool:
 
 async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     start = trio.current_time()
-    result = await BashRunner(tmp_path, timeout=0.5).run("sleep 30 & echo $!; sleep 30")
+    result = await BashRunner(tmp_path, timeout=0.5, sandbox=FULL).run("sleep 30 & echo $!; sleep 30")
     assert trio.current_time() - start < 5
     assert result.status == "failed"
     first, pid, *_ = result.content.splitlines()
@@ -59,7 +66,7 @@ async def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
 
 async def test_a_background_job_holding_the_output_is_no_timeout(tmp_path: Path) -> None:
     start = trio.current_time()
-    result = await BashRunner(tmp_path, timeout=10).run("sleep 30 & echo $!; echo done; exit 4")
+    result = await BashRunner(tmp_path, timeout=10, sandbox=FULL).run("sleep 30 & echo $!; echo done; exit 4")
     assert trio.current_time() - start < 5
     assert result.status == "succeeded"
     first, pid, done, *rest = result.content.splitlines()
@@ -82,7 +89,7 @@ async def test_a_background_job_that_closed_its_output_does_not_delay_the_result
     "command", ["(sleep 30) >/dev/null 2>&1 & echo $!", "sleep 30 </dev/null >/dev/null 2>&1 & echo $!"]
 )
 async def test_no_background_job_in_the_shells_group_survives_the_call(tmp_path: Path, command: str) -> None:
-    result = await BashRunner(tmp_path, timeout=10).run(command)
+    result = await BashRunner(tmp_path, timeout=10, sandbox=FULL).run(command)
     first, pid = result.content.splitlines()
     assert first == "exit code: 0"
     if not Path("/proc/self/stat").exists():
@@ -120,7 +127,7 @@ async def test_a_command_that_cannot_run_is_a_clear_failed_result(tmp_path: Path
 
 async def test_one_agent_runs_at_most_max_concurrent_commands_at_once(tmp_path: Path) -> None:
     (tmp_path / "running").mkdir()
-    wait_for_go = "touch running/$$; while [ ! -e go ]; do sleep 0.02; done; rm running/$$"
+    wait_for_go = "f=$(mktemp running/XXXXXX); while [ ! -e go ]; do sleep 0.02; done; rm $f"
     calls = [call(f"b{n}", "bash", command=wait_for_go) for n in range(6)]
     model = ScriptedModel([asks(*calls), AssistantMessage("done")])
     client = await create_agent(model, extensions=[BashExtension(tmp_path, timeout=60, max_concurrent=2)])
@@ -146,7 +153,7 @@ async def test_one_agent_runs_at_most_max_concurrent_commands_at_once(tmp_path: 
 
 
 async def test_signal_deaths_are_reported(tmp_path: Path) -> None:
-    result = await BashRunner(tmp_path).run("kill -9 $$")
+    result = await BashRunner(tmp_path, sandbox=FULL).run("kill -9 $$")
     assert result.content.startswith("exit code: -9 (killed by signal 9)")
 
 

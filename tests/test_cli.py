@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from support import asks, call
 from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, ToolMessage, ToolStatus, UserMessage
 from orchestrator.cli import Options, main, run, word_count
 from orchestrator.cli.signals import CANCELLING
+from orchestrator.extensions.sandbox import find_bwrap
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,8 +222,20 @@ def test_without_a_model_the_scripted_one_runs_and_says_so(tmp_path: Path) -> No
     assert "request/phase" not in out  # transitions only with --trace
 
 
+def test_without_bwrap_the_cli_says_once_that_bash_is_not_sandboxed(tmp_path: Path) -> None:
+    no_bwrap = tmp_path / "bin"  # a PATH with bash on it and no bwrap
+    no_bwrap.mkdir()
+    (no_bwrap / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
+    code, out, err = Cli(tmp_path, "two words", env={**os.environ, "PATH": str(no_bwrap)}).finish()
+    assert code == 0, err
+    said = "* bash is not sandboxed (workspace-write asked): 'bwrap' was not found (install bubblewrap)"
+    assert out.splitlines().count(said) == 1
+    assert "Your message has 2 words." in out
+
+
 def test_bad_arguments_exit_with_usage_error(capsys: object) -> None:
     assert main(["hi", "--model", "gpt"]) == 2
+    assert main(["hi", "--sandbox", "loose"]) == 2
     assert main([]) == 2
     assert main(["hi", "--root", "/no/such/folder"]) == 2
     assert main(["hi", "--session", "a", "-c"]) == 2
@@ -375,6 +389,21 @@ async def test_yes_allow_and_deny_set_the_tool_policy(tmp_path: Path) -> None:
     assert not (tmp_path / "out.txt").exists()
     code, text = await _run_writing(tmp_path)  # the default asks; input ends, so it is declined
     assert "? Allow write_file" in text and "(input ended: declining)" in text
+    assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.skipif(find_bwrap().path is None, reason=f"no working bwrap: {find_bwrap().problem}")
+async def test_the_sandbox_flag_confines_bash_and_the_file_tools(tmp_path: Path) -> None:
+    terminal = FakeTerminal()
+    calls = (call("b", "bash", command="echo x > out.txt"), call("w", "write_file", path="out.txt", content="x"))
+    model = ScriptedModel([asks(*calls), AssistantMessage("done")])
+    options = Options("go", db=str(tmp_path / "s.db"), session="f", root=str(tmp_path), yes=True, sandbox="read-only")
+    with trio.fail_after(20):
+        code = await run(options, model=model, read_line=terminal.read_line, write=terminal.write, handle_sigint=False)
+    assert code == 0
+    results = {m.tool_call_id: m for m in SQLiteSessionStore(options.db).messages("f") if isinstance(m, ToolMessage)}
+    assert "Read-only file system" in str(results["b"].content)
+    assert "the workspace is read-only (sandbox level read-only)" in str(results["w"].content)
     assert not (tmp_path / "out.txt").exists()
 
 

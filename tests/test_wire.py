@@ -37,6 +37,7 @@ from orchestrator import (
 from orchestrator import events as ev
 from orchestrator import stream as stream_module
 from orchestrator.extensions.ask_user import AskUserEvent
+from orchestrator.extensions.bash import SandboxUnavailableEvent
 from orchestrator.extensions.plan_mode import (
     EnterPlanModeEvent,
     ExitPlanModeEvent,
@@ -126,6 +127,7 @@ SAMPLES: list[ev.AgentEvent] = [
     ApprovalResumedEvent(**IDS, tool_call_id="c1", response_event="ask_user_response"),
     PlanModeRestoredEvent(**IDS),
     StoredMessageUnreadableEvent(**IDS, row_id=7, reason="not JSON"),
+    SandboxUnavailableEvent(**IDS, level="workspace-write", reason="'bwrap' was not found (install bubblewrap)"),
     ev.MCPServerStartedEvent(
         **IDS, server="files", tools=("files__read", "files__write"), server_info="fs 1.0", protocol_version="v", restarts=2
     ),

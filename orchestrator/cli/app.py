@@ -27,6 +27,7 @@ from orchestrator.extensions.bash import BashExtension
 from orchestrator.extensions.compaction import CompactionExtension
 from orchestrator.extensions.filesystem import FilesystemExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
+from orchestrator.extensions.sandbox import Sandbox
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.extensions.tool_approval import ToolApprovalExtension, ToolPolicy, Verdict
@@ -134,17 +135,18 @@ async def open_app(
         stack.callback(store.close)
         screen, json_out = _screen(options, write)
         approvals = ToolApprovalExtension(tool_policy(options))
+        sandbox = Sandbox(options.sandbox, network=options.sandbox_network)
         extensions: list[AgentExtension] = [
             store,
             SteeringExtension(),
             AskUserExtension(),
-            FilesystemExtension(options.root),
-            BashExtension(options.root),
+            FilesystemExtension(options.root, sandbox=sandbox),
+            BashExtension(options.root, sandbox=sandbox),
             CompactionExtension(threshold_tokens=0, keep_last=4),
             approvals,
         ]
         if chat or options.plan_mode:
-            extensions.append(PlanModeExtension(root=options.root, writable=PLAN_FILES))
+            extensions.append(PlanModeExtension(root=options.root, writable=PLAN_FILES, sandbox=sandbox))
         if scripted:
             tools = (*tools, *scripted_tools(options.scripted_delay))
         client = await create_agent(

@@ -7,6 +7,7 @@ import os
 
 import attrs
 
+from orchestrator.extensions.sandbox import DEFAULT_LEVEL, SANDBOX_LEVELS, SandboxLevel
 from orchestrator.model_choice import MODEL_SPECS, default_db, names_a_provider
 
 MODEL_HELP = f"{MODEL_SPECS} (default: the scripted model, which needs no key)"
@@ -30,6 +31,8 @@ class Options:
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     scripted_delay: float = 3.0
+    sandbox: SandboxLevel = DEFAULT_LEVEL
+    sandbox_network: bool = False
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +47,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yes", action="store_true", help="allow every tool without asking")
     parser.add_argument("--allow", action="append", default=[], metavar="TOOL", help="allow TOOL (a name or pattern)")
     parser.add_argument("--deny", action="append", default=[], metavar="TOOL", help="deny TOOL (a name or pattern)")
+    parser.add_argument(
+        "--sandbox",
+        choices=SANDBOX_LEVELS,
+        default=DEFAULT_LEVEL,
+        help=f"how far bash is confined, with bwrap (default: {DEFAULT_LEVEL}; read-only also refuses write_file and "
+        "edit_file)",
+    )
+    parser.add_argument(
+        "--sandbox-network", action="store_true", help="let bash reach the network inside its sandbox"
+    )
     parser.add_argument(
         "--scripted-delay",
         type=float,
@@ -86,6 +99,8 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: 
         allow=tuple(args.allow),
         deny=tuple(args.deny),
         scripted_delay=args.scripted_delay,
+        sandbox=args.sandbox,
+        sandbox_network=args.sandbox_network,
     )
 
 

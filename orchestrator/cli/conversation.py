@@ -171,6 +171,8 @@ class Conversation:
             screen.say("* plan mode restored (the session was in Plan Mode when it stopped)", style="bold blue")
         elif event.name == "steering_applied":
             screen.say("* steering applied", style="magenta")
+        elif event.name == "sandbox_unavailable":
+            screen.say(f"* bash is not sandboxed ({payload['level']} asked): {payload['reason']}", style="yellow")
 
     def _human(self, text: str, style: str | None = None) -> None:
         self.screen.say(text, style=style)

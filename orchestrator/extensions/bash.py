@@ -11,8 +11,17 @@ open get ``LINGER_SECONDS`` to finish writing first, and the result says they
 were killed. A command longer than MAX_COMMAND_BYTES, or holding a NUL byte or
 text that is not UTF-8, is a failed result and nothing runs. At most
 ``max_concurrent`` commands of one agent run at once; the others wait for a
-slot (their timeout starts when they run). The working directory is a starting
-point, not a sandbox: the command can reach whatever the process may reach.
+slot (their timeout starts when they run).
+
+``sandbox`` (``orchestrator.extensions.sandbox``) confines the command with
+bwrap; the default, ``workspace-write``, lets it write only the workspace and a
+private /tmp, without network. Inside the sandbox the command's processes have
+their own PID namespace, so every one of them, also one that left the process
+group, dies when the shell exits, and a signal death reads as exit code 128+N,
+as in a shell. Where no working bwrap exists, a confining level cannot be
+enforced: the command runs unconfined, the tool's description says nothing of a
+sandbox, and the agent emits one ``sandbox_unavailable`` event saying why. At
+``full`` the working directory is a starting point, not a sandbox.
 """
 
 from __future__ import annotations
@@ -24,13 +33,15 @@ import signal
 import subprocess
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 import trio
 
+from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.filesystem import resolve_root
+from orchestrator.extensions.sandbox import DEFAULT_SANDBOX, Sandbox
 from orchestrator.tools import ToolDefinition, ToolResult, build_tool
 
 if TYPE_CHECKING:
@@ -45,6 +56,19 @@ MAX_COMMAND_BYTES = 100_000
 """Longest command accepted, in UTF-8 bytes (below Linux's 128 KiB limit on one argument)."""
 MAX_CONCURRENT = 8
 """Default number of bash commands one agent runs at the same time."""
+
+
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
+class SandboxUnavailableEvent(AgentEvent):
+    """bash runs its commands unconfined because its sandbox level cannot be enforced here; ``reason`` says why.
+
+    An agent emits it once, in the first request that offers or runs such a bash
+    tool; the approval policy applies to the commands as before.
+    """
+
+    kind: ClassVar[str] = "sandbox_unavailable"
+    level: Literal["read-only", "workspace-write"]
+    reason: str
 
 
 def _kill_group(pid: int) -> None:
@@ -84,12 +108,13 @@ async def _until_exit(process: trio.Process) -> None:
 
 @attrs.frozen
 class BashRunner:
-    """How commands run: where, for how long, how much output is kept, and how many at once."""
+    """How commands run: where, for how long, how much output is kept, how many at once, and how confined."""
 
     root: Path = attrs.field(converter=resolve_root)
     timeout: float = 30.0
     max_output: int = 30_000
     max_concurrent: int = MAX_CONCURRENT
+    sandbox: Sandbox = attrs.field(default=DEFAULT_SANDBOX, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if self.timeout <= 0 or self.max_output < 0 or self.max_concurrent < 1:
@@ -106,9 +131,12 @@ class BashRunner:
         problem = command_problem(command)
         if problem is not None:
             return ToolResult(problem, "failed")
+        argv = ["bash", "-c", command]
+        if self.confined:
+            argv = self.sandbox.command_line(argv, self.root)
         try:
             process = await trio.lowlevel.open_process(
-                ["bash", "-c", command],
+                argv,
                 cwd=self.root,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -116,7 +144,7 @@ class BashRunner:
                 start_new_session=True,
             )
         except OSError as error:
-            return ToolResult(f"could not start bash: {error}", "failed")
+            return ToolResult(f"could not start {argv[0]}: {error}", "failed")
         try:
             return await self._supervise(process)
         finally:
@@ -125,6 +153,11 @@ class BashRunner:
                 await process.wait()
                 if process.stdout is not None:
                     await process.stdout.aclose()
+
+    @property
+    def confined(self) -> bool:
+        """Whether commands run in the sandbox: a confining level, and a working bwrap to enforce it."""
+        return self.sandbox.confines and self.sandbox.problem() is None
 
     async def _supervise(self, process: trio.Process) -> ToolResult:
         kept = bytearray()
@@ -169,6 +202,18 @@ class BashRunner:
 
 
 _slots: weakref.WeakKeyDictionary[Agent, dict[BashRunner, trio.CapacityLimiter]] = weakref.WeakKeyDictionary()
+_told: weakref.WeakKeyDictionary[Agent, set[Sandbox]] = weakref.WeakKeyDictionary()
+
+
+async def say_if_unconfined(context: AgentRunContext, sandbox: Sandbox) -> None:
+    """Emit SandboxUnavailableEvent when ``sandbox`` confines but cannot be enforced; once per agent and sandbox."""
+    reason = sandbox.problem()
+    if sandbox.level == "full" or reason is None:
+        return
+    told = _told.setdefault(context.agent, set())
+    if sandbox not in told:
+        told.add(sandbox)
+        await context.emit(SandboxUnavailableEvent(level=sandbox.level, reason=reason))
 
 
 def _slots_for(agent: Agent, runner: BashRunner) -> trio.CapacityLimiter:
@@ -188,6 +233,7 @@ def _tool(runner: BashRunner) -> ToolDefinition:
         Args:
             command: the command line, run with bash -c
         """
+        await say_if_unconfined(context, runner.sandbox)
         async with _slots_for(context.agent, runner):
             return await runner.run(command)
 
@@ -195,6 +241,8 @@ def _tool(runner: BashRunner) -> ToolDefinition:
         f"Run a bash command in the workspace root (killed after {runner.timeout:g}s). "
         f"Reports the exit code and the combined stdout and stderr, cut to {runner.max_output} bytes."
     )
+    if runner.confined:
+        description += " " + runner.sandbox.summary()
     return build_tool(bash, description=description)
 
 
@@ -204,13 +252,14 @@ def bash_tool(
     timeout: float = 30.0,
     max_output: int = 30_000,
     max_concurrent: int = MAX_CONCURRENT,
+    sandbox: Sandbox = DEFAULT_SANDBOX,
 ) -> ToolDefinition:
     """The ``bash(command)`` tool for ``root``; the same settings give the same definition."""
-    return _tool(BashRunner(root, timeout, max_output, max_concurrent))
+    return _tool(BashRunner(root, timeout, max_output, max_concurrent, sandbox=sandbox))
 
 
 class BashExtension(AgentExtension):
-    """Offer the ``bash`` tool, running commands in ``root``."""
+    """Offer the ``bash`` tool, running commands in ``root``, confined as ``sandbox`` says."""
 
     def __init__(
         self,
@@ -219,8 +268,13 @@ class BashExtension(AgentExtension):
         timeout: float = 30.0,
         max_output: int = 30_000,
         max_concurrent: int = MAX_CONCURRENT,
+        sandbox: Sandbox = DEFAULT_SANDBOX,
     ) -> None:
-        self.tool = bash_tool(root, timeout=timeout, max_output=max_output, max_concurrent=max_concurrent)
+        self.sandbox = sandbox
+        self.tool = bash_tool(
+            root, timeout=timeout, max_output=max_output, max_concurrent=max_concurrent, sandbox=sandbox
+        )
 
     async def on_tool(self, context: AgentRunContext) -> None:
         context.register_tool(self.tool)
+        await say_if_unconfined(context, self.sandbox)

@@ -11,7 +11,8 @@ match with RE2 (``fs_match``), in time linear in the text. Walking tools never
 descend into symlinked directories (nor into ``.git``) and skip symlinks that
 lead outside the root. File names are cleaned for display, so a name holding
 bytes that are not UTF-8 shows them as U+FFFD. Blocking I/O runs in a worker
-thread.
+thread. At the sandbox level ``read-only`` write_file and edit_file refuse
+every call (``WorkspaceReadOnly``); the other levels leave the tools as they are.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from orchestrator.extensions.fs_confine import Beneath, Located, PathOutsideRoot
 from orchestrator.extensions.fs_match import Matcher, compile_glob, compile_regex
 from orchestrator.extensions.fs_walk import Entry, Walk, display_name
 from orchestrator.extensions.fs_write import HardLinkRefused, read_for_edit, replace_file
+from orchestrator.extensions.sandbox import DEFAULT_SANDBOX, Sandbox
 from orchestrator.tools import ToolDefinition, build_tool
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ __all__ = [
     "HardLinkRefused",
     "PathOutsideRoot",
     "Workspace",
+    "WorkspaceReadOnly",
     "filesystem_tools",
     "resolve_root",
 ]
@@ -64,6 +67,14 @@ def resolve_root(value: str | os.PathLike[str]) -> Path:
     return root
 
 
+class WorkspaceReadOnly(PermissionError):
+    """A write or edit asked of a workspace whose sandbox level is ``read-only``; nothing was written."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"the workspace is read-only (sandbox level read-only); {path!r} was not written")
+        self.path = path
+
+
 def _encode(text: str, what: str) -> bytes:
     try:
         return text.encode("utf-8")
@@ -73,13 +84,14 @@ def _encode(text: str, what: str) -> bytes:
 
 @attrs.frozen
 class Workspace:
-    """The root the tools work in, and the limits on what they return."""
+    """The root the tools work in, the limits on what they return, and whether they may change it."""
 
     root: Path = attrs.field(converter=resolve_root)
     max_chars: int = 100_000
     max_results: int = 500
     max_edit_bytes: int = MAX_EDIT_BYTES
     use_openat2: bool = attrs.field(default=True, kw_only=True)
+    writable: bool = attrs.field(default=True, kw_only=True)
 
     @property
     def beneath(self) -> Beneath:
@@ -116,12 +128,16 @@ class Workspace:
         return self._cap("".join(kept), "read further with offset and limit", more)
 
     def write_file(self, path: str, content: str) -> str:
+        if not self.writable:
+            raise WorkspaceReadOnly(path)
         data = _encode(content, "content")
         with self.beneath.locate(path, create_parents=True) as place:
             replace_file(place, data)
             return f"wrote {len(content)} characters to {display_name(place.relative)}"
 
     def edit_file(self, path: str, old_text: str, new_text: str) -> str:
+        if not self.writable:
+            raise WorkspaceReadOnly(path)
         if not old_text:
             raise ValueError("old_text must not be empty")
         old, new = _encode(old_text, "old_text"), _encode(new_text, "new_text")
@@ -335,13 +351,19 @@ def filesystem_tools(
     max_chars: int = 100_000,
     max_results: int = 500,
     max_edit_bytes: int = MAX_EDIT_BYTES,
+    sandbox: Sandbox = DEFAULT_SANDBOX,
 ) -> list[ToolDefinition]:
-    """The filesystem tools for ``root``; the same root and limits give the same definitions."""
-    return list(_tools(Workspace(root, max_chars, max_results, max_edit_bytes)))
+    """The filesystem tools for ``root``; the same root, limits and sandbox level give the same definitions."""
+    writable = sandbox.level != "read-only"
+    return list(_tools(Workspace(root, max_chars, max_results, max_edit_bytes, writable=writable)))
 
 
 class FilesystemExtension(AgentExtension):
-    """Offer read_file, write_file, edit_file, list_files, glob and grep, confined to ``root``."""
+    """Offer read_file, write_file, edit_file, list_files, glob and grep, confined to ``root``.
+
+    At the sandbox level ``read-only`` write_file and edit_file are offered but refuse every call (so
+    that no other extension's same-named tool, such as Plan Mode's, stands in for them).
+    """
 
     def __init__(
         self,
@@ -350,8 +372,11 @@ class FilesystemExtension(AgentExtension):
         max_chars: int = 100_000,
         max_results: int = 500,
         max_edit_bytes: int = MAX_EDIT_BYTES,
+        sandbox: Sandbox = DEFAULT_SANDBOX,
     ) -> None:
-        self.tools = filesystem_tools(root, max_chars=max_chars, max_results=max_results, max_edit_bytes=max_edit_bytes)
+        self.tools = filesystem_tools(
+            root, max_chars=max_chars, max_results=max_results, max_edit_bytes=max_edit_bytes, sandbox=sandbox
+        )
 
     async def on_tool(self, context: AgentRunContext) -> None:
         for definition in self.tools:

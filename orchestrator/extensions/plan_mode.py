@@ -13,6 +13,7 @@ The filesystem tools and ``bash`` are offered after every extension's
 of clashing with it. ``writable=("PLAN.md", "plans/**")`` confines write_file
 and edit_file in Plan Mode to those paths (patterns relative to ``root``); the
 default (None) admits them everywhere, as the other filesystem tools.
+``sandbox`` is the sandbox of its own filesystem tools and bash.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.bash import bash_tool
 from orchestrator.extensions.filesystem import filesystem_tools
 from orchestrator.extensions.fs_confine import Beneath, PathOutsideRoot
+from orchestrator.extensions.sandbox import DEFAULT_SANDBOX, Sandbox
 from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolCall
 from orchestrator.model import ModelRequest
 from orchestrator.pending import ResponseRouter, SettledAnswer, WaitRule, require_bool
@@ -190,6 +192,7 @@ class PlanModeExtension(AgentExtension):
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         root: str | os.PathLike[str] = ".",
         writable: Sequence[str] | None = None,
+        sandbox: Sandbox = DEFAULT_SANDBOX,
     ) -> None:
         if not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a str, got {type(system_prompt).__name__}")
@@ -210,8 +213,8 @@ class PlanModeExtension(AgentExtension):
         self.exit_tool = build_tool(_exit_plan_mode, name=EXIT_TOOL, serial=True)
         self.plan_tools: tuple[ToolDefinition, ...] = (
             self.exit_tool,
-            *filesystem_tools(self.root),
-            bash_tool(self.root),
+            *filesystem_tools(self.root, sandbox=sandbox),
+            bash_tool(self.root, sandbox=sandbox),
         )
         self.capabilities = frozenset(definition.name for definition in self.plan_tools)
         self._sessions: dict[str, BoundMachine] = {}
