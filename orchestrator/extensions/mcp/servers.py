@@ -1,48 +1,102 @@
-"""How to reach one MCP server: a command spoken to over stdio, or a streamable HTTP URL."""
+"""How to reach one MCP server: a command spoken to over stdio, or a streamable HTTP URL.
+
+Every field is checked when the value is made: a value of the wrong type is a
+``TypeError``, a value out of range a ``ValueError``, both naming the field.
+"""
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{0,63}")
 
 
 def _check_name(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
+    if not isinstance(value, str):
+        raise TypeError(f"name must be a string, got {value!r}")
+    if not _NAME.fullmatch(value):
         raise ValueError(f"an MCP server name must be 1-64 letters, digits, '_' or '-', got {value!r}")
 
 
+def _check_prefix(instance: Any, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"prefix must be a string or None, got {value!r}")
+    if not _PREFIX.fullmatch(value):
+        raise ValueError(f"prefix must be at most 63 letters, digits, '_' or '-', got {value!r}")
+
+
 def _positive(instance: Any, attribute: attrs.Attribute[float], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{attribute.name} must be a number of seconds, got {value!r}")
+    if not value > 0:
         raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
 
 
-def _strings(value: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise TypeError(f"args must be a sequence of strings, not one string: {value!r}")
-    found = tuple(value)
-    for item in found:
-        if not isinstance(item, str):
-            raise TypeError(f"args must be strings, got {item!r}")
-    return found
+def _text(field: str, value: Any, *, empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a string, got {value!r}")
+    if "\0" in value:
+        raise ValueError(f"{field} must not contain a NUL character, got {value!r}")
+    if not empty and not value:
+        raise ValueError(f"{field} must not be empty")
+    return value
 
 
-def _string_map(value: Mapping[str, str] | None) -> Mapping[str, str] | None:
-    if value is None:
-        return None
+def _check_command(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str):
+        hint = " (put the program in command and the rest in args)" if isinstance(value, (list, tuple)) else ""
+        raise TypeError(f"command must be a string{hint}, got {value!r}")
+    _text("command", value, empty=False)
+
+
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"args must be a sequence of strings, got {value!r}")
+    return tuple(_text("each of args", item) for item in value)
+
+
+def _string_map(field: str, value: Mapping[str, str]) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{field} must be a mapping of strings to strings, got {value!r}")
     found = dict(value)
     for key, item in found.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise TypeError(f"environment variables and headers map strings to strings, got {key!r}: {item!r}")
+            raise TypeError(f"{field} must map strings to strings, got {key!r}: {item!r}")
+    return found
+
+
+def _environment(value: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    if value is None:
+        return None
+    found = _string_map("env", value)
+    for key, item in found.items():
+        if not key or "=" in key or "\0" in key or "\0" in item:
+            raise ValueError(f"env has a variable no process can carry: {key!r}: {item!r}")
     return found
 
 
 def _headers(value: Mapping[str, str]) -> Mapping[str, str]:
-    return _string_map(value) or {}
+    found = _string_map("headers", value)
+    for key, item in found.items():
+        if not key or any(character in key + item for character in "\r\n\0"):
+            raise ValueError(f"headers has a header no request can carry: {key!r}: {item!r}")
+    return found
+
+
+def _directory(value: str | os.PathLike[str] | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    return _text("cwd", value, empty=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -57,7 +111,7 @@ class MCPServer:
     """
 
     name: str = attrs.field(validator=_check_name)
-    prefix: str | None = None
+    prefix: str | None = attrs.field(default=None, validator=_check_prefix)
     connect_timeout: float = attrs.field(default=30.0, validator=_positive)
     call_timeout: float = attrs.field(default=120.0, validator=_positive)
 
@@ -79,25 +133,27 @@ class StdioServer(MCPServer):
     is quoted when the server fails.
     """
 
-    command: str
+    command: str = attrs.field(validator=_check_command)
     args: tuple[str, ...] = attrs.field(default=(), converter=_strings)
-    env: Mapping[str, str] | None = attrs.field(default=None, converter=_string_map)
-    cwd: str | None = None
+    env: Mapping[str, str] | None = attrs.field(default=None, converter=_environment)
+    cwd: str | None = attrs.field(default=None, converter=_directory)
 
     def describe(self) -> str:
         return " ".join([self.command, *self.args])
+
+
+def _check_url(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    _text("url", value)
+    if not value.startswith(("http://", "https://")) or any(character.isspace() for character in value):
+        raise ValueError(f"an MCP server URL must be http:// or https:// without spaces, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
 class HttpServer(MCPServer):
     """A server reached over streamable HTTP at ``url``, every request carrying ``headers``."""
 
-    url: str
+    url: str = attrs.field(validator=_check_url)
     headers: Mapping[str, str] = attrs.field(factory=dict, converter=_headers)
-
-    def __attrs_post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"an MCP server URL must be http:// or https://, got {self.url!r}")
 
     def describe(self) -> str:
         return self.url
