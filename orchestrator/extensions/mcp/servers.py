@@ -16,6 +16,15 @@ import attrs
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,63}")
 
+#: How many bytes one message from a stdio server may have (its line, without the newline).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: How many bytes of a stdio server's stderr are kept (its last ones).
+MAX_STDERR_BYTES = 64 * 1024
+#: How many of a server's tools are offered (the first ones it lists).
+MAX_TOOLS = 256
+#: How many bytes a tool's input schema may have, serialized as JSON; a tool with a larger one is left out.
+MAX_SCHEMA_BYTES = 64 * 1024
+
 
 def _check_name(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str):
@@ -38,6 +47,13 @@ def _positive(instance: Any, attribute: attrs.Attribute[float], value: float) ->
         raise TypeError(f"{attribute.name} must be a number of seconds, got {value!r}")
     if not value > 0:
         raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
+def _count(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{attribute.name} must be an integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1, got {value!r}")
 
 
 def _text(field: str, value: Any, *, empty: bool = True) -> str:
@@ -101,19 +117,23 @@ def _directory(value: str | os.PathLike[str] | None) -> str | None:
 
 @attrs.frozen(kw_only=True)
 class MCPServer:
-    """What every server has: its ``name``, its tools' name ``prefix`` and its time limits.
+    """What every server has: its ``name``, its tools' name ``prefix``, its time limits and its tool limits.
 
     Its tools are offered to the model as ``prefix + tool name``; the prefix
     defaults to ``name + "__"`` ("" offers the server's own names). A server
     must be started (spawned or reached, handshake done, tools listed) within
     ``connect_timeout`` seconds and answer each call within ``call_timeout``
-    seconds; otherwise it is failed and restarted by the next request.
+    seconds; otherwise it is failed and restarted by the next request. Of its
+    listing, the first ``max_tools`` tools whose input schema has at most
+    ``max_schema_bytes`` bytes (as JSON) are offered; the rest are left out, with a warning.
     """
 
     name: str = attrs.field(validator=_check_name)
     prefix: str | None = attrs.field(default=None, validator=_check_prefix)
     connect_timeout: float = attrs.field(default=30.0, validator=_positive)
     call_timeout: float = attrs.field(default=120.0, validator=_positive)
+    max_tools: int = attrs.field(default=MAX_TOOLS, validator=_count)
+    max_schema_bytes: int = attrs.field(default=MAX_SCHEMA_BYTES, validator=_count)
 
     @property
     def tool_prefix(self) -> str:
@@ -129,7 +149,9 @@ class StdioServer(MCPServer):
     """A server run as ``command *args`` and spoken to over its stdin and stdout.
 
     ``env`` adds to the few inherited variables (PATH, HOME, ...); ``cwd`` is
-    its working directory. What it writes to stderr is kept, and the end of it
+    its working directory. Each message it sends (one line) may have at most
+    ``max_message_bytes`` bytes: a larger answer fails its call. The last
+    ``max_stderr_bytes`` of what it writes to stderr are kept, and their end
     is quoted when the server fails.
     """
 
@@ -137,6 +159,8 @@ class StdioServer(MCPServer):
     args: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     env: Mapping[str, str] | None = attrs.field(default=None, converter=_environment)
     cwd: str | None = attrs.field(default=None, converter=_directory)
+    max_message_bytes: int = attrs.field(default=MAX_MESSAGE_BYTES, validator=_count)
+    max_stderr_bytes: int = attrs.field(default=MAX_STDERR_BYTES, validator=_count)
 
     def describe(self) -> str:
         return " ".join([self.command, *self.args])
