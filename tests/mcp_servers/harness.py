@@ -81,3 +81,8 @@ def children_running(fragment: str) -> list[int]:
         if int(fields[1]) == me and fields[0] != "Z" and fragment in command:
             found.append(int(entry.name))
     return found
+
+
+def hostile_stdio(*options: str) -> list[str]:
+    """The command that starts the hostile test server over stdio (see hostile_server.py for its options)."""
+    return [sys.executable, str(HERE / "hostile_server.py"), *options]

@@ -9,13 +9,12 @@ results) until the next request that needs it restarts it.
 
 from __future__ import annotations
 
+import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Mapping
-from contextlib import AsyncExitStack, nullcontext
-from typing import IO, TYPE_CHECKING, Any, Literal
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any, Literal
 
 import mcp_types
 import pydantic
@@ -30,6 +29,7 @@ from machines.mcp_connection import MCP_CONNECTION
 from orchestrator.events import MCPServerFailedEvent, MCPServerStartedEvent, TransitionEvent
 from orchestrator.extensions.mcp.results import MAX_RESULT_CHARS, tool_result
 from orchestrator.extensions.mcp.servers import MCPServer, StdioServer
+from orchestrator.extensions.mcp.stdio import MESSAGE_TOO_LARGE, StderrLog
 from orchestrator.extensions.mcp.transport import watched_transport
 from orchestrator.tools import ToolDefinition, ToolResult
 
@@ -64,6 +64,11 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def _too_large(error: MCPError) -> bool:
+    """Whether ``error`` is the stdio transport's answer in place of one larger than max_message_bytes."""
+    return error.code == MESSAGE_TOO_LARGE and isinstance(error.data, dict) and "max_message_bytes" in error.data
+
+
 def offered_name(prefix: str, name: str) -> str:
     """The name a server's tool is offered under: the prefix and its name, cut to what providers accept."""
     full = prefix + name
@@ -82,26 +87,17 @@ class Session:
         self.client: Client | None = None
         self.tools: dict[str, mcp_types.Tool] = {}  # offered name -> the server's tool
         self.stale = False  # the server said its tools changed
-        self.stderr: IO[bytes] | None = None
+        self.stderr = StderrLog(server.max_stderr_bytes) if isinstance(server, StdioServer) else None
+        self.broken: str | None = None  # why the transport ended the connection itself
         self.info = ""
         self.protocol_version = ""
-        self._final_tail = ""
 
     def stderr_tail(self) -> str:
-        """The last bytes the server wrote to stderr (as text), or "".
+        """The last bytes the server wrote to stderr (as text), or ""."""
+        return "" if self.stderr is None else self.stderr.tail(STDERR_QUOTE)
 
-        Read with ``pread``: the server shares the file's offset, which must
-        stay at the end for its next writes.
-        """
-        if self.stderr is None or self.stderr.closed:
-            return self._final_tail
-        try:
-            descriptor = self.stderr.fileno()
-            size = os.fstat(descriptor).st_size
-            start = max(0, size - STDERR_QUOTE)
-            return os.pread(descriptor, size - start, start).decode("utf-8", errors="replace").strip()
-        except (OSError, ValueError):
-            return ""
+    def _broke(self, reason: str) -> None:
+        self.broken = reason
 
     def explain(self, reason: str) -> str:
         tail = self.stderr_tail()
@@ -134,34 +130,54 @@ class Session:
             log.debug("MCP server %s: tool change subscription lost: %s", self.server.name, describe_error(error))
 
     async def list_tools(self) -> None:
-        """Read the whole tool listing (bounded by MAX_TOOL_PAGES) into ``tools``."""
+        """Read the tool listing into ``tools``: its first ``max_tools`` tools, those with too large schemas left out.
+
+        Pages are read until there are more tools than that (or MAX_TOOL_PAGES);
+        what is left out is said in one warning.
+        """
         assert self.client is not None
-        found: dict[str, mcp_types.Tool] = {}
+        limit = self.server.max_tools
+        listed: list[mcp_types.Tool] = []
         cursor: str | None = None
         for _ in range(MAX_TOOL_PAGES):
             page = await self.client.list_tools(cursor=cursor, cache_mode="refresh")
-            for tool in page.tools:
-                name = offered_name(self.server.tool_prefix, tool.name)
-                if name in found:
-                    log.warning("MCP server %s: tool %r clashes as %r", self.server.name, tool.name, name)
-                    continue
-                found[name] = tool
+            listed.extend(page.tools)
             cursor = page.next_cursor
-            if not cursor:
+            if not cursor or len(listed) > limit:
                 break
+        found: dict[str, mcp_types.Tool] = {}
+        oversized: list[str] = []
+        for tool in listed[:limit]:
+            if len(json.dumps(tool.input_schema, ensure_ascii=False).encode()) > self.server.max_schema_bytes:
+                oversized.append(tool.name)
+                continue
+            name = offered_name(self.server.tool_prefix, tool.name)
+            if name in found:
+                log.warning("MCP server %s: tool %r clashes as %r", self.server.name, tool.name, name)
+                continue
+            found[name] = tool
+        self._warn_left_out(len(listed) > limit, oversized)
         self.tools = found
         self.stale = False
 
+    def _warn_left_out(self, cut: bool, oversized: list[str]) -> None:
+        said: list[str] = []
+        if cut:
+            said.append(f"it lists more than {self.server.max_tools} tools (max_tools); only the first are offered")
+        if oversized:
+            names = ", ".join(repr(name) for name in oversized[:10]) + (", ..." if len(oversized) > 10 else "")
+            said.append(
+                f"{len(oversized)} tools have input schemas of more than {self.server.max_schema_bytes} bytes "
+                f"(max_schema_bytes) and are left out: {names}"
+            )
+        if said:
+            log.warning("MCP server %s: %s", self.server.name, "; ".join(said))
+
     async def run(self, connection: MCPConnection, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Start the server and hold its session until it ends by itself or the scope is cancelled."""
-        with tempfile.TemporaryFile("w+b") if isinstance(self.server, StdioServer) else nullcontext() as stderr:
-            self.stderr = stderr
-            try:
-                reason = await self._hold(connection, task_status)
-                if reason is not None:
-                    connection.lost(self, self.explain(reason))
-            finally:
-                self._final_tail = self.stderr_tail()
+        reason = await self._hold(connection, task_status)
+        if reason is not None:
+            connection.lost(self, self.explain(reason))
 
     async def _hold(self, connection: MCPConnection, task_status: Any) -> str | None:
         """Why the session ended by itself, or None when it was stopped or has been reported already.
@@ -173,7 +189,7 @@ class Session:
         try:
             with self.scope:
                 client = Client(
-                    watched_transport(self.server, self.ended, self.stderr),
+                    watched_transport(self.server, self.ended, self.stderr, self._broke),
                     client_info=CLIENT_INFO,
                     message_handler=self._on_message,
                     cache=None,
@@ -192,12 +208,12 @@ class Session:
                             watching.start_soon(self._watch_tool_changes, changes)
                         await self.ended.wait()
                         # told before the transport winds down (which may wait for the process to exit)
-                        connection.lost(self, self.explain("the server closed its connection"))
+                        connection.lost(self, self.explain(self.broken or "the server closed its connection"))
                         watching.cancel_scope.cancel()
         except Exception as error:  # what is left once the scope took its own cancellation out
             if not started:
                 raise
-            return None if self.scope.cancel_called else describe_error(error)
+            return None if self.scope.cancel_called else self.broken or describe_error(error)
         finally:
             self.client = None
         return None
@@ -217,6 +233,12 @@ class MCPConnection:
         self._lock = trio.Lock()
         self._attempts = 0  # starts begun, so a request that waited for one does not begin another
         self._definitions: dict[str, ToolDefinition] = {}
+        self._stderr: StderrLog | None = None  # the last start's
+
+    @property
+    def stderr(self) -> str:
+        """What the server's last start wrote to stderr (its last ``max_stderr_bytes``, saying what was dropped)."""
+        return "" if self._stderr is None else self._stderr.text()
 
     @property
     def state(self) -> str:
@@ -271,6 +293,7 @@ class MCPConnection:
         self._attempts += 1
         session = Session(self.server)
         self._current = session
+        self._stderr = session.stderr
         try:
             with trio.fail_after(self.server.connect_timeout):
                 await nursery.start(session.run, self)
@@ -390,9 +413,11 @@ class MCPConnection:
             try:
                 result = await client.call_tool(tool.name, dict(arguments))
             except MCPError as error:
+                if _too_large(error):
+                    return ToolResult(f"the MCP server {self.server.name!r} failed the call: {error.message}", "failed")
                 if error.code != CONNECTION_CLOSED:
                     return ToolResult(f"the MCP server refused the call: {describe_error(error)}", "failed")
-                await self._fail(context, session, "the server closed its connection during the call")
+                await self._fail(context, session, session.broken or "the server closed its connection during the call")
                 return ToolResult(f"the MCP server {self.server.name!r} failed: {self._why()}", "failed")
             except pydantic.ValidationError as error:
                 first = error.errors()[0]["msg"] if error.errors() else str(error)

@@ -54,6 +54,11 @@ class MCPExtension(AgentExtension):
         """The connection state of ``server``: idle, connecting, ready, failed or closed."""
         return self.connections[server].state
 
+    def stderr(self, server: str) -> str:
+        """What the stdio server ``server`` last wrote to stderr: its last ``max_stderr_bytes``, after a line
+        saying how many earlier bytes were dropped (if any); "" for an HTTP server or one never started."""
+        return self.connections[server].stderr
+
     async def __aenter__(self) -> MCPExtension:
         if self._nursery_manager is not None or self._closed:
             raise RuntimeError("an MCPExtension is entered once")

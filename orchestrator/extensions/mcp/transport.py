@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import trio
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
 from orchestrator.extensions.mcp.servers import HttpServer, MCPServer, StdioServer
+from orchestrator.extensions.mcp.stdio import Broken, StderrLog, stdio_transport
 
 Streams = tuple[Any, Any]
 
@@ -66,19 +66,21 @@ async def _http(server: HttpServer) -> AsyncIterator[Streams]:
         yield streams
 
 
-def _opened(server: MCPServer, stderr: IO[bytes] | None) -> Any:
+def _opened(server: MCPServer, stderr: StderrLog | None, broken: Broken) -> Any:
     if isinstance(server, StdioServer):
-        parameters = StdioServerParameters(
-            command=server.command, args=list(server.args), env=dict(server.env or {}), cwd=server.cwd
-        )
-        return stdio_client(parameters, errlog=stderr)  # type: ignore[arg-type]  # any file with a descriptor
+        return stdio_transport(server, stderr or StderrLog(server.max_stderr_bytes), broken)
     if isinstance(server, HttpServer):
         return _http(server)
     raise TypeError(f"unsupported MCP server description: {server!r}")
 
 
 @asynccontextmanager
-async def watched_transport(server: MCPServer, ended: trio.Event, stderr: IO[bytes] | None) -> AsyncIterator[Streams]:
-    """The server's (read, write) streams; ``ended`` is set once its read stream ends."""
-    async with _opened(server, stderr) as (read, write):
+async def watched_transport(
+    server: MCPServer, ended: trio.Event, stderr: StderrLog | None, broken: Broken
+) -> AsyncIterator[Streams]:
+    """The server's (read, write) streams; ``ended`` is set once its read stream ends.
+
+    A stdio server's stderr is kept in ``stderr``; ``broken`` is told why when the transport ends the connection.
+    """
+    async with _opened(server, stderr, broken) as (read, write):
         yield WatchedStream(read, ended), write
