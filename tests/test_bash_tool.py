@@ -13,7 +13,7 @@ from support import asks, call
 
 from orchestrator import AssistantMessage, ScriptedModel, ToolCall, ToolMessage, ToolStatus, create_agent
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.bash import (
+from orchestrator.extensions.files.bash import (
     LINGERED,
     MAX_COMMAND_BYTES,
     MAX_CONCURRENT,

@@ -445,8 +445,8 @@ def test_a_permission_left_waiting_by_a_killed_run_is_asked_again_and_settled(tm
 def test_the_responses_and_gemini_adapters_can_be_named_on_the_command_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.model_choice import ModelUnavailable, build_model
     from orchestrator.providers import GeminiModel, OpenAIResponsesModel
+    from orchestrator.providers.choice import ModelUnavailable, build_model
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "GOOGLE_"))}
     for spec, variable in (

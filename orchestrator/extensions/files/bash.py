@@ -30,12 +30,11 @@ import attrs
 import trio
 
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.filesystem import resolve_root
+from orchestrator.extensions.files.filesystem import resolve_root
 from orchestrator.tools import ToolDefinition, ToolResult, build_tool
 
 if TYPE_CHECKING:
-    from orchestrator.agent import Agent
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext, AgentView
 
 
 LINGER_SECONDS = 0.5
@@ -168,10 +167,10 @@ class BashRunner:
         return ToolResult(f"{status}\n{output}")
 
 
-_slots: weakref.WeakKeyDictionary[Agent, dict[BashRunner, trio.CapacityLimiter]] = weakref.WeakKeyDictionary()
+_slots: weakref.WeakKeyDictionary[AgentView, dict[BashRunner, trio.CapacityLimiter]] = weakref.WeakKeyDictionary()
 
 
-def _slots_for(agent: Agent, runner: BashRunner) -> trio.CapacityLimiter:
+def _slots_for(agent: AgentView, runner: BashRunner) -> trio.CapacityLimiter:
     """The limiter that bounds how many of ``agent``'s commands ``runner`` runs at once."""
     per_agent = _slots.setdefault(agent, {})
     limiter = per_agent.get(runner)
