@@ -141,7 +141,7 @@ def through_workers(dsn: str, runs: int, workers: int, timeout: float, logs: Pat
     from orchestrator.cluster.checkpoint import read
     from orchestrator.store.runs import NewInboxItem
     from orchestrator.store.runs_sql import open_run_store
-    from orchestrator.wire import encode_message
+    from orchestrator.wire.format import encode_message
 
     store = open_run_store(dsn)
     processes = _start_workers(dsn, workers, logs)

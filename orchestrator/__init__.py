@@ -3,12 +3,16 @@
 import logging
 from typing import TYPE_CHECKING
 
-from orchestrator import _loading  # pauses the cycle collector until the package has loaded
+from orchestrator import (
+    _loading,  # pauses the cycle collector until the package has loaded
+    _moved,
+)
+
+_moved.install()  # module paths that moved into packages keep working (orchestrator.stream, ...)
 
 try:
     from orchestrator.agent import Agent, AgentClient, create_agent
     from orchestrator.config import AgentRunConfig, ExternalEvent
-    from orchestrator.context import AgentRunContext
     from orchestrator.delivery import Delivery, Refusal
     from orchestrator.errors import (
         AgentError,
@@ -22,7 +26,6 @@ try:
     )
     from orchestrator.events import AgentEvent, ExtensionEvent
     from orchestrator.extensions.base import AgentExtension
-    from orchestrator.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
     from orchestrator.messages import (
         AssistantMessage,
         ImagePart,
@@ -37,8 +40,10 @@ try:
         describe_parts,
     )
     from orchestrator.model import Model, ModelRequest, ScriptedModel, StopReason, Usage
-    from orchestrator.pending import PendingCall, ResponseRouter
-    from orchestrator.stream import RunStream
+    from orchestrator.runtime.context import AgentRunContext
+    from orchestrator.runtime.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
+    from orchestrator.runtime.pending import PendingCall, ResponseRouter
+    from orchestrator.runtime.stream import RunStream
     from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, tool
 finally:
     _loading.resume()
@@ -46,7 +51,7 @@ finally:
 if TYPE_CHECKING:
     from orchestrator.events import SubagentCompletedEvent, SubagentStartedEvent
     from orchestrator.extensions.subagent import SubAgentExtension, agent_tool
-    from orchestrator.wire import (
+    from orchestrator.wire.format import (
         RemoteError,
         WireFormatError,
         decode_event,

@@ -9,16 +9,16 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command = args[0] if args else "help"
     if command == "demo":
-        from orchestrator.demo import main as demo
+        from orchestrator.cli.demo import main as demo
 
         demo()
         return 0
     if command == "diagrams":
-        from orchestrator.diagrams import main as diagrams
+        from orchestrator.observe.diagrams import main as diagrams
 
         return diagrams(args[1:])
     if command == "schema":
-        from orchestrator.schema import main as schema
+        from orchestrator.wire.schema import main as schema
 
         return schema(args[1:])
     if command == "serve":

@@ -8,27 +8,29 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from machines.build import Step, steps_in
-from orchestrator.compactor import TurnCompactor
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
 from orchestrator.errors import SessionBusy
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.extensions.steering import SteeringExtension
-from orchestrator.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
 from orchestrator.history import InMemoryHistory, SessionHistory
-from orchestrator.inbox import InputInbox
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
 from orchestrator.model import Model
-from orchestrator.pending import PendingCall, WaitingCalls, pending_calls
-from orchestrator.runtime import RequestRun, Restored
-from orchestrator.sinks import EventSink
-from orchestrator.stream import RunStream
+from orchestrator.runtime.compactor import TurnCompactor
+from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
+from orchestrator.runtime.inbox import InputInbox
+from orchestrator.runtime.pending import PendingCall, WaitingCalls, pending_calls
+from orchestrator.runtime.ports import RunPort
+from orchestrator.runtime.restored import Restored
+from orchestrator.runtime.run import RequestRun
+from orchestrator.runtime.sinks import EventSink
+from orchestrator.runtime.stream import RunStream
 from orchestrator.tools import ToolDefinition
 
 if TYPE_CHECKING:
     from orchestrator.events import CompactionCompletedEvent
-    from orchestrator.trace import NestedTrace
+    from orchestrator.observe.trace import NestedTrace
 
 log = logging.getLogger("orchestrator.agent")
 
@@ -175,7 +177,7 @@ class Agent:
         self._last[config.session_id] = run.machine.history
         return run
 
-    def _close_run(self, run: RequestRun) -> None:
+    def _close_run(self, run: RunPort) -> None:
         if self._live.get(run.context.session_id) is run:
             del self._live[run.context.session_id]
         run.mark_left()
@@ -263,7 +265,7 @@ class Agent:
 
         With ``request_id``, only when the session's latest request with children is that one.
         """
-        from orchestrator.trace import ChildTraces  # loaded on first use: running a request needs no traces
+        from orchestrator.observe.trace import ChildTraces  # loaded on first use: running a request needs no traces
 
         return [
             trace
@@ -274,7 +276,7 @@ class Agent:
 
     def trace(self, session_id: str) -> str:
         """Mermaid flowchart of the path of the session's running or latest request, subagents nested."""
-        from orchestrator.trace import trace_mermaid
+        from orchestrator.observe.trace import trace_mermaid
 
         return trace_mermaid(self.transitions(session_id), children=self.child_traces(session_id))
 

@@ -41,9 +41,9 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
-from orchestrator.handle import READ_BATCH, RETAINED_EVENTS, EventFollower
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
-from orchestrator.pending import PendingCall
+from orchestrator.runtime.handle import READ_BATCH, RETAINED_EVENTS, EventFollower
+from orchestrator.runtime.pending import PendingCall
 
 T = TypeVar("T")
 

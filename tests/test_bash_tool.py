@@ -17,7 +17,7 @@ from support import asks, call
 
 from orchestrator import AssistantMessage, ScriptedModel, ToolCall, ToolMessage, ToolStatus, create_agent
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.bash import (
+from orchestrator.extensions.files.bash import (
     LINGERED,
     MAX_COMMAND_BYTES,
     MAX_CONCURRENT,
@@ -25,7 +25,7 @@ from orchestrator.extensions.bash import (
     BashRunner,
     bash_tool,
 )
-from orchestrator.extensions.sandbox import Sandbox
+from orchestrator.extensions.files.sandbox import Sandbox
 from orchestrator.tools import ToolResult
 
 FULL = Sandbox("full")

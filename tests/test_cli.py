@@ -18,7 +18,7 @@ from support import asks, call
 from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, ToolMessage, ToolStatus, UserMessage
 from orchestrator.cli import Options, main, run, word_count
 from orchestrator.cli.signals import CANCELLING
-from orchestrator.extensions.sandbox import find_bwrap
+from orchestrator.extensions.files.sandbox import find_bwrap
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -474,8 +474,8 @@ def test_a_permission_left_waiting_by_a_killed_run_is_asked_again_and_settled(tm
 def test_the_responses_and_gemini_adapters_can_be_named_on_the_command_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.model_choice import ModelUnavailable, build_model
     from orchestrator.providers import GeminiModel, OpenAIResponsesModel
+    from orchestrator.providers.choice import ModelUnavailable, build_model
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "GOOGLE_"))}
     for spec, variable in (

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import ToolMessage, ToolStatus, UserMessage
-from orchestrator.extensions.sandbox import find_bwrap
+from orchestrator.extensions.files.sandbox import find_bwrap
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 
 pexpect = pytest.importorskip("pexpect", reason="pexpect is needed to drive the CLI through a pseudo-terminal")
@@ -303,7 +303,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
 def test_json_prints_wire_events_one_per_line(tmp_path: Path) -> None:
     import json
 
-    from orchestrator.wire import decode_event
+    from orchestrator.wire.format import decode_event
 
     done = piped(tmp_path, "run", [], "count a b", "--json", "--session", "j")
     assert done.returncode == 0, done.stderr

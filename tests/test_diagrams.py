@@ -18,7 +18,7 @@ from machines.registry import all_definitions
 from orchestrator import AgentRunConfig, AssistantMessage, ScriptedModel, create_agent, tool
 from orchestrator import diagrams as cli
 from orchestrator.events import AgentEvent
-from orchestrator.trace import steps_from_events, trace_mermaid
+from orchestrator.observe.trace import steps_from_events, trace_mermaid
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "diagrams"
@@ -193,7 +193,7 @@ def test_composed_view_nests_every_machine_and_links_them_to_request_states() ->
 
 def test_drawing_loads_no_diagram_code_into_the_library_import() -> None:
     code = (
-        "import sys, orchestrator, orchestrator.trace, machines.registry, machines.diagrams;"
+        "import sys, orchestrator, orchestrator.observe.trace, machines.registry, machines.diagrams;"
         "machines.registry.all_definitions();"
         "print(sorted(m for m in sys.modules if m.startswith(('transitions.extensions', 'graphviz', 'asyncio'))))"
     )

@@ -11,7 +11,7 @@ import pytest
 from support import asks, call
 
 from orchestrator import AssistantMessage, ScriptedModel, ToolMessage, ToolStatus, create_agent
-from orchestrator.extensions.filesystem import MAX_EDIT_BYTES, FilesystemExtension, Workspace
+from orchestrator.extensions.files.filesystem import MAX_EDIT_BYTES, FilesystemExtension, Workspace
 
 
 def leftovers(folder: Path) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 from support import asks
 
 from orchestrator import AssistantMessage, ScriptedModel, ToolCall, ToolMessage, ToolStatus, create_agent
-from orchestrator.extensions.filesystem import FILESYSTEM_TOOL_NAMES, FilesystemExtension, filesystem_tools
+from orchestrator.extensions.files.filesystem import FILESYSTEM_TOOL_NAMES, FilesystemExtension, filesystem_tools
 
 
 @pytest.fixture

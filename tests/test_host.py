@@ -24,10 +24,10 @@ from orchestrator import (
 )
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.ask_user import AskUserExtension
-from orchestrator.handle import RunCancelled, UnknownRun
 from orchestrator.host import AgentHost, HostClosed
 from orchestrator.model import ModelEvent, ResponseCompletedEvent, TextDeltaEvent
-from orchestrator.runtime import CLEANUP_SECONDS
+from orchestrator.runtime.handle import RunCancelled, UnknownRun
+from orchestrator.runtime.run import CLEANUP_SECONDS
 
 LIMIT = 10.0
 

@@ -24,18 +24,18 @@ def test_importing_the_package_loads_no_wire_codecs_json_or_uuid() -> None:
     )
     assert isinstance(loaded, list)
     for module in (
-        "orchestrator.wire",
-        "orchestrator.schema",
+        "orchestrator.wire.format",
+        "orchestrator.wire.schema",
         "orchestrator.host",
-        "orchestrator.trace",
+        "orchestrator.observe.trace",
         "orchestrator.extensions.subagent",
-        "orchestrator.feature_events",
+        "orchestrator.events.features",
         "json",
         "uuid",
         "asyncio",
     ):
         assert module not in loaded, f"import orchestrator loaded {module}"
-    assert "orchestrator.runtime" in loaded
+    assert "orchestrator.runtime.run" in loaded
 
 
 def test_wire_names_load_on_first_use_and_are_the_wire_modules_own() -> None:
@@ -66,9 +66,9 @@ def test_optional_features_events_are_built_on_first_use_under_their_usual_names
     loaded = _fresh(
         "import sys, json, orchestrator\n"
         "from orchestrator import events\n"
-        "before = 'orchestrator.feature_events' in sys.modules\n"
+        "before = 'orchestrator.events.features' in sys.modules\n"
         "from orchestrator.events import RunParkedEvent\n"
-        "from orchestrator import feature_events\n"
+        "from orchestrator.events import features as feature_events\n"
         "names = sorted(events.FEATURE_EVENTS)\n"
         "same = [getattr(events, n) is getattr(feature_events, n) for n in names]\n"
         "listed = [n in events.__all__ and n in dir(events) for n in names]\n"
@@ -85,7 +85,7 @@ def test_optional_features_events_are_built_on_first_use_under_their_usual_names
 def test_the_wire_knows_the_optional_features_events_before_they_are_asked_for() -> None:
     kinds = _fresh(
         "import json\n"
-        "from orchestrator.wire import event_classes\n"
+        "from orchestrator.wire.format import event_classes\n"
         "print(json.dumps(sorted(event_classes(library_only=True))))"
     )
     assert isinstance(kinds, list)

@@ -44,16 +44,16 @@ from orchestrator import (
     ToolRejected,
     UserMessage,
     create_agent,
+    edges,
     tool,
 )
-from orchestrator import edges
 from orchestrator import runtime as runtime_module
 from orchestrator.events import SteeringAcceptedEvent, SteeringAppliedEvent, TransitionEvent
 from orchestrator.extensions import steering as steering_module
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.steering import STEERING_EVENT, SteeringExtension
 from orchestrator.messages import ToolStatus
-from orchestrator.pending import PendingResponse, require_bool
+from orchestrator.runtime.pending import PendingResponse, require_bool
 
 SESSION = "s"
 CONFIG = AgentRunConfig(SESSION)

@@ -8,12 +8,13 @@ import pytest
 import trio
 from support import Recorder, asks, call, phases
 
+from machines import REQUEST
 from orchestrator import (
     AgentExtension,
     AgentRunConfig,
     AssistantMessage,
-    ExternalEvent,
     ExtensionEvent,
+    ExternalEvent,
     ImagePart,
     MaxIterationsExceeded,
     ModelError,
@@ -29,9 +30,7 @@ from orchestrator import (
     create_agent,
     tool,
 )
-from orchestrator.pending import require_bool
-
-from machines import REQUEST
+from orchestrator.runtime.pending import require_bool
 
 
 @tool

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from machines import REQUEST, BoundMachine, GuardRefused, IllegalTransition, MachineDefinition, Region, State, Transition
+from machines import (
+    REQUEST,
+    BoundMachine,
+    GuardRefused,
+    IllegalTransition,
+    MachineDefinition,
+    Region,
+    State,
+    Transition,
+)
 from machines.build import generated
 
 

@@ -7,7 +7,7 @@ import trio
 from support import asks, call
 
 from orchestrator import AgentRunConfig, AssistantMessage, ScriptedModel, create_agent, tool
-from orchestrator.runtime import YIELD_EVERY_CALLS
+from orchestrator.runtime.run import YIELD_EVERY_CALLS
 
 TURNS = 4 * YIELD_EVERY_CALLS
 

@@ -23,7 +23,7 @@ from orchestrator.events import ExtensionEvent
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
-from orchestrator.pending import PendingCall, ResponseRouter
+from orchestrator.runtime.pending import PendingCall, ResponseRouter
 from orchestrator.store import PendingApproval
 from orchestrator.tools import ToolDefinition, build_tool
 

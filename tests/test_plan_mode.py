@@ -29,8 +29,8 @@ from orchestrator import (
     tool,
 )
 from orchestrator.events import AgentEvent, TransitionEvent
-from orchestrator.extensions.bash import BashExtension
-from orchestrator.extensions.filesystem import FILESYSTEM_TOOL_NAMES, FilesystemExtension
+from orchestrator.extensions.files.bash import BashExtension
+from orchestrator.extensions.files.filesystem import FILESYSTEM_TOOL_NAMES, FilesystemExtension
 from orchestrator.extensions.plan_mode import (
     DEFAULT_SYSTEM_PROMPT,
     PlanModeEnteredEvent,

@@ -30,7 +30,7 @@ from orchestrator.model import (
     Usage,
 )
 from orchestrator.providers import AnthropicModel, MalformedStreamError
-from orchestrator.tool_runner import CUT_OFF
+from orchestrator.runtime.tool_runner import CUT_OFF
 
 SIGNATURE = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds="
 REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"

@@ -13,7 +13,7 @@ from orchestrator import AssistantMessage, ReasoningBlock, SystemMessage, UserMe
 from orchestrator import events as ev
 from orchestrator.model import ModelRequest, ReasoningDeltaEvent, ResponseCompletedEvent, TextDeltaEvent, Usage
 from orchestrator.providers import MalformedStreamError, OpenAIChatModel
-from orchestrator.tool_runner import CUT_OFF
+from orchestrator.runtime.tool_runner import CUT_OFF
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> str:

@@ -23,7 +23,7 @@ from orchestrator import (
     tool,
 )
 from orchestrator.errors import AgentError
-from orchestrator.pending import require_bool
+from orchestrator.runtime.pending import require_bool
 
 
 @tool

@@ -18,8 +18,8 @@ from orchestrator import (
 )
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.ask_user import AskUserExtension
-from orchestrator.handle import EventsExpired, RunCancelled, UnknownRun
 from orchestrator.model import ResponseCompletedEvent, TextDeltaEvent
+from orchestrator.runtime.handle import EventsExpired, RunCancelled, UnknownRun
 
 TERMINAL = {"run_completed", "run_failed", "run_cancelled"}
 

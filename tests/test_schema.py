@@ -10,8 +10,8 @@ import pytest
 from test_wire import SAMPLES
 
 from orchestrator import schema as cli
-from orchestrator import wire
 from orchestrator.__main__ import main as orchestrator_main
+from orchestrator.wire import format as wire
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "schema" / "events.json"

@@ -21,8 +21,8 @@ from orchestrator import (
 )
 from orchestrator import events as ev
 from orchestrator.model import ModelEvent, ReasoningDeltaEvent, ResponseCompletedEvent, TextDeltaEvent, Usage
+from orchestrator.runtime.tool_runner import CUT_OFF
 from orchestrator.store.codec import decode_message, encode_message
-from orchestrator.tool_runner import CUT_OFF
 
 ran: list[str] = []
 

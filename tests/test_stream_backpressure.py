@@ -9,7 +9,7 @@ import trio.testing
 
 from orchestrator import AgentRunConfig, AssistantMessage, ModelRequest, create_agent
 from orchestrator.model import ModelEvent, ResponseCompletedEvent, TextDeltaEvent
-from orchestrator.sinks import STREAM_BUFFER
+from orchestrator.runtime.sinks import STREAM_BUFFER
 
 DELTAS = 20_000
 
@@ -75,7 +75,7 @@ class _Quick:
 
 
 async def test_a_cancelled_consumer_that_never_waits_reads_a_bounded_number_of_queued_events() -> None:
-    from orchestrator.stream import CHECK_EVERY_EVENTS
+    from orchestrator.runtime.stream import CHECK_EVERY_EVENTS
 
     model = EagerModel()
     client = await create_agent(model)

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from orchestrator.events import AgentEvent, TextDeltaEvent
-from orchestrator.sinks import StreamQueue
+from orchestrator.runtime.sinks import StreamQueue
 
 
 def _event(seq: int) -> AgentEvent:

@@ -40,7 +40,7 @@ from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.subagent import MAX_DEPTH, child_session_id, current_depth
 from orchestrator.extensions.tool_approval import ToolApprovalExtension
 from orchestrator.history import InMemoryHistory
-from orchestrator.trace import steps_from_events
+from orchestrator.observe.trace import steps_from_events
 
 LIMIT = 20  # seconds: a hang fails the test instead of blocking the suite
 

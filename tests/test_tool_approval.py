@@ -20,7 +20,7 @@ from orchestrator import (
     tool,
 )
 from orchestrator.events import AgentEvent, TransitionEvent
-from orchestrator.extensions.filesystem import FilesystemExtension
+from orchestrator.extensions.files.filesystem import FilesystemExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.tool_approval import ToolApprovalExtension, ToolPolicy
 

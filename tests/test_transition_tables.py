@@ -33,7 +33,7 @@ from orchestrator import (
     tool,
 )
 from orchestrator.events import AgentEvent, TransitionEvent
-from orchestrator.pending import PendingResponse, require_bool
+from orchestrator.runtime.pending import PendingResponse, require_bool
 
 DEFINITIONS = all_definitions()
 

@@ -21,8 +21,8 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import ModelRequest, ResponseCompletedEvent, TextDeltaEvent, ToolCallStreamEvent, Usage
-from orchestrator.pending import PendingCall, SettledAnswer
-from orchestrator.runtime import Restored
+from orchestrator.runtime.pending import PendingCall, SettledAnswer
+from orchestrator.runtime.run import Restored
 from orchestrator.tools import ServerToolDefinition, ToolResult
 
 

@@ -25,7 +25,7 @@ from orchestrator import (
 )
 from orchestrator.events import TransitionEvent
 from orchestrator.model import ModelEvent, ResponseCompletedEvent
-from orchestrator.pending import require_bool
+from orchestrator.runtime.pending import require_bool
 
 SESSIONS = 300
 #: Each waiting request (its stream, its task, its machines and its messages) stays under this.

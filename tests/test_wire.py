@@ -37,7 +37,7 @@ from orchestrator import (
 from orchestrator import events as ev
 from orchestrator import stream as stream_module
 from orchestrator.extensions.ask_user import AskUserEvent
-from orchestrator.extensions.bash import SandboxUnavailableEvent
+from orchestrator.extensions.files.bash import SandboxUnavailableEvent
 from orchestrator.extensions.plan_mode import (
     EnterPlanModeEvent,
     ExitPlanModeEvent,

@@ -44,7 +44,7 @@ from orchestrator import (
 )
 from orchestrator.events import TextDeltaEvent as StreamedDelta
 from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
-from orchestrator.pending import require_bool
+from orchestrator.runtime.pending import require_bool
 
 
 @tool

@@ -19,8 +19,8 @@ from orchestrator.cli.main import command, main
 if TYPE_CHECKING:
     from orchestrator.cli.args import Options
     from orchestrator.cli.oneshot import run
-    from orchestrator.model_choice import choose as build_model
-    from orchestrator.scenarios import word_count
+    from orchestrator.providers.choice import choose as build_model
+    from orchestrator.providers.scripted import word_count
 
 __all__ = ["Options", "build_model", "command", "main", "run", "word_count"]
 
@@ -35,11 +35,11 @@ def __getattr__(name: str) -> Any:
 
         return run
     if name == "build_model":
-        from orchestrator.model_choice import choose
+        from orchestrator.providers.choice import choose
 
         return choose
     if name == "word_count":
-        from orchestrator.scenarios import word_count
+        from orchestrator.providers.scripted import word_count
 
         return word_count
     raise AttributeError(name)

@@ -23,16 +23,16 @@ from orchestrator.cli.sessions import last_session, remember_last
 from orchestrator.config import AgentRunConfig
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.bash import BashExtension
 from orchestrator.extensions.compaction import CompactionExtension
-from orchestrator.extensions.filesystem import FilesystemExtension
+from orchestrator.extensions.files.bash import BashExtension
+from orchestrator.extensions.files.filesystem import FilesystemExtension
+from orchestrator.extensions.files.sandbox import Sandbox
 from orchestrator.extensions.plan_mode import PlanModeExtension
-from orchestrator.extensions.sandbox import Sandbox
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.extensions.tool_approval import ToolApprovalExtension, ToolPolicy, Verdict
 from orchestrator.model import Model
-from orchestrator.scenarios import PLAN_REQUEST, scripted_tools
+from orchestrator.providers.scripted import PLAN_REQUEST, scripted_tools
 from orchestrator.tools import ToolDefinition
 
 SYSTEM_PROMPT = "You are a helpful assistant working in a terminal. Be concise."

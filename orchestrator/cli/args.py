@@ -7,8 +7,8 @@ import os
 
 import attrs
 
-from orchestrator.extensions.sandbox import DEFAULT_LEVEL, SANDBOX_LEVELS, SandboxLevel
-from orchestrator.model_choice import MODEL_SPECS, default_db, names_a_provider
+from orchestrator.extensions.files.sandbox import DEFAULT_LEVEL, SANDBOX_LEVELS, SandboxLevel
+from orchestrator.providers.choice import MODEL_SPECS, default_db, names_a_provider
 
 MODEL_HELP = f"{MODEL_SPECS} (default: the scripted model, which needs no key)"
 DEFAULT_TOOLS_TO_ASK = ("write_file", "edit_file", "bash")

@@ -18,7 +18,7 @@ from orchestrator.events import AgentEvent, ExtensionEvent, TransitionEvent
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.messages import ToolCall, ToolMessage
 from orchestrator.model import Usage
-from orchestrator.stream import RunStream
+from orchestrator.runtime.stream import RunStream
 
 ANSWER_LABEL = "answer> "
 STEER_LABEL = "steer> "

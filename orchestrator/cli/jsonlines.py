@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from orchestrator.wire import dumps
+from orchestrator.wire.format import dumps
 
 __all__ = ["dumps"]

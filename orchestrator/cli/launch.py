@@ -8,7 +8,7 @@ from orchestrator.cli.app import App
 from orchestrator.cli.args import Options
 from orchestrator.cli.render import Write
 from orchestrator.model import Model
-from orchestrator.model_choice import SCRIPTED_NOTICE, ModelUnavailable, build_model
+from orchestrator.providers.choice import SCRIPTED_NOTICE, ModelUnavailable, build_model
 
 
 def write_stderr(text: str) -> None:

@@ -17,7 +17,7 @@ import attrs
 
 from orchestrator.messages import AssistantMessage, Message, ToolMessage
 from orchestrator.model import STOP_REASONS, StopReason
-from orchestrator.runtime import Restored
+from orchestrator.runtime.restored import Restored
 
 VERSION = 1
 

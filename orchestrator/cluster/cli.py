@@ -19,7 +19,7 @@ from orchestrator.cluster.worker import LEASE_SECONDS, RETENTION_SECONDS, Worker
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    from orchestrator.model_choice import MODEL_SPECS
+    from orchestrator.providers.choice import MODEL_SPECS
 
     parser = argparse.ArgumentParser(prog="python -m orchestrator worker", description="Carry runs of a run store.")
     parser.add_argument("--db", required=True, help="the run store: postgresql://... or sqlite:///PATH")
@@ -45,7 +45,7 @@ async def _work(args: argparse.Namespace) -> None:
     from orchestrator.store.runs_sql import open_run_store
 
     if args.app:
-        from orchestrator.apploader import load_agent
+        from orchestrator.cli.apploader import load_agent
 
         client = await load_agent(args.app)
     else:
@@ -67,7 +67,7 @@ async def _work(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    from orchestrator.apploader import AppSpecError
+    from orchestrator.cli.apploader import AppSpecError
     from orchestrator.store.errors import StoreError
 
     args = parse(argv)

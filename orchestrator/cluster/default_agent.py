@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.agent import AgentClient, create_agent
 from orchestrator.extensions.ask_user import AskUserExtension
-from orchestrator.extensions.filesystem import FilesystemExtension
+from orchestrator.extensions.files.filesystem import FilesystemExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.server.default_agent import SYSTEM_PROMPT
 

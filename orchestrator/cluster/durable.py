@@ -24,11 +24,11 @@ import trio
 from orchestrator import wire
 from orchestrator.cluster.checkpoint import Checkpoint, Waiting
 from orchestrator.config import AgentRunConfig, ExternalEvent
-from orchestrator.context import AgentRunContext
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.messages import Message, ToolCall, ToolMessage
+from orchestrator.runtime.context import AgentRunContext
 from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import InboxItem, Lease, LeaseLost, RunCommit, RunStore, StoredEvent
 from orchestrator.tools import ToolResult

@@ -32,13 +32,13 @@ from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent
 from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
-from orchestrator.handle import UnknownRun
 from orchestrator.messages import UserMessage
-from orchestrator.pending import WaitRule
+from orchestrator.observe.trace import NestedTrace
+from orchestrator.runtime.handle import UnknownRun
+from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, RunExists, RunView
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import NewInboxItem, RunRecord, RunStore, StoredEvent
-from orchestrator.trace import NestedTrace
 
 POLL_SECONDS = 0.1
 """How often a web node looks for new events of a run it streams."""

@@ -31,7 +31,7 @@ from orchestrator.errors import SessionBusy
 from orchestrator.messages import UserMessage
 from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import Lease, LeaseLost, RunStore
-from orchestrator.wire import decode_message
+from orchestrator.wire.format import decode_message
 
 log = logging.getLogger("orchestrator.cluster")
 

@@ -26,12 +26,12 @@ import attrs
 import trio
 
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.capped_read import read_capped
+from orchestrator.extensions.files.capped_read import read_capped
 from orchestrator.extensions.instructions import add_instructions
 from orchestrator.messages import SystemMessage
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
 a string and, when options were given, one of them; anything else is refused.
 A blank question or a blank option is a failed tool result the model can read.
 Routing and the pending-call rules are those of
-``orchestrator.pending.ResponseRouter``, as for Plan Mode.
+``orchestrator.runtime.pending.ResponseRouter``, as for Plan Mode.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from orchestrator.errors import ToolArgumentsError
 from orchestrator.events import AgentEvent, RunCancelledEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ToolCall
-from orchestrator.pending import ResponseRouter, SettledAnswer, Validator, WaitRule
+from orchestrator.runtime.pending import ResponseRouter, SettledAnswer, Validator, WaitRule
 from orchestrator.tools import ToolDefinition, build_tool
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 ASK_EVENT = "ask_user"
 ANSWER_EVENT = "ask_user_response"

@@ -34,7 +34,7 @@ from orchestrator.messages import (
 from orchestrator.model import Model, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 DEFAULT_PROMPT = (
     "You summarize conversations between a user and an assistant that uses tools. "

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from orchestrator.messages import SystemMessage
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 
 def add_instructions(context: AgentRunContext, message: SystemMessage) -> None:

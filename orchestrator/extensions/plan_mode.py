@@ -36,17 +36,17 @@ from orchestrator.delivery import Verdict
 from orchestrator.errors import ToolArgumentsError, ToolRejected
 from orchestrator.events import AgentEvent, RunCancelledEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.bash import bash_tool
-from orchestrator.extensions.filesystem import filesystem_tools
-from orchestrator.extensions.fs_confine import Beneath, PathOutsideRoot
-from orchestrator.extensions.sandbox import DEFAULT_SANDBOX, Sandbox
+from orchestrator.extensions.files.bash import bash_tool
+from orchestrator.extensions.files.confine import Beneath, PathOutsideRoot
+from orchestrator.extensions.files.filesystem import filesystem_tools
+from orchestrator.extensions.files.sandbox import DEFAULT_SANDBOX, Sandbox
 from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolCall
 from orchestrator.model import ModelRequest
-from orchestrator.pending import ResponseRouter, SettledAnswer, WaitRule, require_bool
+from orchestrator.runtime.pending import ResponseRouter, SettledAnswer, WaitRule, require_bool
 from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, build_tool, validate_arguments
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 log = logging.getLogger("orchestrator.extensions.plan_mode")
 

@@ -62,8 +62,8 @@ from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import ENTER_WAIT, EXIT_WAIT, PlanModeExtension
 from orchestrator.extensions.tool_approval import TOOL_APPROVAL_WAIT
 from orchestrator.messages import Message
-from orchestrator.pending import WaitRule
-from orchestrator.runtime import CLEANUP_SECONDS
+from orchestrator.runtime.pending import WaitRule
+from orchestrator.runtime.run import CLEANUP_SECONDS
 from orchestrator.store import (
     PendingApproval,
     SessionChange,
@@ -75,7 +75,7 @@ from orchestrator.store import (
 from orchestrator.store.restore import read_row, restore_session
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 __all__ = [
     "DEFAULT_WAIT_RULES",

@@ -33,15 +33,15 @@ import attrs
 import trio
 
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.capped_read import CappedText, read_capped, read_capped_fd
+from orchestrator.extensions.files.capped_read import CappedText, read_capped, read_capped_fd
+from orchestrator.extensions.files.confine import Beneath, PathOutsideRoot, open_regular
 from orchestrator.extensions.front_matter import FrontMatterError, parse
-from orchestrator.extensions.fs_confine import Beneath, PathOutsideRoot, open_regular
 from orchestrator.extensions.instructions import add_instructions
 from orchestrator.messages import SystemMessage
 from orchestrator.tools import ToolDefinition, build_tool
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from orchestrator.extensions.session_store import (
     SessionStoreExtension,
     StoredMessageUnreadableEvent,
 )
-from orchestrator.pending import WaitRule
+from orchestrator.runtime.pending import WaitRule
 from orchestrator.store import STOPPED, PendingApproval, SQLiteStore, decode_message, encode_message, repair
 
 __all__ = [

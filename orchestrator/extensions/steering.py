@@ -29,8 +29,8 @@ from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ImagePart, UserMessage, clean_message
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
-    from orchestrator.inbox import InboxProbe
+    from orchestrator.runtime.context import AgentRunContext
+    from orchestrator.runtime.inbox import InboxProbe
 
 log = logging.getLogger("orchestrator.extensions.steering")
 

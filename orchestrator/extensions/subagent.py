@@ -49,13 +49,14 @@ from orchestrator.errors import ToolArgumentsError
 from orchestrator.events import AgentEvent, SubagentCompletedEvent, SubagentStartedEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ToolCall, UserMessage
-from orchestrator.pending import PendingCall
-from orchestrator.runtime import CLEANUP_SECONDS
+from orchestrator.observe.trace import NestedTrace
+from orchestrator.runtime.context import AgentView
+from orchestrator.runtime.pending import PendingCall
+from orchestrator.runtime.run import CLEANUP_SECONDS
 from orchestrator.tools import ToolDefinition, ToolResult, build_tool
-from orchestrator.trace import NestedTrace
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 MAX_DEPTH = 3
 """How deep subagents nest by default: a top-level request's child is at depth 1."""
@@ -91,7 +92,7 @@ class _Child:
     tool_call_id: str
     session_id: str
     parent_session_id: str
-    parent_agent: Agent
+    parent_agent: AgentView
     agent: Agent
 
 

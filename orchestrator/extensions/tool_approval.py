@@ -32,10 +32,10 @@ from orchestrator.errors import ToolRejected
 from orchestrator.events import AgentEvent, RunCancelledEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ToolCall
-from orchestrator.pending import ResponseRouter, SettledAnswer, WaitRule
+from orchestrator.runtime.pending import ResponseRouter, SettledAnswer, WaitRule
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 Verdict = Literal["allow", "ask", "deny"]
 VERDICTS: tuple[Verdict, ...] = ("allow", "ask", "deny")

@@ -20,11 +20,11 @@ from orchestrator.agent import AgentClient
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError
-from orchestrator.handle import RunHandle, UnknownRun
 from orchestrator.messages import UserMessage
-from orchestrator.pending import PendingCall
+from orchestrator.observe.trace import NestedTrace
+from orchestrator.runtime.handle import RunHandle, UnknownRun
+from orchestrator.runtime.pending import PendingCall
 from orchestrator.server import sessions
-from orchestrator.trace import NestedTrace
 
 
 class RunExists(AgentError):

@@ -108,7 +108,7 @@ def _optional_id(body: Mapping[str, Any], field: str) -> str | None:
 
 def run_input(body: Mapping[str, Any]) -> tuple[UserMessage, str | None]:
     """``{"input": "text" | [content parts], "request_id"?: str}``."""
-    from orchestrator.wire import decode_message
+    from orchestrator.wire.format import decode_message
 
     unknown = set(body) - {"input", "request_id"}
     if unknown:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestrator.agent import AgentClient, create_agent
 from orchestrator.extensions.ask_user import AskUserExtension
-from orchestrator.extensions.filesystem import FilesystemExtension
+from orchestrator.extensions.files.filesystem import FilesystemExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.model import Model
@@ -21,7 +21,7 @@ def build_default_model(spec: str | None, err: Callable[[str], None]) -> Model:
 
     An explicit provider that cannot be used exits with 2 (SystemExit), as in the CLI.
     """
-    from orchestrator.model_choice import choose
+    from orchestrator.providers.choice import choose
 
     model, _ = choose(spec or "scripted", True, err)
     return model
@@ -32,7 +32,7 @@ def _warn(text: str) -> None:
 
 
 async def default_client(model_spec: str | None, db: str | None, root: str) -> AgentClient:
-    from orchestrator.model_choice import default_db
+    from orchestrator.providers.choice import default_db
 
     model = build_default_model(model_spec, _warn)
     path = Path(db or default_db())

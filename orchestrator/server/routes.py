@@ -21,14 +21,14 @@ from machines.definition import MachineDefinition
 from machines.diagrams import composed_diagram, graphviz_available, machine_diagram
 from machines.registry import all_definitions
 from orchestrator.errors import SessionBusy
-from orchestrator.handle import EventsExpired, UnknownRun
+from orchestrator.observe.trace import trace_mermaid
+from orchestrator.runtime.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, IdempotencyKeyReused, RunExists, RunView
 from orchestrator.server.bodies import external_event, read_object, run_input, whole_number
 from orchestrator.server.errors import HTTPRefusal, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
 from orchestrator.server.ids import checked_id
 from orchestrator.server.openapi import openapi_document
-from orchestrator.trace import trace_mermaid
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class Service:
         mermaid, dot = await self._diagram(stem, definitions)
         if suffix == "mmd":
             return PlainTextResponse(mermaid, media_type="text/vnd.mermaid")
-        from orchestrator.diagrams import dot_program, render_svg
+        from orchestrator.observe.diagrams import dot_program, render_svg
 
         program = dot_program()
         if program is None or not dot:

@@ -55,7 +55,7 @@ class ServeOptions:
 
 
 def parse(argv: Sequence[str]) -> ServeOptions:
-    from orchestrator.model_choice import MODEL_SPECS
+    from orchestrator.providers.choice import MODEL_SPECS
 
     parser = argparse.ArgumentParser(prog="python -m orchestrator serve", description="Serve an agent over HTTP.")
     parser.add_argument("--model", help=f"scripted (default), {MODEL_SPECS}")
@@ -185,7 +185,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
 
         backend = StoreBackend(await trio.to_thread.run_sync(open_run_store, options.db))
     elif options.app:
-        from orchestrator.apploader import load_agent
+        from orchestrator.cli.apploader import load_agent
 
         backend = LocalBackend(await load_agent(options.app), retained_runs=options.retained_runs)
     else:
@@ -214,7 +214,7 @@ def console_url(base: str, options: ServeOptions) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    from orchestrator.apploader import AppSpecError
+    from orchestrator.cli.apploader import AppSpecError
     from orchestrator.store.errors import StoreError
 
     options = parse(argv)

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
-from orchestrator.pending import SettledAnswer, WaitRule
+from orchestrator.runtime.pending import SettledAnswer, WaitRule
 from orchestrator.store.codec import UndecodableMessage, decode_message, placeholder
 from orchestrator.store.interface import PendingApproval, SessionChange, SessionStore, StoredRow, Unreadable
 from orchestrator.store.repair import repair

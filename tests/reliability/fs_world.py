@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.extensions.filesystem import Workspace
-from orchestrator.extensions.fs_confine import openat2_works
+from orchestrator.extensions.files.confine import openat2_works
+from orchestrator.extensions.files.filesystem import Workspace
 
 SECRET = "secret value"
 

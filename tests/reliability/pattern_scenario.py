@@ -14,7 +14,7 @@ import sys
 import trio
 
 from orchestrator import AssistantMessage, ScriptedModel, ToolCall, ToolMessage, create_agent
-from orchestrator.extensions.filesystem import FilesystemExtension
+from orchestrator.extensions.files.filesystem import FilesystemExtension
 
 TURNS = 20
 CALLS = [

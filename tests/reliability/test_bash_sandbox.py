@@ -22,9 +22,9 @@ from support import asks, call
 
 from orchestrator import AgentRunConfig, AssistantMessage, ExternalEvent, ScriptedModel, ToolMessage, create_agent
 from orchestrator.events import AgentEvent
-from orchestrator.extensions.bash import BashExtension, BashRunner, bash_tool
-from orchestrator.extensions.filesystem import FilesystemExtension
-from orchestrator.extensions.sandbox import (
+from orchestrator.extensions.files.bash import BashExtension, BashRunner, bash_tool
+from orchestrator.extensions.files.filesystem import FilesystemExtension
+from orchestrator.extensions.files.sandbox import (
     DEFAULT_SANDBOX,
     SANDBOX_LEVELS,
     Sandbox,

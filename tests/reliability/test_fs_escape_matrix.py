@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from fs_world import SECRET, attempt, resolver, state
 
-from orchestrator.extensions.filesystem import PathOutsideRoot, Workspace, filesystem_tools
-from orchestrator.extensions.fs_write import HardLinkRefused
+from orchestrator.extensions.files.filesystem import PathOutsideRoot, Workspace, filesystem_tools
+from orchestrator.extensions.files.write import HardLinkRefused
 from orchestrator.extensions.plan_mode import PlanModeExtension
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from fs_world import SECRET, attempt, resolver, state
 
-from orchestrator.extensions.filesystem import Workspace
+from orchestrator.extensions.files.filesystem import Workspace
 
 RACE_SECONDS = 1.0
 """How long the threaded race runs for each resolver."""

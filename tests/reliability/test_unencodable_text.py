@@ -27,12 +27,12 @@ from orchestrator import (
     create_agent,
     tool,
 )
-from orchestrator.context import AgentRunContext
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.extensions.steering import SteeringExtension, SteeringMessageEvent
 from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, TextDeltaEvent
+from orchestrator.runtime.context import AgentRunContext
 from orchestrator.text import clean_text, clean_value
 from orchestrator.tools import ToolResult
 

@@ -231,7 +231,7 @@ def test_the_console_shows_why_a_stream_ended_early_and_keeps_its_place(
     browser_page,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
-    from orchestrator.handle import EventsExpired
+    from orchestrator.runtime.handle import EventsExpired
     from orchestrator.server.backend import LocalBackend
     from tests.server.test_sse_end import FallsBehind
 

@@ -451,7 +451,7 @@ def test_the_console_draws_the_committed_request_diagram() -> None:
 async def test_a_machine_diagram_is_served_as_svg_where_graphviz_is_installed_and_refused_with_the_reason_elsewhere(
     http: httpx.AsyncClient,
 ) -> None:
-    from orchestrator.diagrams import dot_program
+    from orchestrator.observe.diagrams import dot_program
 
     client = await ask_user_client()
     async with serving(client) as base:

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from orchestrator import AgentClient, AssistantMessage, ScriptedModel, create_agent
-from orchestrator.handle import RETAINED_RUNS
+from orchestrator.runtime.handle import RETAINED_RUNS
 from orchestrator.server import create_app
 from tests.server.support import read_sse, serving
 

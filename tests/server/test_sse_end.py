@@ -10,7 +10,7 @@ import httpx
 import trio
 
 from orchestrator import AssistantMessage, ScriptedModel, create_agent
-from orchestrator.handle import EventsExpired
+from orchestrator.runtime.handle import EventsExpired
 from orchestrator.server.backend import LocalBackend
 from tests.server.support import serving
 

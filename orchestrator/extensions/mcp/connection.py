@@ -34,7 +34,7 @@ from orchestrator.extensions.mcp.transport import watched_transport
 from orchestrator.tools import ToolDefinition, ToolResult
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 log = logging.getLogger("orchestrator.mcp")
 

@@ -22,7 +22,7 @@ from orchestrator.extensions.mcp.connection import MCPConnection
 from orchestrator.extensions.mcp.servers import MCPServer
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 
 class MCPNotOpen(AgentError):

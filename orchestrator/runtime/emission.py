@@ -1,6 +1,6 @@
 """How a request streams and delivers its events: the part of RequestRun that numbers them.
 
-``EventEmission`` is the first base of ``RequestRun`` (``orchestrator.runtime``): it
+``EventEmission`` is the first base of ``RequestRun`` (``orchestrator.runtime.run``): it
 builds the runtime's own events, numbers every streamed event (``seq`` from 1,
 without gaps, ``ts`` when emitted), offers it to the request's sink (a
 ``client.stream`` queue, a run's log, or nothing), waiting for room in ``seq``
@@ -22,11 +22,11 @@ import trio
 from machines.build import Step
 from machines.frozen import constructor
 from orchestrator import events as ev
-from orchestrator.sinks import DropSink, EventSink
+from orchestrator.runtime.sinks import DropSink, EventSink
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
-    from orchestrator.extensions.base import AgentExtension
+    from orchestrator.runtime.context import AgentRunContext
+    from orchestrator.runtime.hooks import AgentExtension
 
 log = logging.getLogger("orchestrator.runtime")
 
@@ -243,7 +243,7 @@ def _positional(kind: type[ev.AgentEvent]) -> Callable[..., ev.AgentEvent]:
     return build
 
 
-def _heard_names(listeners: list[AgentExtension]) -> frozenset[str] | None:
+def _heard_names(listeners: Sequence[AgentExtension]) -> frozenset[str] | None:
     """The event names some listener wants, or None when one wants every event."""
     names: set[str] = set()
     for listener in listeners:

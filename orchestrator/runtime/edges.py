@@ -2,9 +2,10 @@
 
 ``machines.request.REQUEST`` names, for each edge, the guards that decide
 whether it is taken and the callbacks that run once it is, in order. Each guard
-here reads the RequestRun a bound machine's host is (``event.model.host``);
-each callback is an async function of the RequestRun (``orchestrator.runtime``)
-that ``RequestRun.step`` awaits in its own task. A callback that only runs an
+here reads the request a bound machine's host is (``event.model.host``);
+each callback is an async function of the request (a ``RunPort``: what the
+edges use of ``orchestrator.runtime.run.RequestRun``) that ``RequestRun.step``
+awaits in its own task. A callback that only runs an
 extension hook, or only visits compactors or inboxes, has no work when nothing
 implements it (``has_work``): such callbacks are left out of an agent's plans.
 """
@@ -20,16 +21,15 @@ from orchestrator import events as ev
 from orchestrator.messages import SystemMessage, UserMessage
 
 if TYPE_CHECKING:
-    from orchestrator.agent import Agent
-    from orchestrator.runtime import RequestRun
+    from orchestrator.runtime.ports import AgentPort, RunPort
 
 log = logging.getLogger("orchestrator.runtime")
 
 # guards -------------------------------------------------------------------------
 
 
-def _run_of(event: Any) -> RequestRun:
-    run: RequestRun = event.model.host
+def _run_of(event: Any) -> RunPort:
+    run: RunPort = event.model.host
     return run
 
 
@@ -61,25 +61,25 @@ GUARDS: dict[str, Callable[[Any], bool]] = {
 # callbacks ----------------------------------------------------------------------
 
 
-async def open_inboxes(run: RequestRun) -> None:
+async def open_inboxes(run: RunPort) -> None:
     run._open_inboxes()
 
 
-async def refuse_internal(run: RequestRun) -> None:
+async def refuse_internal(run: RunPort) -> None:
     run.internal_refused = True
 
 
-async def close_inboxes(run: RequestRun) -> None:
+async def close_inboxes(run: RunPort) -> None:
     run._close_inboxes()
 
 
-async def on_tool(run: RequestRun) -> None:
+async def on_tool(run: RunPort) -> None:
     for definition in run.agent.tools:
         run.context.register_tool(definition)
     await run._run_hook("on_tool")
 
 
-async def on_state(run: RequestRun) -> None:
+async def on_state(run: RunPort) -> None:
     if run.agent.system_prompt:
         run.context.add_message(SystemMessage(run.agent.system_prompt))
     if run.agent.history is not None:
@@ -88,35 +88,35 @@ async def on_state(run: RequestRun) -> None:
     await run._run_hook("on_state")
 
 
-async def on_message(run: RequestRun) -> None:
+async def on_message(run: RunPort) -> None:
     await run._run_hook("on_message")
 
 
-async def append_input(run: RequestRun) -> None:
+async def append_input(run: RunPort) -> None:
     message = run.context.input_message
     if not isinstance(message, UserMessage):
         raise TypeError(f"input_message must be a UserMessage, got {type(message).__name__}")
     await run.append(message)
 
 
-async def emit_started(run: RequestRun) -> None:
+async def emit_started(run: RunPort) -> None:
     assert run.context.input_message is not None
     await run._emit_new(ev.RunStartedEvent, input=run.context.input_message)
 
 
-async def before_run(run: RequestRun) -> None:
+async def before_run(run: RunPort) -> None:
     await run._run_hook("before_run")
 
 
-async def before_turn(run: RequestRun) -> None:
+async def before_turn(run: RunPort) -> None:
     await run._run_hook("before_turn")
 
 
-async def assemble_request(run: RequestRun) -> None:
+async def assemble_request(run: RunPort) -> None:
     run.request = run.assemble()
 
 
-async def compact_context(run: RequestRun) -> None:
+async def compact_context(run: RunPort) -> None:
     compacted = False
     for compactor in run.agent.compactors:
         compacted = await compactor.compact_turn(run.context) or compacted
@@ -125,29 +125,29 @@ async def compact_context(run: RequestRun) -> None:
         run.request = run.assemble()
 
 
-async def before_model(run: RequestRun) -> None:
+async def before_model(run: RunPort) -> None:
     for extension in run.hooks["before_model"]:
         assert run.request is not None
         await extension.before_model(run.context, run.request)
         run.request = run.assemble()
 
 
-async def append_response(run: RequestRun) -> None:
+async def append_response(run: RunPort) -> None:
     assert run.response is not None
     await run.append(run.response, cleaned=True)
     await run._emit(ev.ModelCompletedEvent, run.response, run.usage, run.stop_reason, run.raw_stop_reason)
 
 
-async def after_model(run: RequestRun) -> None:
+async def after_model(run: RunPort) -> None:
     assert run.response is not None
     await run._run_hook("after_model", run.response)
 
 
-async def poll_steering(run: RequestRun) -> None:
+async def poll_steering(run: RunPort) -> None:
     await run._poll()
 
 
-async def append_steering(run: RequestRun) -> None:
+async def append_steering(run: RunPort) -> None:
     assert run.steering is not None
     await run._announce_steering()
     message, run.steering = run.steering, None
@@ -156,37 +156,37 @@ async def append_steering(run: RequestRun) -> None:
     await run._emit_new(ev.SteeringAppliedEvent, message=message, skipped_call_ids=skipped, iteration=run.iterations)
 
 
-async def append_internal(run: RequestRun) -> None:
+async def append_internal(run: RunPort) -> None:
     assert run.internal is not None
     message, run.internal = run.internal, None
     await run.append(message)
 
 
-async def reset_budget(run: RequestRun) -> None:
+async def reset_budget(run: RunPort) -> None:
     run.iterations = 0
 
 
-async def after_turn(run: RequestRun) -> None:
+async def after_turn(run: RunPort) -> None:
     assert run.response is not None
     await run._run_hook("after_turn", run.response)
 
 
-async def after_run(run: RequestRun) -> None:
+async def after_run(run: RunPort) -> None:
     assert run.response is not None
     await run._run_hook("after_run", run.response)
 
 
-async def on_success(run: RequestRun) -> None:
+async def on_success(run: RunPort) -> None:
     assert run.response is not None
     await run._run_hook("on_success", run.response)
 
 
-async def emit_completed(run: RequestRun) -> None:
+async def emit_completed(run: RunPort) -> None:
     assert run.response is not None
     await run._emit_new(ev.RunCompletedEvent, result=run.response)
 
 
-async def on_error(run: RequestRun) -> None:
+async def on_error(run: RunPort) -> None:
     assert run.error is not None
     for extension in run.hooks["on_error"]:
         try:
@@ -195,25 +195,25 @@ async def on_error(run: RequestRun) -> None:
             log.exception("on_error of %s failed", extension.name)
 
 
-async def emit_failed(run: RequestRun) -> None:
+async def emit_failed(run: RunPort) -> None:
     assert run.error is not None
     await run._emit_new(ev.RunFailedEvent, error=run.error)
 
 
-async def on_cancelled(run: RequestRun) -> None:
+async def on_cancelled(run: RunPort) -> None:
     await run._emit_new(ev.RunCancelledEvent)
 
 
-async def emit_parked(run: RequestRun) -> None:
+async def emit_parked(run: RunPort) -> None:
     await run._emit_new(ev.RunParkedEvent, waiting=tuple(run.open_calls))
 
 
-async def emit_resumed(run: RequestRun) -> None:
+async def emit_resumed(run: RunPort) -> None:
     assert run.restored is not None
     await run._emit_new(ev.RunResumedEvent, worker=run.restored.worker, phase=run.machine.state())
 
 
-async def restore_context(run: RequestRun) -> None:
+async def restore_context(run: RunPort) -> None:
     """Pick the loop up where the checkpoint left it: budget, last response, calls still open."""
     assert run.restored is not None
     run.iterations = run.restored.iterations
@@ -223,15 +223,15 @@ async def restore_context(run: RequestRun) -> None:
         run.open_calls = {c.id: c for c in run.restored.response.tool_calls if c.id in run.restored.open_calls}
 
 
-async def on_compact(run: RequestRun) -> None:
+async def on_compact(run: RunPort) -> None:
     await run._run_hook("on_compact")
 
 
-async def store_compaction(run: RequestRun) -> None:
+async def store_compaction(run: RunPort) -> None:
     await run._store_history()
 
 
-Callback = Callable[["RequestRun"], Awaitable[None]]
+Callback = Callable[["RunPort"], Awaitable[None]]
 
 #: Each callback the request machine names is the function of that name above.
 CALLBACKS: dict[str, Callback] = {name: globals()[name] for name in REQUEST.callback_names}
@@ -242,7 +242,7 @@ HOOK_ONLY = frozenset(
 )
 
 
-def has_work(agent: Agent, callback: str) -> bool:
+def has_work(agent: AgentPort, callback: str) -> bool:
     if callback in HOOK_ONLY:
         return bool(agent.hooks[callback])
     if callback == "compact_context":

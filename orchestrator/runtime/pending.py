@@ -35,7 +35,7 @@ from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 log = logging.getLogger("orchestrator.pending")
 
@@ -275,7 +275,7 @@ class PendingResponse:
         return trio.lowlevel.Abort.SUCCEEDED
 
     def as_call(self) -> PendingCall:
-        from orchestrator.wire import json_value  # the wire codecs load on first use
+        from orchestrator.wire.format import json_value  # the wire codecs load on first use
 
         question = self.question
         return PendingCall(

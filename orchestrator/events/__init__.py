@@ -5,21 +5,24 @@ and ``ts``. The runtime fills the ids when an event is emitted inside a request,
 and numbers every event the request streams: ``seq`` counts from 1 per request
 without gaps, ``ts`` is ``time.time()`` when it was emitted. Events only
 published to extensions keep ``seq == 0``.
+
+The base classes are ``orchestrator.events.base``; the events of optional features
+(``FEATURE_EVENTS``) are declared in ``orchestrator.events.features`` and built the first
+time one of their names is asked for here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
-from machines.values import FieldValues
+from orchestrator.events.base import AgentEvent, ExtensionEvent
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from orchestrator.model import StopReason, Usage, implied_stop_reason
 
 if TYPE_CHECKING:  # built on first use, see __getattr__ below
-    from orchestrator.feature_events import (
+    from orchestrator.events.features import (
         CompactionCompletedEvent,
         CompactionStartedEvent,
         HistoryReplacedEvent,
@@ -63,48 +66,6 @@ __all__ = [
     "ToolStartedEvent",
     "TransitionEvent",
 ]
-
-_ENVELOPE_FIELDS = frozenset({"session_id", "request_id", "seq", "ts"})
-
-
-@attrs.frozen(kw_only=True, eq=False, repr=False, match_args=False)
-class AgentEvent(FieldValues):
-    """Base of all events; subclasses set ``kind``.
-
-    Its ``__repr__``, ``__eq__`` and ``__hash__`` (``FieldValues``) read every
-    field of the concrete class, so subclasses are declared with ``repr=False,
-    eq=False``: one method each instead of one generated (and compiled) per
-    class. Equality is what attrs gives: same class, every field equal; the hash
-    agrees with it. Every field is a keyword argument, so there are no
-    positional match patterns (``match_args=False``).
-    """
-
-    kind: ClassVar[str] = "event"
-    session_id: str = ""
-    request_id: str = ""
-    seq: int = 0
-    ts: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.kind
-
-    @property
-    def payload(self) -> Mapping[str, Any]:
-        return {
-            field.name: getattr(self, field.name)
-            for field in attrs.fields(type(self))
-            if field.name not in _ENVELOPE_FIELDS
-        }
-
-
-@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
-class ExtensionEvent(AgentEvent):
-    """A custom event with a free name and payload, emitted by an extension."""
-
-    name: str
-    payload: Mapping[str, Any] = attrs.field(factory=dict)
-
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunStartedEvent(AgentEvent):
@@ -246,7 +207,7 @@ class RunCancelledEvent(AgentEvent):
     kind: ClassVar[str] = "run_cancelled"
 
 
-#: The events of optional features, declared in ``orchestrator.feature_events`` and built on first use.
+#: The events of optional features, declared in ``orchestrator.events.features`` and built on first use.
 FEATURE_EVENTS = frozenset(
     {
         "CompactionCompletedEvent",
@@ -265,12 +226,12 @@ FEATURE_EVENTS = frozenset(
 
 
 def __getattr__(name: str) -> object:
-    """An event of ``FEATURE_EVENTS``, loading ``orchestrator.feature_events`` the first time one is asked for."""
+    """An event of ``FEATURE_EVENTS``, loading ``orchestrator.events.features`` the first time one is asked for."""
     if name not in FEATURE_EVENTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from orchestrator import feature_events
+    from orchestrator.events import features
 
-    value = getattr(feature_events, name)
+    value = getattr(features, name)
     globals()[name] = value
     return value
 

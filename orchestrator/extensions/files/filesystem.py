@@ -29,15 +29,15 @@ import attrs
 import trio
 
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.fs_confine import Beneath, Located, PathOutsideRoot, open_directory, open_regular
-from orchestrator.extensions.fs_match import Matcher, compile_glob, compile_regex
-from orchestrator.extensions.fs_walk import Entry, Walk, display_name
-from orchestrator.extensions.fs_write import HardLinkRefused, read_for_edit, replace_file
-from orchestrator.extensions.sandbox import DEFAULT_SANDBOX, Sandbox
+from orchestrator.extensions.files.confine import Beneath, Located, PathOutsideRoot, open_directory, open_regular
+from orchestrator.extensions.files.match import Matcher, compile_glob, compile_regex
+from orchestrator.extensions.files.sandbox import DEFAULT_SANDBOX, Sandbox
+from orchestrator.extensions.files.walk import Entry, Walk, display_name
+from orchestrator.extensions.files.write import HardLinkRefused, read_for_edit, replace_file
 from orchestrator.tools import ToolDefinition, build_tool
 
 if TYPE_CHECKING:
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext
 
 __all__ = [
     "FILESYSTEM_TOOL_NAMES",

@@ -1,7 +1,7 @@
 """``python -m orchestrator schema [--out FILE] [--check]``.
 
 Writes the JSON Schema of every event on the wire (``schema/events.json``),
-derived from the event classes by the codecs of ``orchestrator.wire``, and
+derived from the event classes by the codecs of ``orchestrator.wire.format``, and
 refreshes the event list in README.md (the block between ``README_BEGIN`` and
 ``README_END``) when that file is in the working directory. With ``--check``
 nothing is written: the command exits 1 naming what is stale.
@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.events import AgentEvent, ExtensionEvent
 from orchestrator.messages import ToolStatus
-from orchestrator.wire import ENVELOPE, event_classes, event_fields
+from orchestrator.wire.format import ENVELOPE, event_classes, event_fields
 
 REGENERATE = "python -m orchestrator schema"
 DEFAULT_OUT = Path("schema/events.json")

@@ -1,7 +1,7 @@
 """RunStream: the async iterator of one request's events.
 
 The request runs in its own trio system task and sends events through a
-bounded memory channel (``STREAM_BUFFER`` events, see ``orchestrator.sinks``),
+bounded memory channel (``STREAM_BUFFER`` events, see ``orchestrator.runtime.sinks``),
 so the consumer may act on an event (for example answer an approval) while the
 request waits, and a request that runs ahead of a slow consumer waits for it
 instead of queueing events without limit. Cancelling the consumer while it
@@ -24,12 +24,11 @@ import trio
 from orchestrator.config import AgentRunConfig
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, UserMessage
-from orchestrator.runtime import _only_cancellation
-from orchestrator.sinks import StreamQueue
+from orchestrator.runtime.run import _only_cancellation
+from orchestrator.runtime.sinks import StreamQueue
 
 if TYPE_CHECKING:
-    from orchestrator.agent import Agent
-    from orchestrator.runtime import RequestRun
+    from orchestrator.runtime.ports import RunOpener, RunPort
 
 
 #: An event that is ready is returned without a schedule point; whether the consumer was
@@ -49,8 +48,8 @@ class _Outcome:
 
     __slots__ = ("_done", "error", "finished", "result", "run", "scope")
 
-    def __init__(self, run: RequestRun) -> None:
-        self.run: RequestRun | None = run
+    def __init__(self, run: RunPort) -> None:
+        self.run: RunPort | None = run
         self.scope = trio.CancelScope()
         self.finished = False
         self._done: trio.Event | None = None
@@ -72,7 +71,7 @@ class _Outcome:
         await self._done.wait()
 
 
-async def _drive(agent: Agent, outcome: _Outcome, on_end: Callable[[], None]) -> None:
+async def _drive(agent: RunOpener, outcome: _Outcome, on_end: Callable[[], None]) -> None:
     """Run the request; its error, whatever its kind, is handed to the consumer.
 
     ``on_end`` runs once the request has left its session, before the outcome is finished.
@@ -99,7 +98,7 @@ async def _drive(agent: Agent, outcome: _Outcome, on_end: Callable[[], None]) ->
 class RunStream:
     """Iterate with ``async for``; use ``async with`` to close it deterministically."""
 
-    def __init__(self, agent: Agent, config: AgentRunConfig, message: UserMessage) -> None:
+    def __init__(self, agent: RunOpener, config: AgentRunConfig, message: UserMessage) -> None:
         self._agent = agent
         self._config = config
         self._message = message
@@ -110,7 +109,7 @@ class RunStream:
         self._unchecked = CHECK_EVERY_EVENTS
 
     @property
-    def run(self) -> RequestRun | None:
+    def run(self) -> RunPort | None:
         return self._outcome.run if self._outcome else None
 
     @property

@@ -13,7 +13,7 @@ text that is not UTF-8, is a failed result and nothing runs. At most
 ``max_concurrent`` commands of one agent run at once; the others wait for a
 slot (their timeout starts when they run).
 
-``sandbox`` (``orchestrator.extensions.sandbox``) confines the command with
+``sandbox`` (``orchestrator.extensions.files.sandbox``) confines the command with
 bwrap; the default, ``workspace-write``, lets it write only the workspace and a
 private /tmp, without network. Inside the sandbox the command's processes have
 their own PID namespace, so every one of them, also one that left the process
@@ -40,13 +40,12 @@ import trio
 
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.filesystem import resolve_root
-from orchestrator.extensions.sandbox import DEFAULT_SANDBOX, Sandbox
+from orchestrator.extensions.files.filesystem import resolve_root
+from orchestrator.extensions.files.sandbox import DEFAULT_SANDBOX, Sandbox
 from orchestrator.tools import ToolDefinition, ToolResult, build_tool
 
 if TYPE_CHECKING:
-    from orchestrator.agent import Agent
-    from orchestrator.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext, AgentView
 
 
 LINGER_SECONDS = 0.5
@@ -201,8 +200,8 @@ class BashRunner:
         return ToolResult(f"{status}\n{output}")
 
 
-_slots: weakref.WeakKeyDictionary[Agent, dict[BashRunner, trio.CapacityLimiter]] = weakref.WeakKeyDictionary()
-_told: weakref.WeakKeyDictionary[Agent, set[Sandbox]] = weakref.WeakKeyDictionary()
+_slots: weakref.WeakKeyDictionary[AgentView, dict[BashRunner, trio.CapacityLimiter]] = weakref.WeakKeyDictionary()
+_told: weakref.WeakKeyDictionary[AgentView, set[Sandbox]] = weakref.WeakKeyDictionary()
 
 
 async def say_if_unconfined(context: AgentRunContext, sandbox: Sandbox) -> None:
@@ -216,7 +215,7 @@ async def say_if_unconfined(context: AgentRunContext, sandbox: Sandbox) -> None:
         await context.emit(SandboxUnavailableEvent(level=sandbox.level, reason=reason))
 
 
-def _slots_for(agent: Agent, runner: BashRunner) -> trio.CapacityLimiter:
+def _slots_for(agent: AgentView, runner: BashRunner) -> trio.CapacityLimiter:
     """The limiter that bounds how many of ``agent``'s commands ``runner`` runs at once."""
     per_agent = _slots.setdefault(agent, {})
     limiter = per_agent.get(runner)

@@ -14,7 +14,7 @@ Input that does not fit raises WireFormatError naming the offending field, so
 data from a network peer is checked, never trusted.
 
 The codec of each field is derived from the event class's type hints; the
-same derivation writes the JSON Schema (see ``orchestrator.schema``).
+same derivation writes the JSON Schema (see ``orchestrator.wire.schema``).
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ ENVELOPE = ("type", "session_id", "request_id", "seq", "ts")
 """The keys every encoded event starts with."""
 
 BUNDLED_EVENT_MODULES = (
-    "orchestrator.feature_events",
+    "orchestrator.events.features",
     "orchestrator.extensions.ask_user",
-    "orchestrator.extensions.bash",
+    "orchestrator.extensions.files.bash",
     "orchestrator.extensions.plan_mode",
     "orchestrator.extensions.steering",
     "orchestrator.extensions.sqlite_store",

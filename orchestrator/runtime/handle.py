@@ -18,7 +18,7 @@ keeps its log, its final states and its outcome, not its request.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -26,10 +26,10 @@ from machines.build import Step, steps_in
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, UserMessage
-from orchestrator.stream import _drive, _Outcome
+from orchestrator.runtime.ports import RunOpener
+from orchestrator.runtime.stream import _drive, _Outcome
 
 if TYPE_CHECKING:
-    from orchestrator.agent import Agent
     from orchestrator.config import AgentRunConfig
 
 RETAINED_EVENTS = 10_000
@@ -321,8 +321,15 @@ class RunRegistry:
         return list(self._live.values())
 
 
+class RunLauncher(RunOpener, Protocol):
+    """An agent as ``start_run`` uses it: it opens and closes requests, and keeps their handles."""
+
+    @property
+    def runs(self) -> RunRegistry: ...
+
+
 async def start_run(
-    agent: Agent, message: UserMessage, config: AgentRunConfig, *, retain: int = RETAINED_EVENTS
+    agent: RunLauncher, message: UserMessage, config: AgentRunConfig, *, retain: int = RETAINED_EVENTS
 ) -> RunHandle:
     """Open a request of ``config.session_id`` (SessionBusy here) and run it in a task of its own."""
     log = EventLog(config.request_id or "", retain)

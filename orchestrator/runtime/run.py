@@ -3,12 +3,12 @@
 Every step goes through ``machines.request.REQUEST``: the synchronous
 ``transitions`` machine validates and records the edge, then this class awaits
 the callbacks the edge names, one after another, in the request's own task
-(the guards' predicates and the callbacks are ``orchestrator.edges``).
+(the guards' predicates and the callbacks are ``orchestrator.runtime.edges``).
 The tool calls of each assistant message are run by its ``ToolRunner``
-(``orchestrator.tool_runner``); how events are numbered, streamed and
-delivered is ``orchestrator.emission``, where steering and internal input are
-looked for is ``orchestrator.steering_points`` (the bases of RequestRun), and
-the checks a model's response passes are ``orchestrator.response_checks``.
+(``orchestrator.runtime.tool_runner``); how events are numbered, streamed and
+delivered is ``orchestrator.runtime.emission``, where steering and internal input are
+looked for is ``orchestrator.runtime.steering_points`` (the bases of RequestRun), and
+the checks a model's response passes are ``orchestrator.runtime.response_checks``.
 """
 
 from __future__ import annotations
@@ -20,18 +20,13 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import attrs
 import trio
 
 from machines.build import BoundMachine, GuardRefused, Step
 from machines.frozen import constructor
 from machines.request import REQUEST
-from machines.values import FieldValues
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
-from orchestrator.context import AgentRunContext
-from orchestrator.edges import CALLBACKS, GUARDS, has_work
-from orchestrator.emission import _DROP, _heard_names, _new_text_delta
 from orchestrator.errors import MaxIterationsExceeded, ModelError
 from orchestrator.messages import (
     AssistantMessage,
@@ -52,15 +47,19 @@ from orchestrator.model import (
     TextDeltaEvent,
     Usage,
 )
-from orchestrator.response_checks import checked_response, checked_stop, checked_usage
-from orchestrator.sinks import EventSink, StreamQueue
-from orchestrator.steering_points import SteeringPoints
+from orchestrator.runtime.context import AgentRunContext
+from orchestrator.runtime.edges import CALLBACKS, GUARDS, has_work
+from orchestrator.runtime.emission import _DROP, _heard_names, _new_text_delta
+from orchestrator.runtime.response_checks import checked_response, checked_stop, checked_usage
+from orchestrator.runtime.restored import Restored
+from orchestrator.runtime.sinks import EventSink, StreamQueue
+from orchestrator.runtime.steering_points import SteeringPoints
+from orchestrator.runtime.tool_runner import ToolRunner
 from orchestrator.text import SurrogateJoiner
 from orchestrator.tool_content import ToolResultContent, tool_content
-from orchestrator.tool_runner import ToolRunner
 
 if TYPE_CHECKING:
-    from orchestrator.agent import Agent
+    from orchestrator.runtime.ports import AgentPort
 
 log = logging.getLogger("orchestrator.runtime")
 
@@ -85,23 +84,6 @@ _TOOL_EVENTS: dict[
 }
 
 
-@attrs.frozen(eq=False, repr=False)  # FieldValues: attrs' eq, hash and repr, shared
-class Restored(FieldValues):
-    """Where a run resumed from a run store's checkpoint picks up.
-
-    ``response`` is the last assistant message of the session's history (None when
-    the run had not had one), ``open_calls`` the ids of its calls without a result,
-    ``last_seq`` the seq of the last event the run's log kept, ``stop_reason`` why
-    that response ended (a response cut off at ``max_tokens`` runs none of its calls,
-    also after a restore).
-    """
-
-    worker: str
-    last_seq: int
-    iterations: int
-    response: AssistantMessage | None
-    open_calls: tuple[str, ...]
-    stop_reason: StopReason = "end_turn"
 
 
 class RequestRun(SteeringPoints):
@@ -141,7 +123,7 @@ class RequestRun(SteeringPoints):
 
     def __init__(
         self,
-        agent: Agent,
+        agent: AgentPort,
         config: AgentRunConfig,
         request_id: str,
         input_message: UserMessage | None,
@@ -598,16 +580,16 @@ class _AgentProfile:
 
     __slots__ = ("listened", "plans")
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentPort) -> None:
         listeners = agent.hooks["on_event"]
         self.listened = _heard_names(listeners) if listeners else frozenset()
         self.plans: dict[tuple[str, ...], _Plan] = {}
 
 
-_PROFILES: weakref.WeakKeyDictionary[Agent, _AgentProfile] = weakref.WeakKeyDictionary()
+_PROFILES: weakref.WeakKeyDictionary[AgentPort, _AgentProfile] = weakref.WeakKeyDictionary()
 
 
-def _profile_of(agent: Agent) -> _AgentProfile:
+def _profile_of(agent: AgentPort) -> _AgentProfile:
     profile = _PROFILES.get(agent)
     if profile is None:
         profile = _PROFILES[agent] = _AgentProfile(agent)

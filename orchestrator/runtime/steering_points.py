@@ -1,6 +1,6 @@
 """Where a request looks for steering and internal input: the part of RequestRun that asks its inboxes.
 
-``SteeringPoints`` is a base of ``RequestRun`` (``orchestrator.runtime``), on top of ``EventEmission``.
+``SteeringPoints`` is a base of ``RequestRun`` (``orchestrator.runtime.run``), on top of ``EventEmission``.
 After each model and tool call the request asks its inboxes (the agent's
 ``SteeringExtension`` and any other ``InputInbox``) for a message; messages
 taken from outside since it last asked are announced (``steering_accepted``)
@@ -12,16 +12,17 @@ inbox closes atomically when nothing is left.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from orchestrator import events as ev
-from orchestrator.emission import EventEmission
 from orchestrator.errors import AgentError
 from orchestrator.messages import SystemMessage, UserMessage
+from orchestrator.runtime.emission import EventEmission
 
 if TYPE_CHECKING:
-    from orchestrator.agent import Agent
-    from orchestrator.inbox import InboxProbe, InputInbox
+    from orchestrator.runtime.inbox import InboxProbe, InputInbox
+    from orchestrator.runtime.ports import AgentPort
 
 log = logging.getLogger("orchestrator.runtime")
 
@@ -43,10 +44,10 @@ class SteeringPoints(EventEmission):
     internal_refused: bool
     inboxes_closed: bool
     # RequestRun's.
-    agent: Agent
+    agent: AgentPort
 
     @property
-    def inboxes(self) -> list[InputInbox]:
+    def inboxes(self) -> Sequence[InputInbox]:
         return self.agent.inboxes
 
     def _open_inboxes(self) -> None:

@@ -28,7 +28,7 @@ from orchestrator.tool_content import UnsupportedToolResult, tool_content
 from orchestrator.tools import ToolResult
 
 if TYPE_CHECKING:
-    from orchestrator.runtime import RequestRun
+    from orchestrator.runtime.ports import RunPort
 
 #: How many characters of a call's invalid argument text its failed result quotes.
 INVALID_ARGUMENTS_QUOTE = 2000
@@ -54,7 +54,7 @@ class ToolRunner:
 
     __slots__ = ("run_of",)
 
-    def __init__(self, run: RequestRun) -> None:
+    def __init__(self, run: RunPort) -> None:
         self.run_of = run
 
     def run(self, calls: tuple[ToolCall, ...]) -> Coroutine[Any, Any, None]:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.model import Model
-from orchestrator.scenarios import scripted_model
+from orchestrator.providers.scripted import scripted_model
 
 SCRIPTED_NOTICE = "no --model given: running on the scripted model (try --model openai:NAME or anthropic:NAME)"
 

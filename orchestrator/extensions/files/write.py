@@ -21,7 +21,7 @@ import os
 import secrets
 import stat
 
-from orchestrator.extensions.fs_confine import Located, open_regular, require_regular
+from orchestrator.extensions.files.confine import Located, open_regular, require_regular
 
 _NAME_MAX = 255
 _CHUNK = 1 << 20

@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 
 import attrs
 
-from orchestrator.events import AgentEvent
+from orchestrator.events.base import AgentEvent
 from orchestrator.messages import Message, UserMessage
 
 

@@ -1,21 +1,94 @@
-"""AgentRunContext: what hooks see and change during one request."""
+"""AgentRunContext: what hooks see and change during one request.
+
+The context reads its request through ``ContextRun`` and gives hooks the request's agent as
+an ``AgentView``: the two protocols below state all it needs, so this module imports neither
+the request (``orchestrator.runtime.run``) nor the ``Agent`` class.
+"""
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from machines.build import BoundMachine
 from orchestrator.config import AgentRunConfig
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
+from orchestrator.history import SessionHistory
 from orchestrator.messages import Message, SystemMessage, UserMessage, clean_message
+from orchestrator.model import Model
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
-if TYPE_CHECKING:
-    from orchestrator.agent import Agent
-    from orchestrator.runtime import RequestRun
+
+class WaitBoard(Protocol):
+    """The agent's board of live waits (``orchestrator.runtime.pending.WaitingCalls``), as a waiting call joins it
+    and leaves it."""
+
+    def add(self, wait: Any) -> None: ...
+
+    def discard(self, wait: Any) -> None: ...
+
+
+class AgentView(Protocol):
+    """What hooks read of the agent that runs a request (``context.agent``)."""
+
+    @property
+    def model(self) -> Model: ...
+
+    @property
+    def tools(self) -> Sequence[ToolDefinition]: ...
+
+    @property
+    def extensions(self) -> Sequence[object]: ...
+
+    @property
+    def history(self) -> SessionHistory | None: ...
+
+    @property
+    def system_prompt(self) -> str | None: ...
+
+    @property
+    def max_iterations(self) -> int: ...
+
+    @property
+    def waiting(self) -> WaitBoard: ...
+
+
+class ContextRun(Protocol):
+    """What a context reads and asks of its request."""
+
+    @property
+    def agent(self) -> AgentView: ...
+
+    @property
+    def machine(self) -> BoundMachine: ...
+
+    @property
+    def capabilities(self) -> frozenset[str] | None: ...
+
+    @property
+    def plan_mode_active(self) -> bool: ...
+
+    @property
+    def streams(self) -> bool: ...
+
+    async def emit(self, event: AgentEvent) -> None: ...
+
+    async def forward(self, event: AgentEvent) -> None: ...
+
+    async def publish(self, event: AgentEvent, *, to_publisher: bool = False) -> None: ...
+
+    def queue_internal(self, message: UserMessage | SystemMessage) -> None: ...
+
+    async def pause(self) -> None: ...
+
+    async def resume(self) -> None: ...
+
+    async def enter_plan_mode(self, capabilities: frozenset[str]) -> None: ...
+
+    async def exit_plan_mode(self) -> None: ...
 
 
 class AgentRunContext:
@@ -29,7 +102,7 @@ class AgentRunContext:
     """
 
     def __init__(
-        self, run: RequestRun, config: AgentRunConfig, request_id: str, input_message: UserMessage | None
+        self, run: ContextRun, config: AgentRunConfig, request_id: str, input_message: UserMessage | None
     ) -> None:
         self._request = weakref.ref(run)
         self.config = config
@@ -65,14 +138,15 @@ class AgentRunContext:
         self._state = state
 
     @property
-    def _run(self) -> RequestRun:
+    def _run(self) -> ContextRun:
         run = self._request()
         if run is None:
             raise AgentError(f"request {self.request_id} has ended and is no longer kept")
         return run
 
     @property
-    def agent(self) -> Agent:
+    def agent(self) -> AgentView:
+        """The agent running this request (its model, tools, extensions, history and settings)."""
         return self._run.agent
 
     @property

@@ -1,0 +1,2 @@
+"""Seeing what requests did: the machines' diagrams (``diagrams``) and each request's path as a Mermaid trace
+(``trace``)."""

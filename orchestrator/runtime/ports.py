@@ -1,0 +1,133 @@
+"""What the request runtime needs of an agent, of its extensions and of a request, stated as protocols.
+
+The runtime's modules depend on these, not on the ``Agent`` class (``orchestrator.agent``
+satisfies ``AgentPort`` and ``RunOpener``) nor on ``RequestRun`` (which satisfies ``RunPort``):
+the agent composes the runtime and the extensions, and nothing in the runtime imports them back.
+The hooks an extension implements are the runtime's too: ``orchestrator.runtime.hooks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Protocol
+
+from machines.build import BoundMachine, Step
+from orchestrator.config import AgentRunConfig
+from orchestrator.events import AgentEvent
+from orchestrator.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    ToolStatus,
+    UserMessage,
+)
+from orchestrator.model import ModelRequest, StopReason, Usage
+from orchestrator.runtime.compactor import TurnCompactor
+from orchestrator.runtime.context import AgentRunContext, AgentView
+from orchestrator.runtime.hooks import AgentExtension
+from orchestrator.runtime.inbox import InputInbox
+from orchestrator.runtime.pending import WaitingCalls
+from orchestrator.runtime.restored import Restored
+from orchestrator.runtime.sinks import EventSink
+from orchestrator.tool_content import ToolResultContent
+
+__all__ = ["AgentPort", "RunOpener", "RunPort"]
+
+
+class AgentPort(AgentView, Protocol):
+    """What a request reads of the agent that runs it."""
+
+    @property
+    def extensions(self) -> Sequence[AgentExtension]: ...
+
+    @property
+    def hooks(self) -> Mapping[str, Sequence[AgentExtension]]: ...
+
+    @property
+    def compactors(self) -> Sequence[TurnCompactor]: ...
+
+    @property
+    def inboxes(self) -> Sequence[InputInbox]: ...
+
+    @property
+    def waiting(self) -> WaitingCalls: ...
+
+
+class RunPort(Protocol):
+    """What a request's parts (its edges, its tool runner, its handle and stream) use of the request."""
+
+    iterations: int
+    approvals: int
+    capabilities: frozenset[str] | None
+    request: ModelRequest | None
+    response: AssistantMessage | None
+    usage: Usage | None
+    stop_reason: StopReason
+    raw_stop_reason: str | None
+    open_calls: dict[str, ToolCall]
+    steering: UserMessage | None
+    skipped_ids: tuple[str, ...]
+    internal: UserMessage | SystemMessage | None
+    internal_refused: bool
+    error: BaseException | None
+    restored: Restored | None
+    abandoned: bool
+
+    @property
+    def agent(self) -> AgentPort: ...
+
+    @property
+    def context(self) -> AgentRunContext: ...
+
+    @property
+    def hooks(self) -> Mapping[str, Sequence[AgentExtension]]: ...
+
+    @property
+    def machine(self) -> BoundMachine: ...
+
+    @property
+    def cut_off(self) -> bool: ...
+
+    def run(self) -> Coroutine[Any, Any, AssistantMessage]: ...
+
+    def mark_left(self) -> None: ...
+
+    async def append(self, message: Message, *, cleaned: bool = False) -> Message: ...
+
+    def assemble(self) -> ModelRequest: ...
+
+    async def settle(self, call: ToolCall, status: ToolStatus, content: ToolResultContent) -> ToolMessage: ...
+
+    async def _announce(self, step: Step) -> None: ...
+
+    async def _announce_steering(self) -> None: ...
+
+    def _open_inboxes(self) -> None: ...
+
+    def _close_inboxes(self) -> None: ...
+
+    async def _poll(self) -> None: ...
+
+    async def _emit(self, kind: type[AgentEvent], *values: Any) -> None: ...
+
+    async def _emit_new(self, kind: type[AgentEvent], **fields: Any) -> None: ...
+
+    async def _run_hook(self, name: str, *args: Any) -> None: ...
+
+    async def _store_history(self) -> None: ...
+
+
+class RunOpener(Protocol):
+    """An agent as the runtime's handles and streams start requests on it."""
+
+    async def _open_run(
+        self,
+        config: AgentRunConfig,
+        message: UserMessage | None,
+        sink: EventSink | None,
+        restored: Restored | None = None,
+    ) -> RunPort: ...
+
+    def _close_run(self, run: RunPort) -> None: ...

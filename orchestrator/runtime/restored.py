@@ -1,0 +1,28 @@
+"""Restored: where a request resumed from a run store's checkpoint picks up."""
+
+from __future__ import annotations
+
+import attrs
+
+from machines.values import FieldValues
+from orchestrator.messages import AssistantMessage
+from orchestrator.model import StopReason
+
+
+@attrs.frozen(eq=False, repr=False)  # FieldValues: attrs' eq, hash and repr, shared
+class Restored(FieldValues):
+    """Where a run resumed from a run store's checkpoint picks up.
+
+    ``response`` is the last assistant message of the session's history (None when
+    the run had not had one), ``open_calls`` the ids of its calls without a result,
+    ``last_seq`` the seq of the last event the run's log kept, ``stop_reason`` why
+    that response ended (a response cut off at ``max_tokens`` runs none of its calls,
+    also after a restore).
+    """
+
+    worker: str
+    last_seq: int
+    iterations: int
+    response: AssistantMessage | None
+    open_calls: tuple[str, ...]
+    stop_reason: StopReason = "end_turn"
