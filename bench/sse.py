@@ -103,7 +103,7 @@ def measure(plan: SsePlan, progress: Callable[[str], None]) -> list[dict[str, An
     for transport in TRANSPORTS:
         progress(f"sse: one run of {plan.words} deltas, {transport}")
         params = {"words": plan.words, "repeats": plan.stream_repeats, "transport": transport}
-        rows.append({"workload": "stream", **run_cell("stream", params, plan.cell_timeout)})
+        rows.append({"workload": "stream", "transport": transport, **run_cell("stream", params, plan.cell_timeout)})
     for round_index in range(plan.rounds):
         for transport in TRANSPORTS:
             progress(f"sse: {plan.runs} concurrent runs, {transport} (round {round_index + 1}/{plan.rounds})")

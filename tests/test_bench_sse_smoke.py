@@ -18,6 +18,7 @@ TINY = sse.SsePlan(
 
 def test_every_workload_reads_every_event_over_sse_and_in_process() -> None:
     rows = sse.measure(TINY, lambda _: None)
+    assert not [row for row in rows if "failed" in row], [row for row in rows if "failed" in row]
     streams = {row["transport"]: row for row in rows if row["workload"] == "stream"}
     assert set(streams) == {"inprocess", "sse"}
     for row in streams.values():
