@@ -47,6 +47,8 @@ import trio
 from machines.build import BoundMachine
 from machines.subagent import SUBAGENT
 from orchestrator.agent import Agent, AgentClient
+from orchestrator.checks import text as _text
+from orchestrator.checks import whole
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import ToolArgumentsError
@@ -167,10 +169,11 @@ class SubAgentExtension(AgentExtension):
     """Offers ``agent`` as the tool ``name(task)``; see the module's documentation."""
 
     def __init__(self, agent: Agent | AgentClient, *, name: str, description: str, max_depth: int = MAX_DEPTH) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValueError("a subagent tool needs a name")
-        if max_depth < 1:
-            raise ValueError("max_depth must be at least 1")
+        if not isinstance(agent, (Agent, AgentClient)):
+            raise TypeError(f"SubAgentExtension.agent must be an Agent or AgentClient, got {type(agent).__name__}")
+        _text(blank=False).check("SubAgentExtension.name", name)
+        _text().check("SubAgentExtension.description", description)
+        whole(1).check("SubAgentExtension.max_depth", max_depth)
         self.agent: Agent = agent.agent if isinstance(agent, AgentClient) else agent
         self.tool_name = name
         self.max_depth = max_depth
