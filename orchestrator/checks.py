@@ -11,6 +11,7 @@ for a number. Values the runtime builds itself (events, deltas, copies through
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -104,6 +105,16 @@ def number(
             raise ValueError(f"{where} must be more than {above}, got {value!r}")
         if maximum is not None and value > maximum:
             raise ValueError(f"{where} must be at most {maximum}, got {value!r}")
+
+    return Check(test)
+
+
+def path_like() -> Check:
+    """A str or os.PathLike (a file system path)."""
+
+    def test(where: str, value: Any) -> None:
+        if not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"{where} must be a str or os.PathLike path, got {_type_name(value)}")
 
     return Check(test)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TextIO
 import attrs
 import trio
 
+from orchestrator.checks import flag, path_like, whole
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.fs_confine import Beneath, Located, PathOutsideRoot, open_directory, open_regular
 from orchestrator.extensions.fs_match import Matcher, compile_glob, compile_regex
@@ -76,10 +77,10 @@ class Workspace:
     """The root the tools work in, and the limits on what they return."""
 
     root: Path = attrs.field(converter=resolve_root)
-    max_chars: int = 100_000
-    max_results: int = 500
-    max_edit_bytes: int = MAX_EDIT_BYTES
-    use_openat2: bool = attrs.field(default=True, kw_only=True)
+    max_chars: int = attrs.field(default=100_000, validator=whole(1))
+    max_results: int = attrs.field(default=500, validator=whole(1))
+    max_edit_bytes: int = attrs.field(default=MAX_EDIT_BYTES, validator=whole(1))
+    use_openat2: bool = attrs.field(default=True, kw_only=True, validator=flag())
 
     @property
     def beneath(self) -> Beneath:
@@ -351,6 +352,10 @@ class FilesystemExtension(AgentExtension):
         max_results: int = 500,
         max_edit_bytes: int = MAX_EDIT_BYTES,
     ) -> None:
+        path_like().check("FilesystemExtension.root", root)
+        whole(1).check("FilesystemExtension.max_chars", max_chars)
+        whole(1).check("FilesystemExtension.max_results", max_results)
+        whole(1).check("FilesystemExtension.max_edit_bytes", max_edit_bytes)
         self.tools = filesystem_tools(root, max_chars=max_chars, max_results=max_results, max_edit_bytes=max_edit_bytes)
 
     async def on_tool(self, context: AgentRunContext) -> None:

@@ -4,7 +4,8 @@ when it is made, with a message naming the field, instead of failing later, far 
 Covered: the values exported from ``orchestrator`` and ``orchestrator.providers`` that users build
 (configs, messages and their parts, tool definitions and results, usage, refusals, retry policies),
 and the constructors users call (``Agent``, ``SubAgentExtension``, ``ResponseRouter``, the provider
-models). Events and deltas are built by the runtime itself and are not checked.
+models, the extensions of ``orchestrator.extensions``' modules but MCP and bash). Events and deltas
+are built by the runtime itself and are not checked.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ from orchestrator import (
     Usage,
     UserMessage,
 )
+from orchestrator.extensions.agents_md import AgentsMdExtension
+from orchestrator.extensions.compaction import CompactionExtension
+from orchestrator.extensions.filesystem import FilesystemExtension
+from orchestrator.extensions.plan_mode import PlanModeExtension
+from orchestrator.extensions.skills import SkillsExtension
+from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+from orchestrator.extensions.tool_approval import ToolApprovalExtension
 from orchestrator.providers import AnthropicModel, GeminiModel, OpenAIChatModel, OpenAIResponsesModel, RetryPolicy
 
 Build = Callable[[], object]
@@ -144,6 +152,29 @@ WRONG_TYPES: list[tuple[str, Build]] = [
     ("GeminiModel.max_output_tokens", lambda: GeminiModel("m", api_key="k", max_output_tokens="8k")),  # type: ignore[arg-type]
     ("OpenAIResponsesModel.reasoning_effort", lambda: OpenAIResponsesModel("m", api_key="k", reasoning_effort=1)),  # type: ignore[arg-type]
     ("OpenAIResponsesModel.reasoning_summary", lambda: OpenAIResponsesModel("m", api_key="k", reasoning_summary=1)),  # type: ignore[arg-type]
+    ("AgentsMdExtension.root", lambda: AgentsMdExtension(3)),  # type: ignore[arg-type]
+    ("AgentsMdExtension.file_name", lambda: AgentsMdExtension(".", file_name=None)),  # type: ignore[arg-type]
+    ("AgentsMdExtension.max_parents", lambda: AgentsMdExtension(".", max_parents="8")),  # type: ignore[arg-type]
+    ("AgentsMdExtension.max_bytes", lambda: AgentsMdExtension(".", max_bytes=64e3)),  # type: ignore[arg-type]
+    ("CompactionExtension.model", lambda: CompactionExtension("gpt-4o")),  # type: ignore[arg-type]
+    ("CompactionExtension.threshold_tokens", lambda: CompactionExtension(threshold_tokens="4k")),  # type: ignore[arg-type]
+    ("CompactionExtension.keep_last", lambda: CompactionExtension(keep_last=None)),  # type: ignore[arg-type]
+    ("CompactionExtension.prompt", lambda: CompactionExtension(prompt=3)),  # type: ignore[arg-type]
+    ("CompactionExtension.auto", lambda: CompactionExtension(auto="yes")),  # type: ignore[arg-type]
+    ("FilesystemExtension.root", lambda: FilesystemExtension(None)),  # type: ignore[arg-type]
+    ("FilesystemExtension.max_chars", lambda: FilesystemExtension(".", max_chars="1")),  # type: ignore[arg-type]
+    ("FilesystemExtension.max_results", lambda: FilesystemExtension(".", max_results=2.0)),  # type: ignore[arg-type]
+    ("FilesystemExtension.max_edit_bytes", lambda: FilesystemExtension(".", max_edit_bytes=None)),  # type: ignore[arg-type]
+    ("SkillsExtension.paths", lambda: SkillsExtension(3)),  # type: ignore[arg-type]
+    ("SkillsExtension.paths[1]", lambda: SkillsExtension([".", 3])),  # type: ignore[list-item]
+    ("SkillsExtension.max_bytes", lambda: SkillsExtension(".", max_bytes="256k")),  # type: ignore[arg-type]
+    ("PlanModeExtension.system_prompt", lambda: PlanModeExtension(system_prompt=3)),  # type: ignore[arg-type]
+    ("PlanModeExtension.root", lambda: PlanModeExtension(root=3)),  # type: ignore[arg-type]
+    ("PlanModeExtension.writable", lambda: PlanModeExtension(writable=5)),  # type: ignore[arg-type]
+    ("ToolApprovalExtension.policy", lambda: ToolApprovalExtension(["bash"])),  # type: ignore[arg-type]
+    ("ToolApprovalExtension.default", lambda: ToolApprovalExtension(default=3)),  # type: ignore[arg-type]
+    ("SQLiteSessionStore.path", lambda: SQLiteSessionStore(3)),  # type: ignore[arg-type]
+    ("SQLiteSessionStore.synchronous", lambda: SQLiteSessionStore(":memory:", synchronous=1)),  # type: ignore[arg-type]
 ]
 
 BAD_VALUES: list[tuple[str, Build]] = [
@@ -174,6 +205,16 @@ BAD_VALUES: list[tuple[str, Build]] = [
     ("AnthropicModel.max_tokens", lambda: AnthropicModel("m", api_key="k", max_tokens=0)),
     ("GeminiModel.api_version", lambda: GeminiModel("m", api_key="k", api_version="")),
     ("GeminiModel.max_output_tokens", lambda: GeminiModel("m", api_key="k", max_output_tokens=0)),
+    ("AgentsMdExtension.file_name", lambda: AgentsMdExtension(".", file_name="../AGENTS.md")),
+    ("AgentsMdExtension.max_parents", lambda: AgentsMdExtension(".", max_parents=-1)),
+    ("AgentsMdExtension.max_bytes", lambda: AgentsMdExtension(".", max_bytes=0)),
+    ("CompactionExtension.threshold_tokens", lambda: CompactionExtension(threshold_tokens=-1)),
+    ("CompactionExtension.keep_last", lambda: CompactionExtension(keep_last=-1)),
+    ("CompactionExtension.prompt", lambda: CompactionExtension(prompt=" ")),
+    ("FilesystemExtension.max_chars", lambda: FilesystemExtension(".", max_chars=0)),
+    ("SkillsExtension.max_bytes", lambda: SkillsExtension(".", max_bytes=0)),
+    ("PlanModeExtension.system_prompt", lambda: PlanModeExtension(system_prompt=" ")),
+    ("ToolApprovalExtension.default", lambda: ToolApprovalExtension(default="sometimes")),
 ]
 
 
