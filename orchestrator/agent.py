@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from machines.build import Step, steps_in
+from orchestrator.checks import each, flag, whole
+from orchestrator.checks import text as _text
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
 from orchestrator.errors import SessionBusy
@@ -103,12 +105,16 @@ def _with_steering(extensions: Iterable[AgentExtension], steering: bool) -> list
     return given if has_one else [*given, SteeringExtension()]
 
 
+_HISTORY_METHODS = ("load", "append", "replace")
+
+
 class Agent:
     """A model, tools and extensions, serving any number of sessions at once.
 
     Every agent owns a SteeringExtension (its urgent user inbox): the one among
     ``extensions`` when one is given, otherwise a new one; ``steering=False``
-    leaves it out, and steering is then refused.
+    leaves it out, and steering is then refused. Each argument is checked here: a
+    wrong type raises TypeError, a bad value ValueError, naming it.
     """
 
     def __init__(
@@ -122,8 +128,15 @@ class Agent:
         history: SessionHistory | None = None,
         steering: bool = True,
     ) -> None:
-        if max_iterations < 1:
-            raise ValueError("max_iterations must be at least 1")
+        if not callable(getattr(model, "stream", None)):
+            raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
+        extensions = each(AgentExtension, "an AgentExtension", "Agent.extensions", extensions)
+        tools = each(ToolDefinition, "a ToolDefinition", "Agent.tools", tools)
+        _text(optional=True).check("Agent.system_prompt", system_prompt)
+        whole(1).check("Agent.max_iterations", max_iterations)
+        flag().check("Agent.steering", steering)
+        if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
+            raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
         self.model = model
         self.extensions = _order(_with_steering(extensions, steering))
         self.tools = list(tools)

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from machines.values import FieldValues
+from orchestrator.checks import mapping, text
 
 
 def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -25,17 +26,17 @@ def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object)
 class AgentRunConfig(FieldValues):
     """Which session a request or an external event belongs to.
 
-    Ids that cannot be encoded as UTF-8 raise ValueError here, before any store,
-    log or wire line sees them.
+    Ids that are not str raise TypeError, and ids that cannot be encoded as UTF-8
+    ValueError, here, before any store, log or wire line sees them.
     """
 
-    session_id: str = attrs.field(default="default", validator=_encodable)
-    request_id: str | None = attrs.field(default=None, validator=_encodable)
+    session_id: str = attrs.field(default="default", validator=[text(), _encodable])
+    request_id: str | None = attrs.field(default=None, validator=[text(optional=True), _encodable])
 
 
 @attrs.frozen(eq=False, repr=False)
 class ExternalEvent(FieldValues):
     """An event from the application (a UI answer, a steering message)."""
 
-    name: str
-    payload: Mapping[str, Any] = attrs.field(factory=dict)
+    name: str = attrs.field(validator=text(blank=False))
+    payload: Mapping[str, Any] = attrs.field(factory=dict, validator=mapping())

@@ -14,13 +14,14 @@ from typing import TypeAlias
 import attrs
 
 from machines.values import FieldValues
+from orchestrator.checks import text
 
 
 @attrs.frozen(eq=False, repr=False)
 class Refusal(FieldValues):
     """An extension looked at an event and declined it; ``reason`` is short and says why."""
 
-    reason: str
+    reason: str = attrs.field(validator=text())
 
     def __bool__(self) -> bool:
         return False

@@ -13,8 +13,11 @@ it; its memory is bounded by the run's retained log), and a consumer that
 stops and comes back with the last ``seq`` it saw misses nothing.
 
 Cancelling an awaiting asyncio task cancels what it started in the trio thread
-(``await host.run(...)`` then cancels the request). ``close()`` ends the loop:
-requests still running are cancelled and settle their open calls first.
+(``await host.run(...)`` then cancels the request). A caller of ``host.start``
+cancelled before it holds its HostedRun leaves no run behind: a run started for
+it anyway is cancelled before anything the caller does next reaches the thread.
+``close()`` ends the loop: requests still running are cancelled and settle their
+open calls first.
 
 The host's lifecycle is the ``agent_host`` machine (``machines/host.py``):
 ``starting -> serving -> closing -> closed``, or ``starting -> failed``; calls
@@ -42,7 +45,7 @@ from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
-from orchestrator.runtime.handle import READ_BATCH, RETAINED_EVENTS, EventFollower
+from orchestrator.runtime.handle import READ_BATCH, RETAINED_EVENTS, EventFollower, RunHandle
 from orchestrator.runtime.pending import PendingCall
 
 T = TypeVar("T")
@@ -182,10 +185,11 @@ class AgentHost:
         self, call: _Call, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], report: Callable[[_Outcome[T]], None]
     ) -> None:
         result: _Outcome[T] = _Outcome()
+        if call.cancelled:  # the caller left before the call began: it never runs
+            report(_Outcome(error=_CallCancelled()))
+            return
         with trio.CancelScope() as scope:
             call.scope = scope
-            if call.cancelled:
-                scope.cancel()
             try:
                 result.value = await fn(*args)
             except trio.Cancelled:
@@ -209,22 +213,58 @@ class AgentHost:
             raise HostClosed("the host is closed") from None
         return call
 
+    def _submit_sync(self, fn: Callable[[T], None], value: T) -> None:
+        """Run ``fn(value)`` in the host's thread, after everything submitted before it."""
+        token = self._token
+        if token is None:
+            raise HostClosed(f"the host is {self.state}")
+        try:
+            token.run_sync_soon(fn, value)
+        except trio.RunFinishedError:
+            raise HostClosed("the host is closed") from None
+
     # calling across ---------------------------------------------------------------
 
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Await ``fn(*args)`` in the host's thread, from asyncio; cancelling the caller cancels it there."""
+        return await self._call(fn, args, None)
+
+    async def _call(
+        self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], abandon: Callable[[T], None] | None
+    ) -> T:
+        """``call``; when the caller is cancelled, a value it will never receive is given to ``abandon``.
+
+        ``abandon`` runs in the host's thread, before anything the caller submits after its
+        cancellation: a cancelled caller waits for the call's outcome (the call is cancelled
+        too, so that is at most its next checkpoint) and hands a value that came anyway over.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
 
         def report(result: _Outcome[T]) -> None:
-            with contextlib.suppress(RuntimeError):  # the caller's loop is gone: nobody waits
+            try:
                 loop.call_soon_threadsafe(_settle, future, result)
+            except RuntimeError:  # the caller's loop is gone: nobody will receive the value
+                if abandon is not None and result.error is None:
+                    abandon(result.value)
 
         call = self._submit(fn, args, report)
+        if abandon is None:
+            try:
+                return await future
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
         try:
-            return await future
+            return await asyncio.shield(future)
         except asyncio.CancelledError:
             call.cancel()
+            while not future.done():
+                with contextlib.suppress(asyncio.CancelledError):  # the first cancellation is re-raised below
+                    await asyncio.wait((future,))
+            if future.exception() is None:
+                with contextlib.suppress(HostClosed):  # a closed host cancelled its runs already
+                    self._submit_sync(abandon, future.result())
             raise
 
     def call_blocking(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -247,8 +287,12 @@ class AgentHost:
     async def start(
         self, user_input: UserInput, *, config: AgentRunConfig | None = None, retain_events: int = RETAINED_EVENTS
     ) -> HostedRun:
-        """Start a request that runs on its own (SessionBusy raised here); its HostedRun."""
-        return await self.call(self._start, user_input, config, retain_events)
+        """Start a request that runs on its own (SessionBusy raised here); its HostedRun.
+
+        Cancelling the caller before it has the HostedRun cancels the request, if it started.
+        """
+        handle = await self._call(self._start, (user_input, config, retain_events), _abandon)
+        return HostedRun(self, handle.request_id, handle.session_id)
 
     def events(self, request_id: str, *, after: int = 0) -> AsyncIterator[AgentEvent]:
         """The run's events after ``after``, replayed then live, fetched as the consumer reads."""
@@ -285,9 +329,8 @@ class AgentHost:
 
     # what runs in the host's thread ---------------------------------------------------
 
-    async def _start(self, user_input: UserInput, config: AgentRunConfig | None, retain: int) -> HostedRun:
-        handle = await self.client.start(user_input, config=config, retain_events=retain)
-        return HostedRun(self, handle.request_id, handle.session_id)
+    async def _start(self, user_input: UserInput, config: AgentRunConfig | None, retain: int) -> RunHandle:
+        return await self.client.start(user_input, config=config, retain_events=retain)
 
     async def _follow(self, request_id: str, after: int) -> EventFollower:
         return self.client.attach(request_id).events(after)
@@ -342,6 +385,11 @@ class _CallCancelled(AgentError):
     """The caller stopped waiting, and the call was cancelled in the host's thread."""
 
 
+def _abandon(handle: RunHandle) -> None:
+    """Cancel a run whose caller left before it got the run (in the host's thread)."""
+    handle.abandon()
+
+
 def _settle(future: asyncio.Future[T], result: _Outcome[T]) -> None:
     if future.done():
         return
@@ -378,7 +426,8 @@ class BlockingHost:
     def start(
         self, user_input: UserInput, *, config: AgentRunConfig | None = None, retain_events: int = RETAINED_EVENTS
     ) -> HostedRun:
-        return self._host.call_blocking(self._host._start, user_input, config, retain_events)
+        handle = self._host.call_blocking(self._host._start, user_input, config, retain_events)
+        return HostedRun(self._host, handle.request_id, handle.session_id)
 
     def events(self, request_id: str, *, after: int = 0) -> Iterator[AgentEvent]:
         host = self._host

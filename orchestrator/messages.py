@@ -9,6 +9,8 @@ from typing import Any, TypeAlias, TypeVar
 import attrs
 
 from machines.values import FieldValues
+from orchestrator.checks import Check, of_type
+from orchestrator.checks import text as _str
 from orchestrator.text import clean_text, clean_value
 
 
@@ -28,16 +30,19 @@ class ToolStatus(enum.StrEnum):
 class TextPart(FieldValues):
     """Plain text inside a multimodal message."""
 
-    text: str
+    text: str = attrs.field(validator=_str())
+
+
+_BYTES = (bytes, bytearray, memoryview)
 
 
 @attrs.frozen(eq=False, repr=False)
 class ImagePart(FieldValues):
     """An image given by URL or by raw bytes with a media type."""
 
-    url: str | None = None
-    data: bytes | None = None
-    media_type: str = "image/png"
+    url: str | None = attrs.field(default=None, validator=_str(optional=True))
+    data: bytes | None = attrs.field(default=None, validator=of_type(_BYTES, "bytes", optional=True))
+    media_type: str = attrs.field(default="image/png", validator=_str(blank=False))
 
     def __attrs_post_init__(self) -> None:
         if (self.url is None) == (self.data is None):
@@ -47,26 +52,65 @@ class ImagePart(FieldValues):
 ContentPart: TypeAlias = TextPart | ImagePart
 
 
-def _content(value: str | tuple[ContentPart, ...] | list[ContentPart]) -> str | tuple[ContentPart, ...]:
+def _as_content(where: str, value: Any) -> str | tuple[ContentPart, ...]:
+    """A ``content`` field's value: a str, or an iterable of TextPart / ImagePart made a tuple."""
     if isinstance(value, str):
         return value
+    if isinstance(value, bytes) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{where} must be a str or content parts, got {type(value).__name__}")
     parts = tuple(value)
     for part in parts:
         if not isinstance(part, (TextPart, ImagePart)):
-            raise TypeError(f"unsupported content part: {part!r}")
+            raise TypeError(f"{where}: unsupported content part: {part!r}")
     return parts
 
 
+def _user_content(value: str | tuple[ContentPart, ...] | list[ContentPart]) -> str | tuple[ContentPart, ...]:
+    return _as_content("UserMessage.content", value)
+
+
+def _tool_content(value: str | tuple[ContentPart, ...] | list[ContentPart]) -> str | tuple[ContentPart, ...]:
+    return _as_content("ToolMessage.content", value)
+
+
+def _as_tuple(where: str, kind: str, value: Any) -> tuple[Any, ...]:
+    """``value`` as a tuple (a str or other non-iterable is a TypeError naming ``where`` and ``kind``)."""
+    if type(value) is tuple:
+        return value
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{where} must be an iterable of {kind}, got {type(value).__name__}")
+    return tuple(value)
+
+
 def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
-    return value if type(value) is tuple else tuple(value)
+    return _as_tuple("AssistantMessage.tool_calls", "ToolCall", value)
 
 
 def _reasoning_blocks(value: Iterable[ReasoningBlock]) -> tuple[ReasoningBlock, ...]:
-    return value if type(value) is tuple else tuple(value)
+    return _as_tuple("AssistantMessage.reasoning", "ReasoningBlock", value)
+
+
+def _all_of(kinds: type, what: str) -> Check:
+    """Every item of an already converted tuple is a ``kinds``."""
+
+    def test(where: str, value: Any) -> None:
+        for index, item in enumerate(value):
+            if not isinstance(item, kinds):
+                raise TypeError(f"{where}[{index}] must be {what}, got {type(item).__name__}")
+
+    return Check(test)
 
 
 def _status(value: ToolStatus | str) -> ToolStatus:
-    return value if type(value) is ToolStatus else ToolStatus(value)
+    if type(value) is ToolStatus:
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"ToolMessage.status must be a ToolStatus or str, got {type(value).__name__}")
+    try:
+        return ToolStatus(value)
+    except ValueError:
+        known = ", ".join(status.value for status in ToolStatus)
+        raise ValueError(f"ToolMessage.status must be one of {known}, got {value!r}") from None
 
 
 def text_of(content: str | tuple[ContentPart, ...]) -> str:
@@ -105,7 +149,7 @@ def images_of(content: str | tuple[ContentPart, ...]) -> tuple[ImagePart, ...]:
 class SystemMessage(FieldValues):
     """Instructions for the model."""
 
-    content: str
+    content: str = attrs.field(validator=_str())
     role: str = attrs.field(default="system", init=False)
 
 
@@ -113,7 +157,7 @@ class SystemMessage(FieldValues):
 class UserMessage(FieldValues):
     """Input from the user: text, or text and image parts."""
 
-    content: str | tuple[ContentPart, ...] = attrs.field(converter=_content)
+    content: str | tuple[ContentPart, ...] = attrs.field(converter=_user_content)
     role: str = attrs.field(default="user", init=False)
 
     @property
@@ -135,10 +179,10 @@ class ToolCall(FieldValues):
     quoting it, and its tool does not run.
     """
 
-    id: str
-    name: str
+    id: str = attrs.field(validator=_str())
+    name: str = attrs.field(validator=_str())
     arguments: dict[str, Any] = attrs.field(factory=dict, validator=_arguments_mapping)
-    invalid_arguments: str | None = None
+    invalid_arguments: str | None = attrs.field(default=None, validator=_str(optional=True))
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -152,10 +196,10 @@ class ReasoningBlock(FieldValues):
     ``id`` the provider's id for the item, when it has one.
     """
 
-    text: str = ""
-    signature: str | None = None
-    data: str | None = None
-    id: str | None = None
+    text: str = attrs.field(default="", validator=_str())
+    signature: str | None = attrs.field(default=None, validator=_str(optional=True))
+    data: str | None = attrs.field(default=None, validator=_str(optional=True))
+    id: str | None = attrs.field(default=None, validator=_str(optional=True))
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -167,19 +211,23 @@ class AssistantMessage(FieldValues):
     provider requires it.
     """
 
-    content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
+    content: str = attrs.field(default="", validator=_str())
+    tool_calls: tuple[ToolCall, ...] = attrs.field(
+        default=(), converter=_calls, validator=_all_of(ToolCall, "a ToolCall")
+    )
     role: str = attrs.field(default="assistant", init=False)
-    reasoning: tuple[ReasoningBlock, ...] = attrs.field(default=(), converter=_reasoning_blocks, kw_only=True)
+    reasoning: tuple[ReasoningBlock, ...] = attrs.field(
+        default=(), converter=_reasoning_blocks, validator=_all_of(ReasoningBlock, "a ReasoningBlock"), kw_only=True
+    )
 
 
 @attrs.frozen(eq=False, repr=False)
 class ToolMessage(FieldValues):
     """The one result of one tool call: text, or text and image parts."""
 
-    tool_call_id: str
-    name: str
-    content: str | tuple[ContentPart, ...] = attrs.field(converter=_content)
+    tool_call_id: str = attrs.field(validator=_str())
+    name: str = attrs.field(validator=_str())
+    content: str | tuple[ContentPart, ...] = attrs.field(converter=_tool_content)
     status: ToolStatus = attrs.field(default=ToolStatus.SUCCEEDED, converter=_status)
     role: str = attrs.field(default="tool", init=False)
 

@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkabl
 import attrs
 
 from machines.values import FieldValues
+from orchestrator.checks import whole
 from orchestrator.errors import ModelError
 from orchestrator.messages import AssistantMessage, Message
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
@@ -59,10 +60,10 @@ class Usage(FieldValues):
     reported, None when it did not report them.
     """
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
+    input_tokens: int = attrs.field(default=0, validator=whole(0))
+    output_tokens: int = attrs.field(default=0, validator=whole(0))
+    cache_read_tokens: int | None = attrs.field(default=None, validator=whole(0, optional=True))
+    cache_write_tokens: int | None = attrs.field(default=None, validator=whole(0, optional=True))
 
 
 @attrs.frozen(init=False, eq=False, repr=False)

@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from machines.values import FieldRepr, FieldValues
+from orchestrator.checks import Check, flag, function, mapping, text
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.messages import ToolStatus
 from orchestrator.tool_content import ToolResultContent
@@ -26,11 +27,27 @@ Handler = Callable[..., Any]
 class ServerToolDefinition(FieldValues):
     """A tool executed by the provider (for example web search)."""
 
-    type: str
-    options: Mapping[str, Any] = attrs.field(factory=dict)
+    type: str = attrs.field(validator=text(blank=False))
+    options: Mapping[str, Any] = attrs.field(factory=dict, validator=mapping())
+
+
+_INJECTED = ("context", "call")
+
+
+def _check_inject(where: str, value: object) -> None:
+    """A tuple of (parameter name, ``"context"`` or ``"call"``) pairs."""
+    if not isinstance(value, tuple):
+        raise TypeError(f"{where} must be a tuple of (parameter, kind) pairs, got {type(value).__name__}")
+    for index, pair in enumerate(value):
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(item, str) for item in pair)):
+            raise TypeError(f"{where}[{index}] must be a (parameter, kind) pair of str, got {pair!r}")
+        if pair[1] not in _INJECTED:
+            raise ValueError(f"{where}[{index}] injects {pair[1]!r}; the kinds are {', '.join(_INJECTED)}")
 
 
 def _known_status(instance: ToolResult, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"ToolResult.status must be a str, got {type(value).__name__}")
     if value not in _STATUSES:
         raise ValueError(f"ToolResult.status must be one of {', '.join(_STATUSES)}; got {value!r}")
 
@@ -70,14 +87,14 @@ class ToolDefinition(FieldRepr):
     after its worker stopped mid-call runs them again (others get a failed result).
     """
 
-    name: str
-    description: str
-    parameters: Mapping[str, Any]
-    handler: Handler | None = None
-    serial: bool = False
-    inject: tuple[tuple[str, str], ...] = ()
-    thread: bool = False
-    idempotent: bool = False
+    name: str = attrs.field(validator=text(blank=False))
+    description: str = attrs.field(validator=text())
+    parameters: Mapping[str, Any] = attrs.field(validator=mapping())
+    handler: Handler | None = attrs.field(default=None, validator=function(optional=True))
+    serial: bool = attrs.field(default=False, validator=flag())
+    inject: tuple[tuple[str, str], ...] = attrs.field(default=(), validator=Check(lambda w, v: _check_inject(w, v)))
+    thread: bool = attrs.field(default=False, validator=flag())
+    idempotent: bool = attrs.field(default=False, validator=flag())
 
     def __attrs_post_init__(self) -> None:
         if not self.thread:

@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+import attrs
 
 from orchestrator import AgentExtension, AssistantMessage, ToolCall
 from orchestrator.events import AgentEvent, TransitionEvent
+
+T = TypeVar("T")
+
+
+def unchecked(cls: type[T], **given: Any) -> T:
+    """An instance of the attrs class ``cls`` made without its checks: what a hostile model could hand over."""
+    value: T = object.__new__(cls)
+    for field in attrs.fields(cls):  # type: ignore[misc]
+        if field.name in given:
+            chosen = given[field.name]
+        elif isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            chosen = field.default.factory()
+        else:
+            chosen = field.default
+        object.__setattr__(value, field.name, chosen)
+    return value
 
 
 def call(call_id: str, name: str, **arguments: Any) -> ToolCall:

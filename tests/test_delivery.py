@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 import trio
-from support import asks, call
+from support import asks, call, unchecked
 
 from orchestrator import (
     AgentExtension,
@@ -48,7 +49,7 @@ async def test_each_refusal_of_an_answer_says_why() -> None:
                 "wrong id": (answer("x"), AgentRunConfig("s1")),
                 "wrong session": (answer("q1"), AgentRunConfig("s2")),
                 "wrong request": (answer("q1"), AgentRunConfig("s1", request_id="r9")),
-                "not an object": (ExternalEvent("ask_user_response", ["q1"]), AgentRunConfig("s1")),  # type: ignore[arg-type]
+                "not an object": (unchecked(ExternalEvent, name=ASK_RESPONSE, payload=["q1"]), AgentRunConfig("s1")),
                 "no id": (ExternalEvent("ask_user_response", {"answer": "sqlite"}), AgentRunConfig("s1")),
                 "id not text": (answer(7), AgentRunConfig("s1")),
                 "answer not text": (answer("q1", 5), AgentRunConfig("s1")),
@@ -100,8 +101,14 @@ async def test_plan_mode_says_approved_must_be_a_bool(tmp_path: Any) -> None:
     ]
 
 
+ASK_RESPONSE = "ask_user_response"
+
+
 def steer(payload: Any) -> ExternalEvent:
-    return ExternalEvent("steering_message", payload)
+    """A steering event; one whose payload is not a mapping is made without its checks (as a hostile caller could)."""
+    if isinstance(payload, Mapping):
+        return ExternalEvent("steering_message", payload)
+    return unchecked(ExternalEvent, name="steering_message", payload=payload)
 
 
 async def test_steering_refusals_say_why() -> None:

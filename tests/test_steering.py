@@ -650,10 +650,10 @@ async def test_calls_already_running_in_a_concurrent_batch_finish_and_are_not_sk
         await trio.testing.wait_all_tasks_blocked()
         gates["b"].set()
     start = appended.index(asks(*calls)) + 1
-    assert appended[start : start + 5] == [
+    assert appended[start : start + 5] == [  # recorded in call order, whatever order they finished in
         ToolMessage("a", "work", "done a"),
-        ToolMessage("c", "work", "done c"),
         ToolMessage("b", "work", "done b"),
+        ToolMessage("c", "work", "done c"),
         UserMessage("new plan"),
         "after_turn",
     ]

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
-from support import Recorder, asks, call, phases
+from support import Recorder, asks, call, phases, unchecked
 
 from orchestrator import (
     AssistantMessage,
@@ -150,18 +150,26 @@ async def test_a_stop_reason_outside_the_contract_fails_the_request_with_a_model
 @pytest.mark.parametrize(
     ("reply", "problem"),
     [
-        (ResponseCompletedEvent(AssistantMessage(reasoning=("thought",))), "reasoning of type str"),  # type: ignore[arg-type]
-        (ResponseCompletedEvent(AssistantMessage(reasoning=(ReasoningBlock(5),))), "text is a int"),  # type: ignore[arg-type]
+        # messages made without their checks, as a hostile model could hand them over
+        (ResponseCompletedEvent(unchecked(AssistantMessage, reasoning=("thought",))), "reasoning of type str"),
         (
-            ResponseCompletedEvent(AssistantMessage(reasoning=(ReasoningBlock("t", signature=b"s"),))),  # type: ignore[arg-type]
+            ResponseCompletedEvent(unchecked(AssistantMessage, reasoning=(unchecked(ReasoningBlock, text=5),))),
+            "text is a int",
+        ),
+        (
+            ResponseCompletedEvent(
+                AssistantMessage(reasoning=(unchecked(ReasoningBlock, text="t", signature=b"s"),))
+            ),
             "signature is a bytes",
         ),
         (ResponseCompletedEvent(AssistantMessage("x"), usage={"input_tokens": 1}), "usage of type dict"),  # type: ignore[arg-type]
-        (ResponseCompletedEvent(AssistantMessage("x"), usage=Usage(-1, 2)), "input_tokens=-1"),
+        (ResponseCompletedEvent(AssistantMessage("x"), usage=unchecked(Usage, input_tokens=-1)), "input_tokens=-1"),
         (
-            ResponseCompletedEvent(AssistantMessage("x"), usage=Usage(1, 2, cache_read_tokens="3")),
+            ResponseCompletedEvent(
+                AssistantMessage("x"), usage=unchecked(Usage, input_tokens=1, cache_read_tokens="3")
+            ),
             "cache_read_tokens='3'",
-        ),  # type: ignore[arg-type]
+        ),
     ],
 )
 async def test_reasoning_or_usage_of_the_wrong_shape_fails_the_request_with_a_model_error(

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import trio
+from support import unchecked
 
 from orchestrator import (
     AgentExtension,
@@ -117,7 +118,7 @@ async def test_a_tool_returning_an_unsupported_part_fails_with_the_reason() -> N
         "unsupported tool result: part 2 is a int; a result's parts must be str, TextPart or ImagePart"
     )
     assert seen["t"].status is ToolStatus.FAILED
-    assert seen["t"].content == "unsupported tool result: part 0: ImagePart.data is a str, not bytes"
+    assert seen["t"].content == "TypeError: ImagePart.data must be bytes or None, got str"  # refused when made
 
 
 async def test_a_hook_may_turn_a_result_into_parts_and_an_unsupported_one_fails_the_call() -> None:
@@ -222,10 +223,11 @@ def test_a_data_url_image_becomes_its_bytes_and_other_schemes_are_left_out() -> 
 
 
 def test_part_shapes_are_checked_and_text_is_cleaned() -> None:
+    # parts made without their checks (ImagePart(url=5) itself raises TypeError)
     with pytest.raises(UnsupportedToolResult, match=r"part 0: ImagePart.url is a int, not a str"):
-        tool_content(ImagePart(url=5))  # type: ignore[arg-type]
+        tool_content(unchecked(ImagePart, url=5))
     with pytest.raises(UnsupportedToolResult, match=r"part 1: TextPart.text is a bytes"):
-        tool_content([CHART, TextPart(b"x")])  # type: ignore[arg-type]
+        tool_content([CHART, unchecked(TextPart, text=b"x")])
     buffer = ImagePart(data=bytearray(PNG))  # type: ignore[arg-type]
     assert tool_content(["lone \udc80", buffer]) == (TextPart("lone \ufffd"), CHART)
 

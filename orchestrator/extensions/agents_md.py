@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from orchestrator.checks import path_like, whole
+from orchestrator.checks import text as _text
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.files.capped_read import read_capped
 from orchestrator.extensions.instructions import add_instructions
@@ -70,10 +72,12 @@ class AgentsMdExtension(AgentExtension):
         max_parents: int = 8,
         max_bytes: int = 64_000,
     ) -> None:
+        path_like().check("AgentsMdExtension.root", root)
+        _text().check("AgentsMdExtension.file_name", file_name)
+        whole(0).check("AgentsMdExtension.max_parents", max_parents)
+        whole(1).check("AgentsMdExtension.max_bytes", max_bytes)
         if not file_name or "/" in file_name or file_name in (".", ".."):
-            raise ValueError(f"file_name must be a plain file name, got {file_name!r}")
-        if max_parents < 0 or max_bytes < 1:
-            raise ValueError("max_parents must not be negative and max_bytes must be positive")
+            raise ValueError(f"AgentsMdExtension.file_name must be a plain file name, got {file_name!r}")
         self.root = Path(root).resolve()
         self.file_name = file_name
         self.max_parents = max_parents

@@ -19,6 +19,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator.checks import flag, whole
+from orchestrator.checks import text as _text
 from orchestrator.events import CompactionCompletedEvent, CompactionStartedEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import (
@@ -109,8 +111,12 @@ class CompactionExtension(AgentExtension):
         prompt: str = DEFAULT_PROMPT,
         auto: bool = False,
     ) -> None:
-        if threshold_tokens < 0 or keep_last < 0:
-            raise ValueError("threshold_tokens and keep_last must not be negative")
+        if model is not None and not callable(getattr(model, "stream", None)):
+            raise TypeError(f"CompactionExtension.model must be a Model or None, got {type(model).__name__}")
+        whole(0).check("CompactionExtension.threshold_tokens", threshold_tokens)
+        whole(0).check("CompactionExtension.keep_last", keep_last)
+        _text(blank=False).check("CompactionExtension.prompt", prompt)
+        flag().check("CompactionExtension.auto", auto)
         self.auto = auto
         self.model = model
         self.threshold_tokens = threshold_tokens

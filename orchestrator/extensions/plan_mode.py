@@ -31,6 +31,7 @@ import trio
 from machines.build import BoundMachine, Step
 from machines.plan_mode import PLAN_MODE
 from machines.request import REQUEST
+from orchestrator.checks import path_like
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Verdict
 from orchestrator.errors import ToolArgumentsError, ToolRejected
@@ -195,13 +196,16 @@ class PlanModeExtension(AgentExtension):
         sandbox: Sandbox = DEFAULT_SANDBOX,
     ) -> None:
         if not isinstance(system_prompt, str):
-            raise TypeError(f"system_prompt must be a str, got {type(system_prompt).__name__}")
+            raise TypeError(f"PlanModeExtension.system_prompt must be a str, got {type(system_prompt).__name__}")
         if not system_prompt.strip():
-            raise ValueError("system_prompt must not be empty")
-        if isinstance(writable, str):
-            raise TypeError("writable must be a sequence of path patterns, not one string")
+            raise ValueError("PlanModeExtension.system_prompt must not be empty")
+        path_like().check("PlanModeExtension.root", root)
+        if isinstance(writable, str) or not (writable is None or hasattr(writable, "__iter__")):
+            raise TypeError(
+                f"PlanModeExtension.writable must be a sequence of path patterns or None, got {type(writable).__name__}"
+            )
         if writable is not None and any(not isinstance(p, str) or not p.strip() for p in writable):
-            raise ValueError("writable patterns must be non-empty strings")
+            raise ValueError("PlanModeExtension.writable patterns must be non-empty strings")
         self.writable: tuple[str, ...] | None = None if writable is None else tuple(writable)
         if self.writable is not None:
             allowed = ", ".join(self.writable) or "nothing"

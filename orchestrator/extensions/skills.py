@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from orchestrator.checks import each, whole
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.files.capped_read import CappedText, read_capped, read_capped_fd
 from orchestrator.extensions.files.confine import Beneath, PathOutsideRoot, open_regular
@@ -146,9 +147,9 @@ class SkillsExtension(AgentExtension):
     ) -> None:
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        self.paths = tuple(Path(path).resolve() for path in paths)
-        if max_bytes < 1:
-            raise ValueError("max_bytes must be positive")
+        given = each((str, os.PathLike), "a str or os.PathLike path", "SkillsExtension.paths", paths)
+        whole(1).check("SkillsExtension.max_bytes", max_bytes)
+        self.paths = tuple(Path(path).resolve() for path in given)
         self.max_bytes = max_bytes
         self.last_problems: tuple[str, ...] = ()
         self.tool = self._load_skill_tool()

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from orchestrator.checks import path_like
+from orchestrator.checks import text as _text
 from orchestrator.extensions.session_store import (
     ApprovalResumedEvent,
     PlanModeRestoredEvent,
@@ -44,5 +46,7 @@ class SQLiteSessionStore(SessionStoreExtension):
     def __init__(
         self, path: str | os.PathLike[str], *, synchronous: str = "FULL", wait_rules: Iterable[WaitRule] = ()
     ) -> None:
+        path_like().check("SQLiteSessionStore.path", path)
+        _text().check("SQLiteSessionStore.synchronous", synchronous)
         self.path = os.fspath(path)
         super().__init__(SQLiteStore(path, synchronous=synchronous), wait_rules=wait_rules)

@@ -5,7 +5,9 @@
 tool ``research(task)``. A call runs one request of ``researcher`` in the
 calling tool's own trio task, with ``task`` as its input (a blank task is a
 failed result), in the child session ``child_session_id(parent_session,
-tool_call_id)`` (``"<parent session>:<tool call id>"``). Its answer is the
+tool_call_id)`` (``"<parent session>:<tool call id>"``; when that would pass
+``CHILD_SESSION_ID_LIMIT``, the HTTP service's id limit, the parent's id cut
+short, ``:~`` and a digest of both ids). Its answer is the
 call's result; its failure is the call's failed result; cancelling the parent
 cancels it.
 
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import hashlib
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +47,8 @@ import trio
 from machines.build import BoundMachine
 from machines.subagent import SUBAGENT
 from orchestrator.agent import Agent, AgentClient
+from orchestrator.checks import text as _text
+from orchestrator.checks import whole
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import ToolArgumentsError
@@ -64,6 +70,17 @@ MAX_DEPTH = 3
 SESSION_SEPARATOR = ":"
 """Joins a parent session id and a tool call id into the child's session id (safe in a URL path)."""
 
+CHILD_SESSION_ID_LIMIT = 200
+"""The longest child session id: the HTTP service's limit of a path id, so a child's question can be answered."""
+
+DIGEST_MARK = "~"
+"""Starts the digest that ends a shortened child session id (never the start of a tool call id kept as it is)."""
+
+DIGEST_CHARS = 32
+"""Hex digits of the digest (128 bits of SHA-256) that names the child in a shortened id."""
+
+_PLAIN_CALL_ID = re.compile(r"[A-Za-z0-9_.-]+")
+
 KEPT_SESSIONS = 1024
 """Parent sessions whose latest request's children are kept for ``trace`` (oldest dropped first)."""
 
@@ -75,8 +92,20 @@ _visiting = threading.local()
 
 
 def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
-    """The session of the child request run for ``tool_call_id`` of a request of ``parent_session_id``."""
-    return f"{parent_session_id}{SESSION_SEPARATOR}{tool_call_id}"
+    """The session of the child request run for ``tool_call_id`` of a request of ``parent_session_id``.
+
+    ``"<parent>:<tool call id>"`` when that fits ``CHILD_SESSION_ID_LIMIT`` and the call id
+    is plain (letters, digits, ``_.-``); otherwise the parent's id cut short, the separator,
+    ``~`` and a digest of both ids: at most the limit, the same for the same pair, and
+    never the id of another pair.
+    """
+    plain = f"{parent_session_id}{SESSION_SEPARATOR}{tool_call_id}"
+    if len(plain) <= CHILD_SESSION_ID_LIMIT and _PLAIN_CALL_ID.fullmatch(tool_call_id):
+        return plain
+    both = f"{len(parent_session_id)}:{parent_session_id}{SESSION_SEPARATOR}{tool_call_id}"
+    digest = hashlib.sha256(both.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
+    keep = CHILD_SESSION_ID_LIMIT - len(SESSION_SEPARATOR) - len(DIGEST_MARK) - DIGEST_CHARS
+    return f"{parent_session_id[:keep]}{SESSION_SEPARATOR}{DIGEST_MARK}{digest}"
 
 
 def current_depth() -> int:
@@ -141,10 +170,11 @@ class SubAgentExtension(AgentExtension):
     """Offers ``agent`` as the tool ``name(task)``; see the module's documentation."""
 
     def __init__(self, agent: Agent | AgentClient, *, name: str, description: str, max_depth: int = MAX_DEPTH) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValueError("a subagent tool needs a name")
-        if max_depth < 1:
-            raise ValueError("max_depth must be at least 1")
+        if not isinstance(agent, (Agent, AgentClient)):
+            raise TypeError(f"SubAgentExtension.agent must be an Agent or AgentClient, got {type(agent).__name__}")
+        _text(blank=False).check("SubAgentExtension.name", name)
+        _text().check("SubAgentExtension.description", description)
+        whole(1).check("SubAgentExtension.max_depth", max_depth)
         self.agent: Agent = agent.agent if isinstance(agent, AgentClient) else agent
         self.tool_name = name
         self.max_depth = max_depth

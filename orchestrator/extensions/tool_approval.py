@@ -147,11 +147,17 @@ class ToolApprovalExtension(AgentExtension):
     priority = 50  # after other before_tool checks (Plan Mode refuses first, so nobody is asked in vain)
 
     def __init__(self, policy: ToolPolicy | Mapping[str, str] | None = None, *, default: str = "allow") -> None:
+        if not (policy is None or isinstance(policy, (ToolPolicy, Mapping))):
+            raise TypeError(
+                f"ToolApprovalExtension.policy must be a ToolPolicy, a mapping or None, got {type(policy).__name__}"
+            )
+        if not isinstance(default, str):
+            raise TypeError(f"ToolApprovalExtension.default must be a str, got {type(default).__name__}")
         if isinstance(policy, ToolPolicy):
             self.policy = policy
         else:
             rules = {key: _verdict(value, f"policy for {key!r}") for key, value in (policy or {}).items()}
-            self.policy = ToolPolicy(rules, _verdict(default, "default"))
+            self.policy = ToolPolicy(rules, _verdict(default, "ToolApprovalExtension.default"))
         self.router = ResponseRouter()
         self._lock = threading.Lock()
         self._remembered: dict[str, set[str]] = {}

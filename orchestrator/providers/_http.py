@@ -13,6 +13,7 @@ from orchestrator.providers.errors import (
     ProviderConnectionError,
     ProviderTimeoutError,
     error_from_response,
+    shown_url,
 )
 from orchestrator.providers.sse import MAX_SSE_LINE_BYTES, ServerSentEvent, parse_sse, split_lines
 from orchestrator.text import clean_json, clean_text
@@ -72,25 +73,28 @@ async def post_sse(
     owned = client is None
     active: httpx.AsyncClient = lib.AsyncClient(timeout=timeout) if client is None else client
     sent = {"content-type": "application/json", **headers}
+    shown = shown_url(url)
     try:
         async with active.stream("POST", url, content=encode_body(body), headers=sent, timeout=timeout) as response:
             if response.status_code >= 400:
                 text = await _read_bounded(response, MAX_ERROR_BODY_BYTES)
-                raise error_from_response(response.status_code, text, response.headers)
+                raise error_from_response(response.status_code, text, response.headers, url)
             if response.headers.get("content-type", "").startswith("application/json"):
                 preview = (await _read_bounded(response, MAX_ERROR_BODY_BYTES))[:300]
-                raise MalformedStreamError(f"expected an event stream from {url}, got JSON: {preview}")
+                raise MalformedStreamError(f"expected an event stream from {shown}, got JSON: {preview}", url=shown)
             lines = split_lines(response.aiter_bytes(), max_line_bytes)
             async for event in parse_sse(lines, max_line_bytes):
                 yield event
     except lib.TimeoutException as error:
-        raise ProviderTimeoutError(f"timed out talking to {url}: {type(error).__name__}") from error
+        raise ProviderTimeoutError(f"timed out talking to {shown}: {type(error).__name__}", url=shown) from error
     except lib.DecodingError as error:
-        raise MalformedStreamError(f"the response from {url} could not be decoded: {error}") from error
+        raise MalformedStreamError(f"the response from {shown} could not be decoded: {error}", url=shown) from error
     except lib.TransportError as error:
-        raise ProviderConnectionError(f"connection to {url} failed: {type(error).__name__}: {error}") from error
+        failure = f"connection to {shown} failed: {type(error).__name__}: {error}"
+        raise ProviderConnectionError(failure, url=shown) from error
     except lib.RequestError as error:
-        raise ProviderConnectionError(f"request to {url} failed: {type(error).__name__}: {error}") from error
+        failure = f"request to {shown} failed: {type(error).__name__}: {error}"
+        raise ProviderConnectionError(failure, url=shown) from error
     finally:
         if owned:
             with trio.CancelScope(shield=True):
@@ -108,7 +112,7 @@ class IdleTimer:
 
     def __init__(self, idle_timeout: float | None, url: str) -> None:
         self.idle_timeout = idle_timeout
-        self.url = url
+        self.url = shown_url(url)
         self.deadline: float | None = None
 
     def reset(self) -> None:
@@ -131,7 +135,7 @@ class IdleTimer:
             except StopAsyncIteration:
                 return None
         raise ProviderTimeoutError(
-            f"no content from {self.url} for {self.idle_timeout}s (idle_timeout; keepalives do not count)"
+            f"no content from {self.url} for {self.idle_timeout}s (idle_timeout; keepalives do not count)", url=self.url
         )
 
 

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Unpack
 
 import attrs
 
+from orchestrator.checks import flag, whole
 from orchestrator.messages import (
     AssistantMessage,
     ContentPart,
@@ -422,9 +423,10 @@ class AnthropicModel(HTTPStreamingModel):
         prompt_caching: bool = True,
         **settings: Unpack[ProviderSettings],
     ) -> None:
+        whole(1).check("AnthropicModel.max_tokens", max_tokens)
+        flag().check("AnthropicModel.prompt_caching", prompt_caching)
         if thinking_budget is not None:
-            if isinstance(thinking_budget, bool) or not isinstance(thinking_budget, int):
-                raise TypeError(f"thinking_budget must be an int, not {type(thinking_budget).__name__}")
+            whole().check("AnthropicModel.thinking_budget", thinking_budget)
             if not MIN_THINKING_BUDGET <= thinking_budget < max_tokens:
                 raise ValueError(
                     f"thinking_budget must be at least {MIN_THINKING_BUDGET} and below max_tokens ({max_tokens}), "

@@ -6,6 +6,8 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
+from orchestrator.checks import function, mapping, number, of_type, whole
+from orchestrator.checks import text as _text
 from orchestrator.model import ModelEvent, ModelRequest
 from orchestrator.providers.retry import RetryPolicy, Sleep, stream_with_retry
 
@@ -25,7 +27,8 @@ class ProviderSettings(TypedDict, total=False):
     (2) or a whole ``retry`` policy; ``timeout`` (60 s) httpx's bound on each
     connect, read, write and pool wait; ``idle_timeout`` (DEFAULT_IDLE_TIMEOUT) between events of a started
     stream, None for no bound; ``extra_body`` fields merged into every request body;
-    ``sleep`` what waits between retries (tests pass their own).
+    ``sleep`` what waits between retries (tests pass their own). Each is checked when the
+    model is made: a wrong type raises TypeError, a bad value ValueError, naming it.
     """
 
     api_key: str | None
@@ -59,6 +62,18 @@ class HTTPStreamingModel:
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
     ) -> None:
+        owner = type(self).__name__
+        _text(optional=True).check(f"{owner}.model", model)
+        _text(optional=True).check(f"{owner}.api_key", api_key)
+        _text(optional=True).check(f"{owner}.base_url", base_url)
+        whole(0).check(f"{owner}.max_retries", max_retries)
+        number(above=0).check(f"{owner}.timeout", timeout)
+        number(above=0, optional=True).check(f"{owner}.idle_timeout", idle_timeout)
+        of_type(RetryPolicy, "a RetryPolicy", optional=True).check(f"{owner}.retry", retry)
+        mapping(optional=True).check(f"{owner}.extra_body", extra_body)
+        function(optional=True).check(f"{owner}.sleep", sleep)
+        if client is not None and not callable(getattr(client, "stream", None)):
+            raise TypeError(f"{owner}.client must be an httpx.AsyncClient or None, got {type(client).__name__}")
         prefix = self.env_prefix
         resolved = model or os.environ.get(f"{prefix}_MODEL")
         if not resolved:
@@ -68,8 +83,6 @@ class HTTPStreamingModel:
         self.api_key = api_key if api_key is not None else os.environ.get(f"{prefix}_API_KEY")
         self.client = client
         self.timeout = timeout
-        if idle_timeout is not None and idle_timeout <= 0:
-            raise ValueError(f"idle_timeout must be positive or None, not {idle_timeout!r}")
         self.idle_timeout = idle_timeout
         self.retry = retry or RetryPolicy(max_retries=max_retries)
         self.extra_body = dict(extra_body or {})

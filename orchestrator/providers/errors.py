@@ -6,6 +6,7 @@ import email.utils
 import json
 import math
 import time
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "ServerError",
     "error_from_response",
     "error_from_type",
+    "shown_url",
 ]
 
 
@@ -33,18 +35,26 @@ class ProviderError(ModelError):
     the connection); ``body`` is the raw error body when there was one.
     ``retryable`` says whether trying again may succeed; ``retry_after`` is the
     server's wait hint in seconds (``retry-after`` or ``retry-after-ms``), on
-    any status that sent one.
+    any status that sent one. ``url`` is the URL called, as ``shown_url`` shows
+    it (no user info, query values hidden), when the error came from a call.
     """
 
     retryable = False
 
     def __init__(
-        self, message: str, *, status: int | None = None, body: str | None = None, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        body: str | None = None,
+        retry_after: float | None = None,
+        url: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
         self.retry_after = retry_after
+        self.url = url
 
 
 class AuthenticationError(ProviderError):
@@ -86,6 +96,25 @@ class MalformedStreamError(ProviderError):
     provider's protocol (a field of the wrong type, events out of order, a line over the limit)."""
 
     retryable = True
+
+
+_SHOWN_QUERY_NAMES = frozenset({"alt", "api-version"})
+"""Query parameters whose values an error shows (they say how, never who)."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error may show it: without user info (``user:password@``) or fragment, and with the
+    value of every query parameter but ``_SHOWN_QUERY_NAMES`` replaced by ``***`` (a key may be there)."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    shown = f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else f"{netloc}{parts.path}"
+    if not parts.query:
+        return clean_text(shown)
+    query = []
+    for piece in parts.query.split("&"):
+        name, equals, _ = piece.partition("=")
+        query.append(piece if not equals or name in _SHOWN_QUERY_NAMES else f"{name}=***")
+    return clean_text(f"{shown}?{'&'.join(query)}")
 
 
 def _seconds(text: str, scale: float = 1.0) -> float | None:
@@ -156,15 +185,20 @@ def error_from_type(kind: str | None, message: str, *, body: str | None = None) 
     return cls(clean_text(text), body=None if body is None else clean_text(body))
 
 
-def error_from_response(status: int, body: str, headers: Mapping[str, str]) -> ProviderError:
+def error_from_response(
+    status: int, body: str, headers: Mapping[str, str], url: str | None = None
+) -> ProviderError:
     """Map an HTTP error response to the matching ProviderError (its text cleaned, so it
-    always encodes as UTF-8)."""
+    always encodes as UTF-8); ``url``, the URL called, is named in its message (as ``shown_url``)."""
     body = clean_text(body)
     kind, detail = _error_details(body)
     text = f"HTTP {status}"
     if kind:
         text += f" {kind}"
     text = clean_text(text + f": {detail or body.strip()[:500] or 'no body'}")
+    shown = None if url is None else shown_url(url)
+    if shown is not None:
+        text += f" (POST {shown})"
     cls: type[ProviderError]
     if status in (401, 403):
         cls = AuthenticationError
@@ -174,4 +208,4 @@ def error_from_response(status: int, body: str, headers: Mapping[str, str]) -> P
         cls = ServerError
     else:
         cls = BadRequestError
-    return cls(text, status=status, body=body, retry_after=_parse_retry_after(headers))
+    return cls(text, status=status, body=body, retry_after=_parse_retry_after(headers), url=shown)

@@ -9,6 +9,8 @@ from contextlib import aclosing
 from typing import Any, ClassVar, Unpack
 from urllib.parse import quote
 
+from orchestrator.checks import text as _text
+from orchestrator.checks import whole
 from orchestrator.messages import (
     AssistantMessage,
     ImagePart,
@@ -203,6 +205,9 @@ class GeminiModel(HTTPStreamingModel):
         max_output_tokens: int | None = None,
         **settings: Unpack[ProviderSettings],
     ) -> None:
+        _text(blank=False).check("GeminiModel.api_version", api_version)
+        whole(-1, optional=True).check("GeminiModel.thinking_budget", thinking_budget)  # -1: the model decides
+        whole(1, optional=True).check("GeminiModel.max_output_tokens", max_output_tokens)
         base_url = settings.get("base_url") or os.environ.get("GEMINI_BASE_URL")
         settings["base_url"] = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL")
         super().__init__(model, **settings)

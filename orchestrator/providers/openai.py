@@ -11,6 +11,8 @@ from typing import Any, ClassVar, Unpack
 
 import attrs
 
+from orchestrator.checks import flag
+from orchestrator.checks import text as _text
 from orchestrator.messages import (
     AssistantMessage,
     ImagePart,
@@ -354,8 +356,8 @@ class OpenAIChatModel(HTTPStreamingModel):
         tool_images: bool = True,
         **settings: Unpack[ProviderSettings],
     ) -> None:
-        if reasoning_effort is not None and (not isinstance(reasoning_effort, str) or not reasoning_effort):
-            raise ValueError(f"reasoning_effort must be a non-empty string or None, not {reasoning_effort!r}")
+        _text(optional=True, blank=False).check("OpenAIChatModel.reasoning_effort", reasoning_effort)
+        flag().check("OpenAIChatModel.tool_images", tool_images)
         self.tool_images = tool_images
         super().__init__(model, **settings)
         self.reasoning_effort = reasoning_effort

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any, ClassVar, Unpack
 
+from orchestrator.checks import text as _text
 from orchestrator.messages import (
     AssistantMessage,
     ContentPart,
@@ -150,6 +151,8 @@ class OpenAIResponsesModel(HTTPStreamingModel):
         reasoning_summary: str | None = "auto",
         **settings: Unpack[ProviderSettings],
     ) -> None:
+        _text(optional=True, blank=False).check("OpenAIResponsesModel.reasoning_effort", reasoning_effort)
+        _text(optional=True, blank=False).check("OpenAIResponsesModel.reasoning_summary", reasoning_summary)
         super().__init__(model, **settings)
         self.reasoning_effort = reasoning_effort
         self.reasoning_summary = reasoning_summary

@@ -10,6 +10,7 @@ from typing import TypeVar
 import attrs
 import trio
 
+from orchestrator.checks import number, whole
 from orchestrator.providers.errors import ProviderError, ProviderTimeoutError
 
 __all__ = ["RetryPolicy", "Sleep", "stream_with_retry"]
@@ -28,15 +29,16 @@ class RetryPolicy:
     waits ``initial_delay * multiplier**n`` (capped at ``max_delay``) with up
     to ``jitter`` of it added at random, or the server's ``retry_after`` when the
     failed response named one (whatever its status). ``total_timeout`` bounds the time until the first
-    event across all attempts and waits (None: unbounded).
+    event across all attempts and waits (None: unbounded). Each field is checked when the policy is
+    made: a wrong type raises TypeError, a negative (or not finite) value ValueError, naming it.
     """
 
-    max_retries: int = 2
-    initial_delay: float = 0.5
-    multiplier: float = 2.0
-    max_delay: float = 30.0
-    jitter: float = 0.25
-    total_timeout: float | None = 600.0
+    max_retries: int = attrs.field(default=2, validator=whole(0))
+    initial_delay: float = attrs.field(default=0.5, validator=number(0))
+    multiplier: float = attrs.field(default=2.0, validator=number(above=0))
+    max_delay: float = attrs.field(default=30.0, validator=number(0))
+    jitter: float = attrs.field(default=0.25, validator=number(0))
+    total_timeout: float | None = attrs.field(default=600.0, validator=number(above=0, optional=True))
 
     def delay(self, retry: int, error: ProviderError, rng: Callable[[], float] = random.random) -> float:
         """Seconds to wait before retry number ``retry`` (0-based) after ``error``."""

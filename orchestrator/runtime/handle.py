@@ -262,6 +262,13 @@ class RunHandle:
         """Cancel the request (no effect once it ended); it settles its open calls and ends ``cancelled``."""
         self._outcome.scope.cancel()
 
+    def abandon(self) -> None:
+        """Cancel the request for a caller that will never see it: a new request of its session waits for its end."""
+        run = self._outcome.run
+        if run is not None and not self._outcome.finished:
+            run.abandoned = True
+        self._outcome.scope.cancel()
+
     async def wait(self) -> None:
         """Wait until the request has ended."""
         await self._outcome.wait()

@@ -29,6 +29,7 @@ import trio
 from machines.approval import APPROVAL
 from machines.build import BoundMachine, GuardRefused, IllegalTransition
 from machines.values import FieldValues
+from orchestrator.checks import text as _text
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import AgentError
@@ -304,6 +305,7 @@ class ResponseRouter:
     """Waits keyed by session and tool_call_id, answered by external events."""
 
     def __init__(self, key_field: str = "tool_call_id") -> None:
+        _text(blank=False).check("ResponseRouter.key_field", key_field)
         self.key_field = key_field
         self._lock = threading.Lock()
         self._waits: dict[tuple[str, str, str], PendingResponse] = {}

@@ -106,6 +106,7 @@ class RequestRun(SteeringPoints):
         "context",
         "ending",
         "error",
+        "held_results",
         "hooks",
         "iterations",
         "left",
@@ -155,6 +156,8 @@ class RequestRun(SteeringPoints):
         self.stop_reason: StopReason = "end_turn"
         self.raw_stop_reason: str | None = None
         self.open_calls: dict[str, ToolCall] = {}
+        # Results of concurrent calls that completed before a call ahead of them: recorded in call order.
+        self.held_results: dict[str, ToolMessage] = {}
         self.approvals: int = 0
         # seq of the last event streamed; the next one gets seq + 1.
         self.seq = 0
@@ -285,6 +288,27 @@ class RequestRun(SteeringPoints):
         assert isinstance(appended, ToolMessage)
         await self._emit(_TOOL_EVENTS[status], call, appended)
         return appended
+
+    async def settle_in_order(
+        self, call: ToolCall, status: ToolStatus, content: ToolResultContent, order: tuple[str, ...]
+    ) -> None:
+        """``settle`` for one of the concurrent calls ``order``: its outcome streams now, its result is recorded
+        once every call before it has its own, so history (and the next model request) keep the calls' order."""
+        message = clean_message(_tool_message(call.id, call.name, tool_content(content), status))
+        assert isinstance(message, ToolMessage)
+        self.held_results[call.id] = message
+        await self._emit(_TOOL_EVENTS[status], call, message)
+        await self._record_held(order)
+
+    async def _record_held(self, order: tuple[str, ...]) -> None:
+        """Record the held results that are next in ``order``, up to the first call still running."""
+        for call_id in order:
+            if call_id not in self.open_calls:
+                continue  # recorded already
+            held = self.held_results.pop(call_id, None)
+            if held is None:
+                return
+            await self.append(held, cleaned=True)
 
     # the loop ---------------------------------------------------------------
 
@@ -417,10 +441,17 @@ class RequestRun(SteeringPoints):
             return
         self.ending = True
         reason = "request cancelled" if trigger == "cancel" else "request failed"
-        # A parked run keeps its open calls: the run that resumes it settles them.
-        for call in list(self.open_calls.values()) if trigger != "park" else []:
+        # A parked run keeps its open calls: the run that resumes it settles them. A result already
+        # streamed but held for call order is recorded, in its place (parking: with the others held).
+        for call in list(self.open_calls.values()):
+            held = self.held_results.pop(call.id, None)
+            if held is None and trigger == "park":
+                continue
             try:
-                await self.settle(call, ToolStatus.CANCELLED, f"not completed: {reason}")
+                if held is not None:
+                    await self.append(held, cleaned=True)
+                else:
+                    await self.settle(call, ToolStatus.CANCELLED, f"not completed: {reason}")
             except Exception:
                 log.exception("could not settle call %s of request %s", call.id, self.context.request_id)
                 self.open_calls.pop(call.id, None)

@@ -1,7 +1,9 @@
 """ToolRunner: runs the tool calls of one assistant message for its RequestRun.
 
 Calls of one message run concurrently in a trio nursery, except a tool declared
-``serial``, which runs alone. Each call goes ``before_tool`` -> the
+``serial``, which runs alone. Their outcome events stream as they complete;
+their results are recorded in the calls' order (a result waits for those of the
+calls before it), so history and the next model request are the same every run. Each call goes ``before_tool`` -> the
 ``admit_tool`` guard of the request machine -> ``on_tool_call`` middleware ->
 the handler -> ``after_tool`` -> its one ToolMessage, then steering is polled.
 The calls of a response cut off at the output token limit (``max_tokens``)
@@ -78,10 +80,11 @@ class ToolRunner:
             if len(batch) == 1:
                 await self._run_call(batch[0])
                 continue
+            order = tuple(call.id for call in batch)
             try:
                 async with trio.open_nursery() as nursery:
                     for call in batch:
-                        nursery.start_soon(self._run_call, call)
+                        nursery.start_soon(self._run_call, call, order)
             except BaseExceptionGroup as group:
                 raise first_failure(group) from None
         skipped: list[ToolCall] = []
@@ -96,7 +99,8 @@ class ToolRunner:
         definition = self.run_of.context.tools.get(call.name)
         return definition is not None and definition.serial
 
-    async def _run_call(self, requested: ToolCall) -> None:
+    async def _run_call(self, requested: ToolCall, order: tuple[str, ...] | None = None) -> None:
+        """Run one call to its one result; ``order``: the ids of the concurrent batch it is part of."""
         run = self.run_of
         # The call as the tool and its hooks see it: its own copy of the arguments.
         call = _copied_call(requested.id, requested.name, dict(requested.arguments), requested.invalid_arguments)
@@ -118,7 +122,10 @@ class ToolRunner:
         if run.hooks["after_tool"]:
             await run._run_hook("after_tool", call, result, error)
             result = settled(result)
-        await run.settle(call, _STATUSES[result.status], result.content)
+        if order is None:
+            await run.settle(call, _STATUSES[result.status], result.content)
+        else:
+            await run.settle_in_order(call, _STATUSES[result.status], result.content, order)
         await run._poll()
 
     async def _admit_and_run(self, call: ToolCall) -> tuple[ToolResult, BaseException | None]:

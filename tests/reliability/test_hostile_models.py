@@ -15,6 +15,7 @@ import httpx
 import pytest
 import trio
 from provider_mock import Server, sse
+from support import unchecked
 
 from orchestrator import AgentRunConfig, AssistantMessage, ScriptedModel, ToolCall, ToolMessage, create_agent, tool
 from orchestrator.errors import ModelError
@@ -44,7 +45,14 @@ async def test_a_tool_call_id_that_is_not_a_non_empty_string_is_a_model_error(ba
     failures: list[BaseException] = []
     model = OneShot(
         ResponseCompletedEvent(
-            AssistantMessage("", [ToolCall(bad_id, "ask_user", {"question": "Which?", "options": ["a", "b"]})])
+            AssistantMessage(
+                "",
+                [
+                    unchecked(  # ToolCall(bad_id, ...) itself raises TypeError: as a hostile model could hand it over
+                        ToolCall, id=bad_id, name="ask_user", arguments={"question": "Which?", "options": ["a", "b"]}
+                    )
+                ],
+            )
         )
     )
     client = await create_agent(model, extensions=[AskUserExtension()])
@@ -63,7 +71,7 @@ async def test_a_tool_call_id_that_is_not_a_non_empty_string_is_a_model_error(ba
     [
         (TextDeltaEvent(b"bytes"),),  # type: ignore[arg-type]
         (ResponseCompletedEvent("just text"),),  # type: ignore[arg-type]
-        (ResponseCompletedEvent(AssistantMessage("", [ToolCall("1", 42, {})])),),  # type: ignore[arg-type]
+        (ResponseCompletedEvent(AssistantMessage("", [unchecked(ToolCall, id="1", name=42, arguments={})])),),
     ],
     ids=["delta-not-text", "completed-not-a-message", "call-name-not-text"],
 )

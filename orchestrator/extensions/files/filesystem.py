@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, TextIO
 import attrs
 import trio
 
+from orchestrator.checks import flag, path_like, whole
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.files.confine import Beneath, Located, PathOutsideRoot, open_directory, open_regular
 from orchestrator.extensions.files.match import Matcher, compile_glob, compile_regex
@@ -87,11 +88,11 @@ class Workspace:
     """The root the tools work in, the limits on what they return, and whether they may change it."""
 
     root: Path = attrs.field(converter=resolve_root)
-    max_chars: int = 100_000
-    max_results: int = 500
-    max_edit_bytes: int = MAX_EDIT_BYTES
-    use_openat2: bool = attrs.field(default=True, kw_only=True)
-    writable: bool = attrs.field(default=True, kw_only=True)
+    max_chars: int = attrs.field(default=100_000, validator=whole(1))
+    max_results: int = attrs.field(default=500, validator=whole(1))
+    max_edit_bytes: int = attrs.field(default=MAX_EDIT_BYTES, validator=whole(1))
+    use_openat2: bool = attrs.field(default=True, kw_only=True, validator=flag())
+    writable: bool = attrs.field(default=True, kw_only=True, validator=flag())
 
     @property
     def beneath(self) -> Beneath:
@@ -374,6 +375,12 @@ class FilesystemExtension(AgentExtension):
         max_edit_bytes: int = MAX_EDIT_BYTES,
         sandbox: Sandbox = DEFAULT_SANDBOX,
     ) -> None:
+        path_like().check("FilesystemExtension.root", root)
+        whole(1).check("FilesystemExtension.max_chars", max_chars)
+        whole(1).check("FilesystemExtension.max_results", max_results)
+        whole(1).check("FilesystemExtension.max_edit_bytes", max_edit_bytes)
+        if not isinstance(sandbox, Sandbox):
+            raise TypeError(f"FilesystemExtension.sandbox must be a Sandbox, not {type(sandbox).__name__}")
         self.tools = filesystem_tools(
             root, max_chars=max_chars, max_results=max_results, max_edit_bytes=max_edit_bytes, sandbox=sandbox
         )
