@@ -18,7 +18,7 @@ import trio
 from orchestrator import AssistantMessage, ScriptedModel, agent_tool, create_agent
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.subagent import child_session_id
-from orchestrator.server.routes import MAX_ID_LENGTH
+from orchestrator.server.ids import MAX_ID_LENGTH
 from tests.server.support import read_sse, serving
 from tests.support import asks, call
 
