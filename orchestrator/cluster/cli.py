@@ -70,13 +70,16 @@ async def _work(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
     from orchestrator.cli.signals import INTERRUPTED_EXIT, Stopped, interrupted, run_until_signalled
-    from orchestrator.store.errors import StoreError
+    from orchestrator.store.errors import StoreError, UnusableLocation
 
     args = parse(argv)
     stopped = Stopped()
     try:
         trio.run(run_until_signalled, lambda: _work(args), stopped)
     except (AppSpecError, ValueError) as error:
+        print(f"worker: {error}", file=sys.stderr)
+        return 2
+    except UnusableLocation as error:  # a SQLite file that cannot be made or opened
         print(f"worker: {error}", file=sys.stderr)
         return 2
     except StoreError as error:  # the store cannot be opened (an outage later is ridden out)

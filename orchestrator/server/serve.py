@@ -217,13 +217,16 @@ def console_url(base: str, options: ServeOptions) -> str:
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
     from orchestrator.cli.signals import INTERRUPTED_EXIT, Stopped, interrupted, run_until_signalled
-    from orchestrator.store.errors import StoreError
+    from orchestrator.store.errors import StoreError, UnusableLocation
 
     options = parse(argv)
     stopped = Stopped()
     try:
         trio.run(run_until_signalled, lambda: serve(options), stopped)
     except AppSpecError as error:
+        print(f"serve: {error}", file=sys.stderr)
+        return 2
+    except UnusableLocation as error:  # a SQLite file that cannot be made or opened
         print(f"serve: {error}", file=sys.stderr)
         return 2
     except StoreError as error:  # the store named by --db cannot be opened

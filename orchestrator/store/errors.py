@@ -59,3 +59,11 @@ class SchemaTooNew(StoreError):
         self.found = found
         self.known = known
         super().__init__(f"{where} has schema version {found}; this library knows versions up to {known}")
+
+class UnusableLocation(StoreError):
+    """A store's file (or the directory it goes in) cannot be created or opened: ``reason`` is the system's."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot use the store at {path}: {reason}")

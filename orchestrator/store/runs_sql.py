@@ -43,6 +43,7 @@ from orchestrator.store.runs import (
     StoredEvent,
     UnknownRunRow,
 )
+from orchestrator.store.sqlite import open_sqlite
 from orchestrator.text import clean_text
 
 __all__ = ["SQLRunStore", "postgres_run_store", "sqlite_run_store"]
@@ -208,6 +209,8 @@ class SQLRunStore(RunStore):
         self._connect = connect
         try:
             self._db = connect()
+        except StoreError:
+            raise
         except Exception as failed:
             raise StoreUnavailable(f"cannot connect to {where}: {one_line(failed)}") from failed
         self._lock = threading.RLock()
@@ -651,17 +654,18 @@ def open_run_store(url: str) -> SQLRunStore:
 
 
 def sqlite_run_store(path: str) -> SQLRunStore:
-    """Runs in the SQLite file ``path`` (beside the session store's tables)."""
+    """Runs in the SQLite file ``path`` (beside the session store's tables); UnusableLocation when it cannot be."""
 
-    def connect() -> sqlite3.Connection:
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    def prepare(db: sqlite3.Connection) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA busy_timeout=30000")
         db.execute(
             "CREATE TABLE IF NOT EXISTS messages (session_id TEXT NOT NULL, position INTEGER NOT NULL,"
             " role TEXT NOT NULL, body TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (session_id, position))"
         )
-        return db
+
+    def connect() -> sqlite3.Connection:
+        return open_sqlite(path, prepare, isolation_level=None, check_same_thread=False, timeout=30)
 
     return SQLRunStore(SQLITE, connect, path)
 
