@@ -13,6 +13,7 @@ from __future__ import annotations
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
 from orchestrator.store.errors import (
     SchemaTooNew,
+    SchemaUnrecognised,
     SessionLocked,
     SessionLost,
     StoreError,
@@ -41,6 +42,7 @@ __all__ = [
     "Quarantined",
     "SQLiteStore",
     "SchemaTooNew",
+    "SchemaUnrecognised",
     "SessionChange",
     "SessionHistory",
     "SessionLock",

@@ -3,7 +3,7 @@
 One connection in WAL mode, guarded by a lock; every change is one immediate
 transaction. The schema carries its version (table ``schema_version``) and is
 migrated forward when a file written by an earlier version is opened: a file
-without that table is version 1. A file that cannot be made or
+without that table gets every table it lacks. A file that cannot be made or
 opened is UnusableLocation, with the path and the system's reason. Session
 locks are ``flock`` locks on files in ``<path>.locks/`` (see
 ``orchestrator.store.locks``), so a second process running a session is
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from orchestrator.store.codec import change_rows, json_default, json_object
-from orchestrator.store.errors import SchemaTooNew, StoreError, UnusableLocation
+from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, StoreError, UnusableLocation
 from orchestrator.store.interface import (
     PendingApproval,
     Quarantined,
@@ -161,12 +161,16 @@ class SQLiteStore(SessionStore):
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = db.execute("SELECT version FROM schema_version").fetchone()
-            if row is not None:
-                version = int(row[0])
+            rows = db.execute("SELECT version FROM schema_version").fetchall()
+            if len(rows) > 1 or (rows and not isinstance(rows[0][0], int)):
+                found = ", ".join(repr(row[0]) for row in rows)
+                raise SchemaUnrecognised(self.path, f"table schema_version holds {found}", "one whole version number")
+            if rows:
+                version = int(rows[0][0])
             else:
-                found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'").fetchone()
-                version = 1 if found else 0
+                # A file without the table: version 1's tables are made if missing (a run store's file
+                # has only its ``messages``), and every later migration follows.
+                version = 0
                 db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
             if version > SCHEMA_VERSION:
                 raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
