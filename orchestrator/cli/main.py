@@ -51,7 +51,7 @@ def command(name: str, argv: list[str]) -> int:
         print(problem, file=sys.stderr)
         return 2
     from orchestrator.cli import args
-    from orchestrator.store.errors import UnusableLocation
+    from orchestrator.store.errors import StoreError, UnusableLocation
 
     try:
         if name == "sessions":
@@ -70,6 +70,9 @@ def command(name: str, argv: list[str]) -> int:
     except UnusableLocation as unusable:  # --db (or the default) names a file that cannot be made or opened
         print(f"{name}: {unusable}", file=sys.stderr)
         return 2
+    except StoreError as refused:  # the session database refused at open (a newer or unrecognisable schema)
+        print(f"{name}: {refused}", file=sys.stderr)
+        return 1
 
 
 def _sessions(parsed: object) -> int:

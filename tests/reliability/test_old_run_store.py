@@ -295,3 +295,21 @@ def test_a_session_store_whose_version_table_is_unreadable_is_refused(tmp_path: 
 
     with pytest.raises(SchemaUnrecognised, match="table schema_version holds 'two'; expected one whole version number"):
         SQLiteStore(str(path))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "hello"], ["chat"], ["sessions", "list"], ["serve", "--port", "0"]],
+    ids=["run", "chat", "sessions", "serve"],
+)
+def test_a_newer_session_database_is_refused_at_start_in_one_line(argv: list[str], tmp_path: Path) -> None:
+    from orchestrator.store import SCHEMA_VERSION
+
+    path = tmp_path / "sessions.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        db.execute("INSERT INTO schema_version VALUES (99)")
+    args = [*argv[:1], "--db", str(path), *argv[1:]] if argv[0] == "sessions" else [*argv, "--db", str(path)]
+    code, last = _refused(*args)
+    assert code == 1, last
+    assert last == f"{argv[0]}: {path} has schema version 99; this library knows versions up to {SCHEMA_VERSION}"
