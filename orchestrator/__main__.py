@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import sys
 
+INTERRUPTED_EXIT = 130
+"""The exit code of a command Ctrl-C ended (128 + SIGINT, as a shell reports it)."""
+
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command = args[0] if args else "help"
+    try:
+        return _command(command, args)
+    except KeyboardInterrupt:  # Ctrl-C before the command handles it (while it starts)
+        print(f"{command}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
+
+
+def _command(command: str, args: list[str]) -> int:
     if command == "demo":
         from orchestrator.cli.demo import main as demo
 

@@ -9,7 +9,6 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import IO
 
 import attrs
@@ -128,8 +127,7 @@ async def open_app(
     interactive: bool | None = None,
 ) -> AsyncIterator[App]:
     """Everything one command needs; the terminal is restored and the store closed afterwards."""
-    Path(options.db).parent.mkdir(parents=True, exist_ok=True)
-    store = SQLiteSessionStore(options.db)
+    store = SQLiteSessionStore(options.db)  # UnusableLocation when its file cannot be made or opened
     retry_log = logging.getLogger("orchestrator.providers")
     with contextlib.ExitStack() as stack:
         stack.callback(store.close)

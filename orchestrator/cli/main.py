@@ -51,21 +51,28 @@ def command(name: str, argv: list[str]) -> int:
         print(problem, file=sys.stderr)
         return 2
     from orchestrator.cli import args
+    from orchestrator.store.errors import StoreError, UnusableLocation
 
     try:
         if name == "sessions":
             parsed_sessions = args.parse_sessions(argv)
             return _quietly(lambda: _sessions(parsed_sessions))
         options = args.parse_chat(argv) if name == "chat" else args.parse(argv)
+        if name == "chat":
+            from orchestrator.cli.chat import chat
+
+            return _quietly(lambda: trio.run(chat, options))
+        from orchestrator.cli.oneshot import run
+
+        return _quietly(lambda: trio.run(run, options))
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    if name == "chat":
-        from orchestrator.cli.chat import chat
-
-        return _quietly(lambda: trio.run(chat, options))
-    from orchestrator.cli.oneshot import run
-
-    return _quietly(lambda: trio.run(run, options))
+    except UnusableLocation as unusable:  # --db (or the default) names a file that cannot be made or opened
+        print(f"{name}: {unusable}", file=sys.stderr)
+        return 2
+    except StoreError as refused:  # the session database refused at open (a newer or unrecognisable schema)
+        print(f"{name}: {refused}", file=sys.stderr)
+        return 1
 
 
 def _sessions(parsed: object) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from orchestrator.errors import AgentError
 from orchestrator.messages import AssistantMessage, Message, ToolMessage
 from orchestrator.model import STOP_REASONS, StopReason
 from orchestrator.runtime.restored import Restored
@@ -63,10 +64,25 @@ class Checkpoint:
         }
 
 
+class UnreadableCheckpoint(AgentError):
+    """A run's stored checkpoint or input cannot be read back, so the run cannot be resumed: ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the run cannot be resumed: {reason}")
+
+
 def read(data: Mapping[str, Any] | None) -> Checkpoint | None:
-    """The checkpoint a store row holds (None for a run that never wrote one)."""
+    """The checkpoint a store row holds (None for a run that never wrote one); UnreadableCheckpoint when malformed."""
     if not data:
         return None
+    try:
+        return _checkpoint(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UnreadableCheckpoint(f"its checkpoint is malformed ({type(error).__name__}: {error})") from None
+
+
+def _checkpoint(data: Mapping[str, Any]) -> Checkpoint:
     return Checkpoint(
         states=dict(data.get("states", {})),
         iterations=int(data.get("iterations", 0)),

@@ -10,6 +10,7 @@ interrupted; its runs are taken over by other workers once their leases expire.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -68,17 +69,27 @@ async def _work(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
-    from orchestrator.store.errors import StoreError
+    from orchestrator.cli.signals import INTERRUPTED_EXIT, Stopped, interrupted, run_until_signalled
+    from orchestrator.store.errors import StoreError, UnusableLocation
 
     args = parse(argv)
+    stopped = Stopped()
     try:
-        trio.run(_work, args)
+        trio.run(run_until_signalled, lambda: _work(args), stopped)
     except (AppSpecError, ValueError) as error:
+        print(f"worker: {error}", file=sys.stderr)
+        return 2
+    except UnusableLocation as error:  # a SQLite file that cannot be made or opened
         print(f"worker: {error}", file=sys.stderr)
         return 2
     except StoreError as error:  # the store cannot be opened (an outage later is ridden out)
         print(f"worker: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except BaseException as error:  # Ctrl-C before the signal receiver was open
+        if not interrupted(error):
+            raise
+        stopped.signal = signal.SIGINT
+    if stopped.signal is not None:
+        print("worker: interrupted; stopped", file=sys.stderr)
+        return INTERRUPTED_EXIT
     return 0

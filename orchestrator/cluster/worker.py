@@ -23,15 +23,16 @@ import attrs
 import trio
 
 from orchestrator.agent import AgentClient
-from orchestrator.cluster.checkpoint import read, restored
+from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, read, restored
 from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
+from orchestrator.events import RunFailedEvent
 from orchestrator.messages import UserMessage
-from orchestrator.store.errors import StoreUnavailable
-from orchestrator.store.runs import Lease, LeaseLost, RunStore
-from orchestrator.wire.format import decode_message
+from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
+from orchestrator.wire.format import WireFormatError, decode_message, encode_event
 
 log = logging.getLogger("orchestrator.cluster")
 
@@ -146,8 +147,12 @@ class Worker:
         record = await trio.to_thread.run_sync(self.store.run, lease.request_id)
         if record is None:
             return
+        try:
+            checkpoint, message = _starting_point(record)
+        except UnreadableCheckpoint as unreadable:
+            await self._fail_unreadable(lease, unreadable)
+            return
         history = await trio.to_thread.run_sync(self.store.history, lease.session_id)
-        checkpoint = read(record.checkpoint)
         durable = DurableRun(
             self.store,
             lease,
@@ -159,15 +164,10 @@ class Worker:
         self.active[lease.request_id] = durable
         config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)
         resume = None
-        message: UserMessage | None = None
         if checkpoint is not None and checkpoint.input_recorded:
             resume = restored(checkpoint, history, worker=self.name, last_seq=lease.last_seq)
             if checkpoint.plan_mode not in (None, "normal"):
                 self._restore_plan_mode(lease.session_id)
-        else:
-            decoded = decode_message(dict(record.input))
-            assert isinstance(decoded, UserMessage)
-            message = decoded
         self.history.preload(lease.session_id, history)
         try:
             run = await self.agent._open_run(config, message, durable, resume)
@@ -192,6 +192,28 @@ class Worker:
         finally:
             self.durable.detach(durable)
             self.agent._close_run(run)
+
+    async def _fail_unreadable(self, lease: Lease, unreadable: UnreadableCheckpoint) -> None:
+        """End a run that cannot be resumed as failed, once, with a run_failed event saying why.
+
+        A log that does not take the event still gets the status: the run is never claimed again.
+        """
+        log.error("run %s: %s; it is marked failed", lease.request_id, unreadable)
+        event = RunFailedEvent(
+            session_id=lease.session_id,
+            request_id=lease.request_id,
+            seq=lease.last_seq + 1,
+            ts=time.time(),
+            error=unreadable,
+        )
+        stored = StoredEvent(lease.request_id, event.seq, event.name, encode_event(event))
+        try:
+            await trio.to_thread.run_sync(self.store.commit, lease, RunCommit(events=(stored,), status="failed"))
+        except (LeaseLost, StoreUnavailable):
+            raise
+        except StoreError as refused:
+            log.error("run %s: its failure event was not written (%s); failing it without", lease.request_id, refused)
+            await trio.to_thread.run_sync(self.store.commit, lease, RunCommit(status="failed"))
 
     def _restore_plan_mode(self, session_id: str) -> None:
         from orchestrator.extensions.plan_mode import PlanModeExtension
@@ -248,3 +270,19 @@ class Worker:
         while True:
             await trio.sleep(FLUSH_SECONDS)
             await durable.flush()
+
+
+def _starting_point(record: RunRecord) -> tuple[Checkpoint | None, UserMessage | None]:
+    """The run's checkpoint, and its input when it was never recorded; UnreadableCheckpoint when either is unusable."""
+    if record.unreadable is not None:
+        raise UnreadableCheckpoint(record.unreadable)
+    checkpoint = read(record.checkpoint)
+    if checkpoint is not None and checkpoint.input_recorded:
+        return checkpoint, None
+    try:
+        message = decode_message(dict(record.input))
+    except WireFormatError as error:
+        raise UnreadableCheckpoint(f"its input is not a message ({error})") from None
+    if not isinstance(message, UserMessage):
+        raise UnreadableCheckpoint(f"its input is a {message.role} message, not a user message")
+    return checkpoint, message

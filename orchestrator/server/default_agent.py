@@ -36,7 +36,6 @@ async def default_client(model_spec: str | None, db: str | None, root: str) -> A
 
     model = build_default_model(model_spec, _warn)
     path = Path(db or default_db())
-    path.parent.mkdir(parents=True, exist_ok=True)
     return await create_agent(
         model,
         history=None,

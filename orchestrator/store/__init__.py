@@ -11,7 +11,15 @@ connects a store to an Agent is
 from __future__ import annotations
 
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
-from orchestrator.store.errors import SchemaTooNew, SessionLocked, SessionLost, StoreError, StoreUnavailable
+from orchestrator.store.errors import (
+    SchemaTooNew,
+    SchemaUnrecognised,
+    SessionLocked,
+    SessionLost,
+    StoreError,
+    StoreUnavailable,
+    UnusableLocation,
+)
 from orchestrator.store.interface import (
     PendingApproval,
     Quarantined,
@@ -34,6 +42,7 @@ __all__ = [
     "Quarantined",
     "SQLiteStore",
     "SchemaTooNew",
+    "SchemaUnrecognised",
     "SessionChange",
     "SessionHistory",
     "SessionLock",
@@ -45,6 +54,7 @@ __all__ = [
     "StoredRow",
     "UndecodableMessage",
     "Unreadable",
+    "UnusableLocation",
     "decode_message",
     "encode_message",
     "placeholder",

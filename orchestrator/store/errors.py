@@ -59,3 +59,22 @@ class SchemaTooNew(StoreError):
         self.found = found
         self.known = known
         super().__init__(f"{where} has schema version {found}; this library knows versions up to {known}")
+
+
+class SchemaUnrecognised(StoreError):
+    """The database holds tables this library neither wrote nor can migrate: ``found`` says what is there."""
+
+    def __init__(self, where: str, found: str, expected: str) -> None:
+        self.where = where
+        self.found = found
+        self.expected = expected
+        super().__init__(f"{where}: {found}; expected {expected}")
+
+
+class UnusableLocation(StoreError):
+    """A store's file (or the directory it goes in) cannot be created or opened: ``reason`` is the system's."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot use the store at {path}: {reason}")

@@ -104,6 +104,8 @@ class RunRecord:
     cancel_requested: bool
     created: float
     updated: float
+    unreadable: str | None = None
+    """Why the row's input or checkpoint does not decode (that part then reads as empty); None when both do."""
 
     @property
     def final(self) -> bool:

@@ -27,7 +27,7 @@ from machines.run_lease import RUN_LEASE
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import Message
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
-from orchestrator.store.errors import StoreError, StoreUnavailable, one_line
+from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, StoreError, StoreUnavailable, one_line
 from orchestrator.store.runs import (
     ACTIVE,
     FINAL,
@@ -43,9 +43,10 @@ from orchestrator.store.runs import (
     StoredEvent,
     UnknownRunRow,
 )
+from orchestrator.store.sqlite import open_sqlite
 from orchestrator.text import clean_text
 
-__all__ = ["SQLRunStore", "postgres_run_store", "sqlite_run_store"]
+__all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_run_store"]
 
 WAKE_CHANNEL = "orchestrator_work"
 _ACTIVE_SQL = "('queued', 'running', 'parked')"
@@ -68,6 +69,8 @@ class Dialect:
     messages_table: str
     lock_rows: str
     placeholder: str
+    real: str
+    columns_of: str  # the column names of the table given as the one parameter
 
     def sql(self, statement: str) -> str:
         return statement if self.placeholder == "?" else statement.replace("?", self.placeholder)
@@ -121,6 +124,8 @@ SQLITE = Dialect(
     messages_table="messages",
     lock_rows="",
     placeholder="?",
+    real="REAL",
+    columns_of="SELECT name FROM pragma_table_info(?)",
 )
 POSTGRES = Dialect(
     "postgresql",
@@ -128,7 +133,90 @@ POSTGRES = Dialect(
     messages_table="orchestrator_messages",
     lock_rows=" FOR UPDATE SKIP LOCKED",
     placeholder="%s",
+    real="DOUBLE PRECISION",
+    columns_of="SELECT column_name FROM information_schema.columns"
+    " WHERE table_schema = current_schema() AND table_name = ?",
 )
+
+# schema versions -------------------------------------------------------------
+
+RUN_SCHEMA_VERSION = 1
+"""The version of the run store's tables this library writes; ``orchestrator_run_schema`` holds a database's own.
+
+Version 0 is a run store from before the version was recorded (no such table): its tables may
+lack columns added since, which opening it adds with their defaults.
+"""
+_SCHEMA_TABLE = "orchestrator_run_schema"
+_SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
+_COLUMNS = {
+    "orchestrator_runs": (
+        "request_id",
+        "session_id",
+        "status",
+        "input",
+        "checkpoint",
+        "version",
+        "last_seq",
+        "lease_owner",
+        "lease_token",
+        "lease_expires",
+        "cancel_requested",
+        "created",
+        "updated",
+    ),
+    "orchestrator_run_events": ("request_id", "seq", "type", "body", "created"),
+    "orchestrator_inbox": (
+        "id",
+        "session_id",
+        "request_id",
+        "name",
+        "payload",
+        "idempotency_key",
+        "consumed",
+        "created",
+    ),
+}
+"""Every column of each table of the current version."""
+
+
+def _late_columns(real: str) -> dict[str, dict[str, str]]:
+    """The columns a version-0 table may lack, with the definitions (defaults included) that add them."""
+    return {
+        "orchestrator_runs": {
+            "version": "BIGINT NOT NULL DEFAULT 0",
+            "last_seq": "BIGINT NOT NULL DEFAULT 0",
+            "lease_owner": "TEXT",
+            "lease_token": "TEXT",
+            "lease_expires": real,
+            "cancel_requested": "INTEGER NOT NULL DEFAULT 0",
+        },
+        "orchestrator_inbox": {"consumed": "INTEGER NOT NULL DEFAULT 0"},
+    }
+
+
+def _from_unversioned(dialect: Dialect, db: _Cursor, where: str) -> None:
+    """Version 0 to 1: add the columns an existing table lacks; a table that lacks any other is refused."""
+    late = _late_columns(dialect.real)
+    for table, columns in _COLUMNS.items():
+        db.execute(dialect.columns_of, (table,))
+        present = {str(row[0]).lower() for row in db.fetchall()}
+        if not present:
+            continue  # made by the DDL
+        missing = [column for column in columns if column not in present]
+        unknown = [column for column in missing if column not in late.get(table, {})]
+        if unknown:
+            raise SchemaUnrecognised(
+                where,
+                f"table {table} has no column {', '.join(unknown)} (its columns: {', '.join(sorted(present))})",
+                f"the run store's tables of schema version {RUN_SCHEMA_VERSION} or an earlier one",
+            )
+        for column in missing:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {late[table][column]}")
+
+
+_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned,)
+"""``_UPGRADES[n]`` migrates version n to n + 1; a new version appends its upgrade."""
+assert len(_UPGRADES) == RUN_SCHEMA_VERSION
 
 
 _COMMIT_TRIGGERS = {
@@ -158,13 +246,30 @@ def _dumps(value: Any) -> str:
     return clean_text(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
+def _json_object(text: str, what: str, problems: list[str]) -> dict[str, Any] | None:
+    """The JSON object ``text`` holds; None, with the reason added to ``problems``, when it holds none."""
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError) as error:
+        problems.append(f"its {what} is not JSON ({error})")
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"its {what} is {type(value).__name__}, not an object")
+        return None
+    return value
+
+
 def _record(row: Sequence[Any]) -> RunRecord:
+    """The run a row holds; an input or checkpoint that does not decode is noted in ``unreadable``, not raised."""
+    problems: list[str] = []
+    input_message = _json_object(row[3], "input", problems)
+    checkpoint = _json_object(row[4], "checkpoint", problems) if row[4] is not None else None
     return RunRecord(
         request_id=row[0],
         session_id=row[1],
         status=row[2],
-        input=json.loads(row[3]),
-        checkpoint=json.loads(row[4]) if row[4] is not None else None,
+        input=input_message or {},
+        checkpoint=checkpoint,
         version=int(row[5]),
         last_seq=int(row[6]),
         lease_owner=row[7],
@@ -172,6 +277,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         cancel_requested=bool(row[9]),
         created=row[10],
         updated=row[11],
+        unreadable="; ".join(problems) or None,
     )
 
 
@@ -208,14 +314,52 @@ class SQLRunStore(RunStore):
         self._connect = connect
         try:
             self._db = connect()
+        except StoreError:
+            raise
         except Exception as failed:
             raise StoreUnavailable(f"cannot connect to {where}: {one_line(failed)}") from failed
         self._lock = threading.RLock()
         self._listen = listen
         self._listener: Any = None
+        try:
+            with self._transaction() as db:
+                self._open_schema(db)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            raise
+
+    def _open_schema(self, db: _Cursor) -> None:
+        """Use the tables as they are (current version), migrate them (an older one), or refuse them.
+
+        One transaction; on PostgreSQL under an advisory lock, so processes starting together migrate once.
+        A newer version is SchemaTooNew, a version table or tables this library cannot read SchemaUnrecognised.
+        """
+        where = f"the run store in {self.where}"
+        if self.dialect.name == "postgresql":
+            db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+        db.execute(f"CREATE TABLE IF NOT EXISTS {_SCHEMA_TABLE} (version INTEGER NOT NULL)")
+        db.execute(f"SELECT version FROM {_SCHEMA_TABLE}")
+        rows = db.fetchall()
+        if len(rows) > 1 or (rows and not (isinstance(rows[0][0], int) and rows[0][0] >= 0)):
+            found = ", ".join(repr(row[0]) for row in rows)
+            raise SchemaUnrecognised(where, f"table {_SCHEMA_TABLE} holds {found}", "one schema version number")
+        version = int(rows[0][0]) if rows else 0
+        if version > RUN_SCHEMA_VERSION:
+            raise SchemaTooNew(where, version, RUN_SCHEMA_VERSION)
+        for upgrade in _UPGRADES[version:]:
+            upgrade(self.dialect, db, where)
+        for statement in self.dialect.ddl:
+            db.execute(statement)
+        if version != RUN_SCHEMA_VERSION:
+            db.execute(f"DELETE FROM {_SCHEMA_TABLE}")
+            db.execute(f"INSERT INTO {_SCHEMA_TABLE} (version) VALUES (?)", (RUN_SCHEMA_VERSION,))
+
+    def schema_version(self) -> int:
+        """The version the database's run store tables are at (RUN_SCHEMA_VERSION once opened)."""
         with self._transaction() as db:
-            for statement in dialect.ddl:
-                db.execute(statement)
+            db.execute(f"SELECT version FROM {_SCHEMA_TABLE}")
+            return int(db.fetchone()[0])
 
     # plumbing ---------------------------------------------------------------
 
@@ -651,17 +795,18 @@ def open_run_store(url: str) -> SQLRunStore:
 
 
 def sqlite_run_store(path: str) -> SQLRunStore:
-    """Runs in the SQLite file ``path`` (beside the session store's tables)."""
+    """Runs in the SQLite file ``path`` (beside the session store's tables); UnusableLocation when it cannot be."""
 
-    def connect() -> sqlite3.Connection:
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    def prepare(db: sqlite3.Connection) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA busy_timeout=30000")
         db.execute(
             "CREATE TABLE IF NOT EXISTS messages (session_id TEXT NOT NULL, position INTEGER NOT NULL,"
             " role TEXT NOT NULL, body TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (session_id, position))"
         )
-        return db
+
+    def connect() -> sqlite3.Connection:
+        return open_sqlite(path, prepare, isolation_level=None, check_same_thread=False, timeout=30)
 
     return SQLRunStore(SQLITE, connect, path)
 

@@ -3,9 +3,11 @@
 One connection in WAL mode, guarded by a lock; every change is one immediate
 transaction. The schema carries its version (table ``schema_version``) and is
 migrated forward when a file written by an earlier version is opened: a file
-without that table is version 1. Session locks are ``flock`` locks on files
-in ``<path>.locks/`` (see ``orchestrator.store.locks``), so a second process
-running a session is refused and a killed one blocks nothing.
+without that table gets every table it lacks. A file that cannot be made or
+opened is UnusableLocation, with the path and the system's reason. Session
+locks are ``flock`` locks on files in ``<path>.locks/`` (see
+``orchestrator.store.locks``), so a second process running a session is
+refused and a killed one blocks nothing.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from orchestrator.store.codec import change_rows, json_default, json_object
-from orchestrator.store.errors import SchemaTooNew, StoreError
+from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, StoreError, UnusableLocation
 from orchestrator.store.interface import (
     PendingApproval,
     Quarantined,
@@ -32,7 +34,7 @@ from orchestrator.store.interface import (
 from orchestrator.store.locks import FileLocks, ProcessLocks
 from orchestrator.text import clean_text
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "open_sqlite"]
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -79,6 +81,46 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _INSERT = "INSERT INTO messages (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)"
 
 
+def open_sqlite(path: str, prepare: Callable[[sqlite3.Connection], None], **connect: Any) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path`` (its directory made first) on which ``prepare`` ran.
+
+    A file that cannot be made, opened or written is UnusableLocation naming the path and the
+    system's reason; StoreErrors of ``prepare`` (a schema it refuses) pass as they are.
+    """
+    in_memory = path == ":memory:" or path.startswith("file:")
+    if not in_memory:
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except FileExistsError:  # a part of the path is a file
+            raise UnusableLocation(path, f"{directory} is not a directory") from None
+        except OSError as failed:
+            raise UnusableLocation(path, f"{failed.filename or directory}: {failed.strerror or failed}") from None
+    db: sqlite3.Connection | None = None
+    try:
+        db = sqlite3.connect(path, **connect)
+        prepare(db)
+    except sqlite3.Error as failed:
+        if db is not None:
+            db.close()
+        raise UnusableLocation(path, _os_reason(path, failed)) from None
+    except BaseException:
+        if db is not None:
+            db.close()
+        raise
+    return db
+
+
+def _os_reason(path: str, failed: sqlite3.Error) -> str:
+    """Why ``path`` cannot be used: the system's reason when opening it for writing fails, else SQLite's."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as refused:
+        return refused.strerror or str(refused)
+    os.close(fd)
+    return str(failed)
+
+
 class SQLiteStore(SessionStore):
     """Sessions in one SQLite file (``:memory:`` keeps them in this process only)."""
 
@@ -88,15 +130,14 @@ class SQLiteStore(SessionStore):
         self.path = os.fspath(path)
         self.where = self.path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            self._db.execute("PRAGMA busy_timeout=10000")
-            self._migrate()
-        except BaseException:
-            self._db.close()
-            raise
+
+        def prepare(db: sqlite3.Connection) -> None:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            db.execute("PRAGMA busy_timeout=10000")
+            self._migrate(db)
+
+        self._db = open_sqlite(self.path, prepare, check_same_thread=False, isolation_level=None)
         in_memory = self.path == ":memory:" or self.path.startswith("file:")
         self._locks = ProcessLocks(self.path) if in_memory else FileLocks(self.path + ".locks", self.path)
 
@@ -116,15 +157,20 @@ class SQLiteStore(SessionStore):
                 raise
             self._db.execute("COMMIT")
 
-    def _migrate(self) -> None:
-        with self._transaction() as db:
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        try:
             db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = db.execute("SELECT version FROM schema_version").fetchone()
-            if row is not None:
-                version = int(row[0])
+            rows = db.execute("SELECT version FROM schema_version").fetchall()
+            if len(rows) > 1 or (rows and not isinstance(rows[0][0], int)):
+                found = ", ".join(repr(row[0]) for row in rows)
+                raise SchemaUnrecognised(self.path, f"table schema_version holds {found}", "one whole version number")
+            if rows:
+                version = int(rows[0][0])
             else:
-                found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'").fetchone()
-                version = 1 if found else 0
+                # A file without the table: version 1's tables are made if missing (a run store's file
+                # has only its ``messages``), and every later migration follows.
+                version = 0
                 db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
             if version > SCHEMA_VERSION:
                 raise SchemaTooNew(self.path, version, SCHEMA_VERSION)
@@ -133,6 +179,10 @@ class SQLiteStore(SessionStore):
                     if statement.strip():
                         db.execute(statement)
             db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     def schema_version(self) -> int:
         with self._lock:
