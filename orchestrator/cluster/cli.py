@@ -10,7 +10,6 @@ interrupted; its runs are taken over by other workers once their leases expire.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -69,27 +68,7 @@ async def _work(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
-    from orchestrator.cli.signals import INTERRUPTED_EXIT, Stopped, interrupted, run_until_signalled
-    from orchestrator.store.errors import StoreError, UnusableLocation
+    from orchestrator.cli.signals import run_service
 
     args = parse(argv)
-    stopped = Stopped()
-    try:
-        trio.run(run_until_signalled, lambda: _work(args), stopped)
-    except (AppSpecError, ValueError) as error:
-        print(f"worker: {error}", file=sys.stderr)
-        return 2
-    except UnusableLocation as error:  # a SQLite file that cannot be made or opened
-        print(f"worker: {error}", file=sys.stderr)
-        return 2
-    except StoreError as error:  # the store cannot be opened (an outage later is ridden out)
-        print(f"worker: {error}", file=sys.stderr)
-        return 1
-    except BaseException as error:  # Ctrl-C before the signal receiver was open
-        if not interrupted(error):
-            raise
-        stopped.signal = signal.SIGINT
-    if stopped.signal is not None:
-        print("worker: interrupted; stopped", file=sys.stderr)
-        return INTERRUPTED_EXIT
-    return 0
+    return run_service("worker", lambda: _work(args), (AppSpecError, ValueError))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -216,27 +215,7 @@ def console_url(base: str, options: ServeOptions) -> str:
 
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
-    from orchestrator.cli.signals import INTERRUPTED_EXIT, Stopped, interrupted, run_until_signalled
-    from orchestrator.store.errors import StoreError, UnusableLocation
+    from orchestrator.cli.signals import run_service
 
     options = parse(argv)
-    stopped = Stopped()
-    try:
-        trio.run(run_until_signalled, lambda: serve(options), stopped)
-    except AppSpecError as error:
-        print(f"serve: {error}", file=sys.stderr)
-        return 2
-    except UnusableLocation as error:  # a SQLite file that cannot be made or opened
-        print(f"serve: {error}", file=sys.stderr)
-        return 2
-    except StoreError as error:  # the store named by --db cannot be opened
-        print(f"serve: {error}", file=sys.stderr)
-        return 1
-    except BaseException as error:  # Ctrl-C before the signal receiver was open
-        if not interrupted(error):
-            raise
-        stopped.signal = signal.SIGINT
-    if stopped.signal is not None:
-        print("serve: interrupted; stopped", file=sys.stderr)
-        return INTERRUPTED_EXIT
-    return 0
+    return run_service("serve", lambda: serve(options), (AppSpecError,))
