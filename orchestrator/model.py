@@ -143,7 +143,9 @@ class ScriptedModel:
     A step is an AssistantMessage or a ResponseCompletedEvent (to give usage
     and a stop reason too), or a callable (sync or async) that receives the
     ModelRequest and returns one. The message's reasoning text is streamed
-    first, then its text word by word, then its tool calls.
+    first, then its text word by word, then its tool calls. One script serves
+    every session of the agents using the model, in the order calls arrive;
+    a callable step can pick its answer from the conversation it receives.
     """
 
     def __init__(self, steps: Sequence[ScriptStep] = (), *, repeat_last: bool = False) -> None:
