@@ -135,6 +135,7 @@ def test_running_a_request_loads_no_opentelemetry() -> None:
         "    agent = await create_agent(ScriptedModel([AssistantMessage('hi')]))\n"
         "    await agent.run('hello')\n"
         "trio.run(main)\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'orchestrator.observe.otel')))))"
+        "names = ('opentelemetry', 'orchestrator.observe.otel')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(names))))"
     )
     assert loaded == []
