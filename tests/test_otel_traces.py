@@ -235,3 +235,67 @@ async def test_a_resumed_segment_starts_under_the_runs_first_parent_and_links_th
     first, second = named(spans, "invoke_agent")
     assert parent_of(first, spans) is caller and parent_of(second, spans) is caller
     assert [link.context.span_id for link in second.links] == [first.context.span_id]
+
+
+async def test_spans_a_tool_opens_in_a_thread_or_a_child_task_nest_under_its_execute_tool_span() -> None:
+    provider, exporter = tracing()
+    tracer = provider.get_tracer("tool code")
+
+    def in_thread() -> None:
+        with tracer.start_as_current_span("work in a thread"):
+            pass
+
+    async def in_child() -> None:
+        with tracer.start_as_current_span("work in a child task"):
+            await trio.sleep(0)
+
+    @tool
+    async def fan_out() -> str:
+        """Work in a thread and in a child task."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(in_child)
+            nursery.start_soon(trio.to_thread.run_sync, in_thread)
+        return "done"
+
+    @tool
+    def blocking() -> str:
+        """A sync tool: it runs in a worker thread."""
+        in_thread()
+        return "done"
+
+    model = ScriptedModel([asks(call("c1", "fan_out"), call("c2", "blocking")), AssistantMessage("ok")])
+    agent = await create_agent(model, tools=[fan_out, blocking], extensions=[OpenTelemetryExtension(provider)])
+    await drive(agent, "go", "s")
+
+    spans = exporter.get_finished_spans()
+    fan, block = named(spans, "execute_tool fan_out")[0], named(spans, "execute_tool blocking")[0]
+    assert {parent_of(s, spans) for s in named(spans, "work in a child task")} == {fan}
+    threads = named(spans, "work in a thread")
+    assert len(threads) == 2 and {parent_of(s, spans) for s in threads} == {fan, block}
+
+
+async def test_a_cancelled_request_ends_its_spans_with_an_error_status() -> None:
+    provider, exporter = tracing()
+
+    @tool
+    async def hang() -> str:
+        """Never returns."""
+        await trio.sleep_forever()
+        return ""
+
+    extension = OpenTelemetryExtension(provider)
+    agent = await create_agent(ScriptedModel([asks(call("c1", "hang"))]), tools=[hang], extensions=[extension])
+    handle = await agent.start("go", config=AgentRunConfig("s"))
+    with trio.fail_after(LIMIT):
+        while not named(exporter.get_finished_spans(), "chat"):
+            await trio.sleep(0.01)
+        handle.cancel()
+        await handle.wait()
+
+    spans = exporter.get_finished_spans()
+    (request,) = named(spans, "invoke_agent")
+    (tool_span,) = named(spans, "execute_tool hang")
+    assert (request.attributes or {})["orchestrator.run.outcome"] == "cancelled"
+    assert request.status.status_code is StatusCode.ERROR
+    assert tool_span.status.status_code is StatusCode.ERROR and tool_span.end_time is not None
+    assert extension._requests == {}  # nothing kept of an ended request
