@@ -34,16 +34,14 @@ from orchestrator.events import (
     ToolSkippedEvent,
     TransitionEvent,
 )
-from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, text_of
+from orchestrator.messages import Message, ToolCall, ToolMessage, text_of
 from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent, StopReason
+from orchestrator.observe.otel_metrics import INSTRUMENTATION, RunInstruments
 from orchestrator.runtime.hooks import AgentExtension, CallNextModel, CallNextTool
 from orchestrator.tools import ToolResult
 
 if TYPE_CHECKING:
     from orchestrator.runtime.context import AgentRunContext
-
-INSTRUMENTATION = "orchestrator"
-"""The instrumentation scope of every span and instrument made here."""
 
 CARRIER_KEYS = ("traceparent", "tracestate", "parent_traceparent", "parent_tracestate")
 """The keys of a trace carrier (``OpenTelemetryExtension.carrier``): W3C trace context of a run's segment, and of
@@ -69,8 +67,6 @@ _PROVIDERS = {
 _WAIT_EVENTS = {"tool_approval": "approval", "ask_user": "question"}
 _TOOL_ENDS = (ToolCompletedEvent, ToolFailedEvent, ToolSkippedEvent, ToolCancelledEvent)
 _RUN_ENDS = (RunCompletedEvent, RunFailedEvent, RunCancelledEvent)
-_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
-_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
 ResumeCarrier = Callable[["AgentRunContext"], Mapping[str, str] | None]
 """Gives the stored trace carrier of the run a request resumes (None for a request that resumes nothing)."""
@@ -153,7 +149,7 @@ class OpenTelemetryExtension(AgentExtension):
         self.resume_carrier = resume_carrier
         self._tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider) if traces else None
         self._requests: dict[str, _Request] = {}
-        self._instruments = _Instruments(metrics_api_meter(meter_provider)) if metrics else None
+        self._instruments = RunInstruments(meter_provider) if metrics else None
 
     # -- the request's span ------------------------------------------------------------------------------------------
 
@@ -361,8 +357,11 @@ class OpenTelemetryExtension(AgentExtension):
         started = time.monotonic()
         status = "failed"
         try:
-            with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            if self._tracer is None:  # no span of ours: the caller's stays current
                 result = await call_next(call)
+            else:
+                with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+                    result = await call_next(call)
             status = result.status
             span.set_attribute("orchestrator.tool.status", result.status)
             if result.status != "succeeded":
@@ -379,9 +378,6 @@ class OpenTelemetryExtension(AgentExtension):
             if self._instruments is not None:
                 self._instruments.tool_call(call.name, status, time.monotonic() - started)
 
-    async def after_run(self, context: AgentRunContext, result: AssistantMessage) -> None:
-        """Nothing: the request's span ends with its run_completed event."""
-
 
 def _fail(span: trace.Span, error: BaseException) -> None:
     span.record_exception(error)
@@ -395,95 +391,3 @@ def _extract(carrier: Mapping[str, str], prefix: str) -> otel_context.Context | 
     if "traceparent" not in fields:
         return None
     return TraceContextTextMapPropagator().extract(fields, context=otel_context.Context())
-
-
-def metrics_api_meter(meter_provider: metrics.MeterProvider | None) -> metrics.Meter:
-    """The meter of this instrumentation, from ``meter_provider`` or the global one."""
-    return metrics.get_meter(INSTRUMENTATION, meter_provider=meter_provider)
-
-
-class _Instruments:
-    """The metrics: the GenAI client metrics, then the runs', waits' and tools' own."""
-
-    def __init__(self, meter: metrics.Meter) -> None:
-        self.token_usage = meter.create_histogram(
-            "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Tokens used by one model call, by gen_ai.token.type (input or output)",
-            explicit_bucket_boundaries_advisory=list(_TOKEN_BUCKETS),
-        )
-        self.operation_duration = meter.create_histogram(
-            "gen_ai.client.operation.duration",
-            unit="s",
-            description="Duration of one model call",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
-        )
-        self.tool_duration = meter.create_histogram(
-            "gen_ai.execute_tool.duration",
-            unit="s",
-            description="Duration of one tool call, by gen_ai.tool.name",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
-        )
-        self.runs_started = meter.create_counter(
-            "orchestrator.runs.started", unit="{run}", description="Requests started (a resumed run counts again)"
-        )
-        self.runs_ended = meter.create_counter(
-            "orchestrator.runs.ended",
-            unit="{run}",
-            description="Requests ended, by orchestrator.run.outcome (completed, failed, cancelled or parked)",
-        )
-        self.runs_running = meter.create_up_down_counter(
-            "orchestrator.runs.running", unit="{run}", description="Requests running in this process now"
-        )
-        self.run_duration = meter.create_histogram(
-            "orchestrator.run.duration",
-            unit="s",
-            description="Duration of one request (one segment of a parked run), by outcome",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
-        )
-        self.wait_duration = meter.create_histogram(
-            "orchestrator.wait.duration",
-            unit="s",
-            description="Time a call waited for its answer, by orchestrator.wait.kind (approval or question)",
-            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
-        )
-
-    @staticmethod
-    def _run_attributes(attributes: Mapping[str, str]) -> dict[str, str]:
-        return {key: attributes[key] for key in ("gen_ai.agent.name",) if key in attributes}
-
-    def started(self, attributes: Mapping[str, str]) -> None:
-        shown = self._run_attributes(attributes)
-        self.runs_started.add(1, shown)
-        self.runs_running.add(1, shown)
-
-    def ended(self, attributes: Mapping[str, str], outcome: str, duration: float) -> None:
-        shown = self._run_attributes(attributes)
-        self.runs_running.add(-1, shown)
-        self.runs_ended.add(1, {**shown, "orchestrator.run.outcome": outcome})
-        self.run_duration.record(duration, {**shown, "orchestrator.run.outcome": outcome})
-
-    def waited(self, kind: str, duration: float, attributes: Mapping[str, str]) -> None:
-        self.wait_duration.record(duration, {**self._run_attributes(attributes), "orchestrator.wait.kind": kind})
-
-    def model_call(
-        self, attributes: Mapping[str, str], duration: float, usage: Any, error: BaseException | None
-    ) -> None:
-        shown = {
-            key: attributes[key]
-            for key in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")
-            if key in attributes
-        }
-        if error is not None:
-            self.operation_duration.record(duration, {**shown, "error.type": type(error).__qualname__})
-            return
-        self.operation_duration.record(duration, shown)
-        if usage is not None:
-            self.token_usage.record(usage.input_tokens, {**shown, "gen_ai.token.type": "input"})
-            self.token_usage.record(usage.output_tokens, {**shown, "gen_ai.token.type": "output"})
-
-    def tool_call(self, tool_name: str, status: str, duration: float) -> None:
-        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name}
-        if status != "succeeded":
-            attributes["error.type"] = f"tool_{status}"
-        self.tool_duration.record(duration, attributes)
