@@ -117,8 +117,9 @@ class OpenTelemetryExtension(AgentExtension):
     leaves one signal out. ``capture_content=True`` adds the messages, tool arguments and results to the spans
     (off by default: they may hold personal data). ``agent_name`` names the agent in ``gen_ai.agent.name``.
     ``resume_carrier`` gives, for a request that resumes a parked run, the carrier stored with the run
-    (``carrier`` made it): the resumed segment's span is then started under the same parent as the run's first
-    segment, with a link to the segment that parked.
+    (``carrier`` made it): the resumed segment's span is then started under the span the run's first segment
+    started under, with a link to the segment the carrier came from; or, when the first segment was a root, under
+    that segment.
     """
 
     event_names: frozenset[str] | None = frozenset(
@@ -170,10 +171,13 @@ class OpenTelemetryExtension(AgentExtension):
         links: list[Link] = []
         stored = self.resume_carrier(context) if self.resume_carrier is not None else None
         if stored:
+            previous = _extract(stored, "")
             parent = _extract(stored, "parent_")
-            previous = trace.get_current_span(_extract(stored, "")).get_span_context()
-            if previous.is_valid:
-                links.append(Link(previous, {"orchestrator.link": "previous segment"}))
+            if parent is None:  # the run's first segment was a root: later ones go under it, in its trace
+                parent = previous
+            elif previous is not None:
+                segment = trace.get_current_span(previous).get_span_context()
+                links.append(Link(segment, {"orchestrator.link": "previous segment"}))
         name = f"invoke_agent {self.agent_name}" if self.agent_name else "invoke_agent"
         if self._tracer is not None:
             span = self._tracer.start_span(
@@ -210,7 +214,8 @@ class OpenTelemetryExtension(AgentExtension):
     def carrier(self, request_id: str) -> dict[str, str]:
         """The W3C trace context of a running request, for a run store to keep with a parked run (see ``CARRIER_KEYS``).
 
-        Empty for a request this extension does not see running.
+        The same for the whole segment, so it may be taken at any time while the request runs (when the run is
+        claimed, or before it parks). Empty for a request this extension does not see running.
         """
         request = self._requests.get(request_id)
         if request is None:
