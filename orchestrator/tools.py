@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, overload
 
 import attrs
-import trio
 
 from machines.values import FieldRepr, FieldValues
-from orchestrator.checks import Check, flag, function, mapping, text
+from orchestrator.checks import Check, flag, function, mapping, number, text
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.messages import ToolStatus
 from orchestrator.tool_content import ToolResultContent
+from orchestrator.tool_threads import run_in_tool_thread
 
 Handler = Callable[..., Any]
 
@@ -85,6 +85,10 @@ class ToolDefinition(FieldRepr):
     stalling other calls (a cancelled request waits for the thread to return).
     ``idempotent`` tools may run twice for one call without harm: a run resumed
     after its worker stopped mid-call runs them again (others get a failed result).
+    ``timeout`` (seconds; None: the agent's ``tool_timeout``) bounds the handler: an
+    async one is cancelled, a thread one abandoned (its late result dropped), and
+    the call gets a failed result saying it timed out. Threads of tools run under a
+    limiter of their own (``TOOL_THREADS``), not trio's default one.
     """
 
     name: str = attrs.field(validator=text(blank=False))
@@ -95,6 +99,7 @@ class ToolDefinition(FieldRepr):
     inject: tuple[tuple[str, str], ...] = attrs.field(default=(), validator=Check(lambda w, v: _check_inject(w, v)))
     thread: bool = attrs.field(default=False, validator=flag())
     idempotent: bool = attrs.field(default=False, validator=flag())
+    timeout: float | None = attrs.field(default=None, validator=number(above=0, optional=True))
 
     def __attrs_post_init__(self) -> None:
         if not self.thread:
@@ -112,7 +117,7 @@ class ToolDefinition(FieldRepr):
         for name, kind in self.inject:
             values[name] = injected[kind]
         if self.thread:
-            return await trio.to_thread.run_sync(functools.partial(self.handler, **values))
+            return await run_in_tool_thread(functools.partial(self.handler, **values), self.name)
         produced = self.handler(**values)
         if type(produced) is types.CoroutineType or inspect.isawaitable(produced):
             return await produced
@@ -223,6 +228,7 @@ def build_tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> ToolDefinition:
     """Build a ToolDefinition from a function's signature, hints and docstring."""
     signature = inspect.signature(fn)
@@ -263,6 +269,7 @@ def build_tool(
         inject=tuple(inject),
         thread=thread,
         idempotent=idempotent,
+        timeout=timeout,
     )
 
 
@@ -278,6 +285,7 @@ def tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[Handler], ToolDefinition]: ...
 
 
@@ -290,17 +298,24 @@ def tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> ToolDefinition | Callable[[Handler], ToolDefinition]:
     """Turn a function (sync or async) into a ToolDefinition.
 
-    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True)``.
+    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True, timeout=30)``.
     """
     if fn is not None:
         return build_tool(fn)
 
     def decorate(inner: Handler) -> ToolDefinition:
         return build_tool(
-            inner, name=name, description=description, serial=serial, thread=thread, idempotent=idempotent
+            inner,
+            name=name,
+            description=description,
+            serial=serial,
+            thread=thread,
+            idempotent=idempotent,
+            timeout=timeout,
         )
 
     return decorate
