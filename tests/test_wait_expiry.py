@@ -66,7 +66,7 @@ async def test_an_approval_nobody_answers_expires_declined_and_the_tool_does_not
     )
     [expired] = [e for e in events if isinstance(e, WaitExpiredEvent)]
     assert "expired" in expired.name
-    assert (expired.tool_call_id, expired.response_event, expired.outcome) == ("c1", "tool_approval_response", "declined")
+    assert (expired.tool_call_id, expired.awaited_event, expired.outcome) == ("c1", "tool_approval_response", "declined")
     assert steps(events, "tool_approval") == [("deciding", "decide", "asking"), ("asking", "expire", "expired")]
     assert events[-1].name == "run_completed"
     # A late answer is refused, saying why.
@@ -178,3 +178,27 @@ def test_a_bad_expires_after_is_refused_at_construction(make: Any, message: str)
         make()
     assert message in str(raised.value)
 
+
+
+async def test_with_a_session_store_an_expired_approval_is_not_left_pending(tmp_path: Path) -> None:
+    from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+
+    @tool
+    def deploy() -> str:
+        """Deploys."""
+        return "deployed"
+
+    approvals = ToolApprovalExtension({"deploy": "ask"}, expires_after=0.05)
+    model = ScriptedModel([asks(call("c1", "deploy")), AssistantMessage("not deployed")])
+    client = await create_agent(
+        model, tools=[deploy], extensions=[approvals, SQLiteSessionStore(tmp_path / "s.db")], history=None
+    )
+    events = await collect(client, "deploy it")
+    assert events[-1].name == "run_completed"
+    assert client.pending("s") == []
+    late = client.deliver(
+        ExternalEvent("tool_approval_response", {"tool_call_id": "c1", "approved": True}),
+        config=AgentRunConfig(session_id="s"),
+    )
+    assert late.accepted == ()
+    assert "expired" in late.refused[approvals.name]

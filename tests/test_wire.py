@@ -134,7 +134,7 @@ SAMPLES: list[ev.AgentEvent] = [
     ev.MCPServerFailedEvent(**IDS, server="files", error="did not start within 30 s", stage="connect"),
     ev.UsageLimitReachedEvent(**IDS, limit="tool_calls", on_exhausted="wrap_up"),
     ev.WaitExpiredEvent(
-        **IDS, tool_call_id="c1", response_event="tool_approval_response", expires_at=1700000000.5, outcome="declined"
+        **IDS, tool_call_id="c1", awaited_event="tool_approval_response", expires_at=1700000000.5, outcome="declined"
     ),
 ]
 

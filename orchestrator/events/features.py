@@ -151,6 +151,6 @@ class WaitExpiredEvent(AgentEvent):
 
     kind: ClassVar[str] = "wait_expired"
     tool_call_id: str
-    response_event: str
+    awaited_event: str  # the answer that was awaited (not a question: no response_event field)
     expires_at: float
     outcome: str

@@ -324,7 +324,7 @@ def _expired_event(pending: PendingResponse, outcome: str) -> AgentEvent:
         session_id=pending.session_id,
         request_id=pending.request_id,
         tool_call_id=pending.key,
-        response_event=pending.response_event,
+        awaited_event=pending.response_event,
         expires_at=pending.expires_at,
         outcome=outcome,
     )
