@@ -272,3 +272,41 @@ async def test_bad_agent_bounds_are_refused_at_construction(arguments: dict[str,
     with pytest.raises((TypeError, ValueError)) as raised:
         await create_agent(ScriptedModel([]), **arguments)
     assert message in str(raised.value)
+
+
+# subagents --------------------------------------------------------------------
+
+
+async def _parent_with_child(limits: UsageLimits) -> tuple[Any, ScriptedModel]:
+    from orchestrator import SubAgentExtension
+
+    child_model = ScriptedModel([spent(AssistantMessage("found it"), 100, 50)])
+    child = await create_agent(child_model)
+    parent_model = ScriptedModel(
+        [spent(asks(call("r1", "research", task="dig")), 10, 5), spent(calls(1), 10, 5), spent(AssistantMessage("ok"), 10, 5)]
+    )
+    parent = await create_agent(
+        parent_model,
+        tools=[ledger_tool([])],
+        extensions=[SubAgentExtension(child, name="research", description="Digs.")],
+        usage_limits=limits,
+    )
+    return parent, parent_model
+
+
+async def test_a_subagents_usage_is_reported_apart_and_not_counted_by_default() -> None:
+    parent, _ = await _parent_with_child(UsageLimits(total_tokens=40))
+    assert (await parent.run("go", config=AgentRunConfig(session_id="s"))).content == "ok"
+    usage = parent.usage("s")
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens) == (30, 15)
+    assert usage.subagents == Usage(100, 50)
+
+
+async def test_a_subagents_usage_counts_against_the_parent_with_count_subagents() -> None:
+    parent, parent_model = await _parent_with_child(UsageLimits(total_tokens=40, count_subagents=True))
+    with pytest.raises(UsageLimitExceeded) as raised:
+        await parent.run("go", config=AgentRunConfig(session_id="s"))
+    assert raised.value.limit == "total_tokens"
+    assert len(parent_model.requests) == 1  # the child spent 150 tokens: no second parent call
+    assert raised.value.usage.subagents == Usage(100, 50)
