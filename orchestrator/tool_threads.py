@@ -2,10 +2,10 @@
 
 A ``thread=True`` tool runs in a worker thread under ``TOOL_THREADS`` slots, not
 under trio's default limiter (which the stores and run claims share), so hung
-tools cannot starve them. A thread whose call was cancelled (a timeout, a
-cancelled request) is abandoned: trio stops waiting for it and drops its late
-result, but Python cannot stop the thread, so it keeps its slot until it
-returns. ``abandoned_tool_threads()`` tells how many still run; each is logged.
+tools cannot starve them. A cancelled call waits for its thread to return,
+unless the call has a timeout: then the thread is abandoned (trio stops waiting
+for it and drops its late result), but Python cannot stop the thread, so it
+keeps its slot until it returns. ``abandoned_tool_threads()`` tells how many still run; each is logged.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def abandoned_tool_threads() -> int:
         return len(_abandoned)
 
 
-async def run_in_tool_thread(fn: Callable[[], _T], tool: str) -> _T:
-    """Run ``fn`` in a tool thread; on cancellation stop waiting for it (abandon it) and re-raise."""
+async def run_in_tool_thread(fn: Callable[[], _T], tool: str, *, abandon: bool = False) -> _T:
+    """Run ``fn`` in a tool thread. Cancelled, wait for it to return; with ``abandon``, stop waiting (abandon it)."""
     ticket = next(_counter)
     started = finished = False
 
@@ -65,7 +65,7 @@ async def run_in_tool_thread(fn: Callable[[], _T], tool: str) -> _T:
                     log.info("an abandoned thread of tool %r returned; its result was dropped", tool)
 
     try:
-        return await trio.to_thread.run_sync(body, abandon_on_cancel=True, limiter=tool_thread_limiter())
+        return await trio.to_thread.run_sync(body, abandon_on_cancel=abandon, limiter=tool_thread_limiter())
     except trio.Cancelled:
         with _lock:
             started_and_running = started and not finished

@@ -82,7 +82,8 @@ class ToolDefinition(FieldRepr):
     (the ToolCall being run). ``serial`` tools never run beside other calls.
     A plain ``def`` handler runs inline in the request's task, unless
     ``thread`` is set: then it runs in a worker thread, so it may block without
-    stalling other calls (a cancelled request waits for the thread to return).
+    stalling other calls (a cancelled call waits for the thread to return, unless the call has a
+    timeout: then the thread is abandoned and its late result dropped).
     ``idempotent`` tools may run twice for one call without harm: a run resumed
     after its worker stopped mid-call runs them again (others get a failed result).
     ``timeout`` (seconds; None: the agent's ``tool_timeout``) bounds the handler: an
@@ -109,15 +110,19 @@ class ToolDefinition(FieldRepr):
         if any(kind == "context" for _, kind in self.inject):
             raise TypeError(f"tool {self.name!r}: a handler run in a thread cannot receive the request context")
 
-    async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
-        """Validate ``arguments`` and run the handler (sync ones inline, or in a thread with ``thread``)."""
+    async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any], *, abandon: bool = False) -> Any:
+        """Validate ``arguments`` and run the handler (sync ones inline, or in a thread with ``thread``).
+
+        A thread is waited for even when the call is cancelled, unless ``abandon`` (a call with a
+        timeout): then the call stops waiting for it, and its late result is dropped.
+        """
         if self.handler is None:
             raise ToolArgumentsError(f"tool {self.name!r} has no local handler")
         values = validate_arguments(self.parameters, arguments)
         for name, kind in self.inject:
             values[name] = injected[kind]
         if self.thread:
-            return await run_in_tool_thread(functools.partial(self.handler, **values), self.name)
+            return await run_in_tool_thread(functools.partial(self.handler, **values), self.name, abandon=abandon)
         produced = self.handler(**values)
         if type(produced) is types.CoroutineType or inspect.isawaitable(produced):
             return await produced

@@ -205,3 +205,26 @@ def approvals_answer(call_id: str, approved: bool) -> Any:
     from orchestrator import ExternalEvent
 
     return ExternalEvent("tool_approval_response", {"tool_call_id": call_id, "approved": approved})
+
+
+async def test_a_thread_tool_without_a_timeout_is_still_waited_for_when_its_request_is_cancelled() -> None:
+    started, ledger = threading.Event(), []
+
+    @tool(thread=True)
+    def work() -> str:
+        """Blocks a little."""
+        started.set()
+        time.sleep(0.3)
+        ledger.append("returned")
+        return "done"
+
+    model = ScriptedModel([asks(call("c1", "work")), AssistantMessage("never")])
+    client = await create_agent(model, tools=[work])
+    before = abandoned_tool_threads()
+    with trio.move_on_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.run, "go")
+            await trio.to_thread.run_sync(started.wait, 5)
+            nursery.cancel_scope.cancel()
+    assert ledger == ["returned"]  # the cancelled request waited for its thread
+    assert abandoned_tool_threads() == before

@@ -171,12 +171,13 @@ class ToolRunner:
         else:
             definition = context.tools[call.name]
             timeout = definition.timeout if definition.timeout is not None else self.run_of.agent.tool_timeout
+            injected = {"context": context, "call": call}
             try:
                 if timeout is None:
-                    value = await definition.invoke(call.arguments, {"context": context, "call": call})
+                    value = await definition.invoke(call.arguments, injected)
                 else:
                     with trio.move_on_after(timeout) as scope:
-                        value = await definition.invoke(call.arguments, {"context": context, "call": call})
+                        value = await definition.invoke(call.arguments, injected, abandon=True)
                     if scope.cancelled_caught:
                         return await self._timed_out(call, timeout, definition.idempotent)
             except ToolArgumentsError as invalid:
