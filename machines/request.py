@@ -26,8 +26,9 @@ _RESTORE = ("open_inboxes", "emit_resumed", "on_tool", "on_state", "on_message",
 _TURN = ("before_turn", "assemble_request", "compact_context", "before_model")
 _RECEIVE = ("append_response", "after_model", "poll_steering")
 _FAIL = ("on_error", "close_inboxes", "emit_failed")
-# Where the request runs (waiting for people, in awaiting_approval, does not count against its deadline).
-_RUNNING = ("setup", "awaiting_model", "awaiting_tool", "steering_interrupt", "turn_settled", "answered", "concluding")
+# Where a request's deadline can end it: the states where it runs and awaits a hook, the model or a tool
+# (waiting for people, in awaiting_approval, does not count; elsewhere the deadline ends it by ``fail``).
+_RUNNING = ("setup", "awaiting_model", "awaiting_tool", "turn_settled", "answered", "concluding")
 
 PHASE = Region(
     name="phase",

@@ -11,6 +11,7 @@ import trio
 from support import asks, call, phases
 
 from orchestrator import (
+    AgentExtension,
     AgentRunConfig,
     AssistantMessage,
     RequestDeadlineExceeded,
@@ -228,3 +229,71 @@ async def test_a_thread_tool_without_a_timeout_is_still_waited_for_when_its_requ
             nursery.cancel_scope.cancel()
     assert ledger == ["returned"]  # the cancelled request waited for its thread
     assert abandoned_tool_threads() == before
+
+
+class SlowHook(AgentExtension):
+    """Sleeps in one hook, so the request's deadline passes there."""
+
+    def __init__(self, hook: str) -> None:
+        self.hook = hook
+
+    async def _sleep(self, hook: str) -> None:
+        if hook == self.hook:
+            await trio.sleep(10)
+
+    async def before_run(self, context: Any) -> None:
+        await self._sleep("before_run")
+
+    async def after_model(self, context: Any, response: Any) -> None:
+        await self._sleep("after_model")
+
+    async def after_turn(self, context: Any, response: Any) -> None:
+        await self._sleep("after_turn")
+
+    async def after_run(self, context: Any, response: Any) -> None:
+        await self._sleep("after_run")
+
+
+@pytest.mark.parametrize(
+    ("hook", "script", "phase"),
+    [
+        ("before_run", [AssistantMessage("never")], "setup"),
+        ("after_model", [AssistantMessage("answer")], "answered"),
+        ("after_turn", [asks(call("c1", "noop")), AssistantMessage("answer")], "turn_settled"),
+        ("after_run", [AssistantMessage("answer")], "concluding"),
+    ],
+)
+async def test_the_deadline_ends_a_request_wherever_it_runs(hook: str, script: list[Any], phase: str) -> None:
+    @tool
+    def noop() -> str:
+        """Does nothing."""
+        return "ok"
+
+    client = await create_agent(ScriptedModel(script), tools=[noop], extensions=[SlowHook(hook)])
+    with trio.fail_after(5), pytest.raises(RequestDeadlineExceeded):
+        await client.run("go", config=AgentRunConfig(session_id="s", deadline=0.05))
+    last = client.transitions("s", region="phase")[-1]
+    assert (last.source, last.trigger, last.dest) == (phase, "deadline_passed", "failed")
+
+
+async def test_a_call_times_out_beside_a_call_waiting_for_approval() -> None:
+    @tool
+    async def deploy() -> str:
+        """Needs approval."""
+        return "deployed"
+
+    @tool(timeout=0.1)
+    async def hang() -> str:
+        """Never returns."""
+        await trio.sleep_forever()
+        return "never"
+
+    approvals = ToolApprovalExtension({"deploy": "ask"}, expires_after=0.5)
+    model = ScriptedModel([asks(call("c1", "deploy"), call("c2", "hang")), AssistantMessage("done")])
+    client = await create_agent(model, tools=[deploy, hang], extensions=[approvals])
+    seen, error = await _collect(client, "go", AgentRunConfig(session_id="s"))
+    assert error is None
+    assert ("awaiting_approval", "call_timed_out", "awaiting_approval") in phases(seen)
+    found = {m.tool_call_id: m.text for m in results(client, "s")}
+    assert found["c2"].startswith("timed out: hang did not finish within 0.1 s")
+    assert "expired" in found["c1"]

@@ -310,3 +310,27 @@ async def test_a_subagents_usage_counts_against_the_parent_with_count_subagents(
     assert raised.value.limit == "total_tokens"
     assert len(parent_model.requests) == 1  # the child spent 150 tokens: no second parent call
     assert raised.value.usage.subagents == Usage(100, 50)
+
+
+async def test_a_call_over_the_limit_beside_a_call_waiting_for_approval_is_refused_there() -> None:
+    # Which of two concurrent calls runs first is the scheduler's choice: run until the refusal
+    # has been seen while the other call waits for its approval (each run: one chance in two).
+    from orchestrator.extensions.tool_approval import ToolApprovalExtension
+
+    sources: set[str] = set()
+    for attempt in range(40):
+        ledger: list[str] = []
+        approvals = ToolApprovalExtension({"deploy": "ask"}, expires_after=0.01)
+        model = ScriptedModel([asks(call("c1", "deploy", n=1), call("c2", "work", n=2)), AssistantMessage("done")])
+        client = await create_agent(
+            model,
+            tools=[ledger_tool(ledger, "deploy"), ledger_tool(ledger)],
+            extensions=[approvals],
+            usage_limits=UsageLimits(per_tool={"work": 0}),
+        )
+        seen, error = await _collect(client, "go", AgentRunConfig(session_id=f"s{attempt}"))
+        assert error is None and ledger == []
+        sources |= {source for source, trigger, _ in phases(seen) if trigger == "call_over_limit"}
+        if "awaiting_approval" in sources:
+            break
+    assert "awaiting_approval" in sources

@@ -202,3 +202,40 @@ async def test_with_a_session_store_an_expired_approval_is_not_left_pending(tmp_
     )
     assert late.accepted == ()
     assert "expired" in late.refused[approvals.name]
+
+
+async def test_a_plan_mode_exit_proposal_nobody_answers_is_declined_and_planning_goes_on(tmp_path: Path) -> None:
+    plan_mode = PlanModeExtension(root=tmp_path, expires_after=0.05)
+    model = ScriptedModel(
+        [
+            asks(call("p1", "enter_plan_mode", reason="risky")),
+            asks(call("p2", "exit_plan_mode", plan="1. do it")),
+            AssistantMessage("still planning"),
+        ]
+    )
+    client = await create_agent(model, extensions=[plan_mode])
+    events: list[AgentEvent] = []
+
+    async def approve_entry() -> None:
+        with trio.fail_after(10):
+            while not client.pending("s"):
+                await trio.sleep(0.001)
+        delivered = client.deliver(
+            ExternalEvent("enter_plan_mode_response", {"tool_call_id": "p1", "approved": True}),
+            config=AgentRunConfig(session_id="s"),
+        )
+        assert delivered.accepted
+
+    plan_mode.expires_after = 5.0  # the entry waits for its answer; the exit is left to expire
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(approve_entry)
+
+        async def run() -> None:
+            async for event in client.stream("migrate", config=AgentRunConfig(session_id="s")):
+                events.append(event)
+                if event.name == "plan_mode_entered":
+                    plan_mode.expires_after = 0.05
+
+        nursery.start_soon(run)
+    assert ("exit_awaiting_approval", "expire", "plan_active") in steps(events, "plan_mode")
+    assert plan_mode.mode("s") == "plan_active"
