@@ -22,10 +22,24 @@ WRAP_UP_NOTE = (
 )
 
 
+#: A model call whose provider reported no usage counts as this (one shared value).
+_NOTHING_REPORTED = Usage()
+
+
 class Budget:
     """Counts one request's model calls, tokens and tool calls, and says when a limit is reached."""
 
-    __slots__ = ("exhausted", "limits", "model_calls", "per_tool", "subagents", "tool_calls", "wrapped_up")
+    __slots__ = (
+        "exhausted",
+        "input_tokens",
+        "limits",
+        "model_calls",
+        "output_tokens",
+        "per_tool",
+        "subagents",
+        "tool_calls",
+        "wrapped_up",
+    )
 
     def __init__(self, limits: UsageLimits) -> None:
         self.limits = limits
@@ -33,6 +47,9 @@ class Budget:
         self.per_tool: dict[str, int] = {}
         self.tool_calls = 0
         self.subagents = Usage()
+        # Running totals of the tokens counted against the limits (the subagents' with count_subagents).
+        self.input_tokens = 0
+        self.output_tokens = 0
         # The first limit reached (then no tool runs any more), and whether the wrap-up call was made.
         self.exhausted: str | None = None
         self.wrapped_up = False
@@ -40,20 +57,19 @@ class Budget:
     # counting -----------------------------------------------------------------
 
     def record_model_call(self, usage: Usage | None) -> None:
-        self.model_calls.append(usage if usage is not None else Usage())
+        if usage is None:
+            usage = _NOTHING_REPORTED
+        self.model_calls.append(usage)
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
 
     def record_subagent(self, usage: Usage) -> None:
         self.subagents = Usage(
             self.subagents.input_tokens + usage.input_tokens, self.subagents.output_tokens + usage.output_tokens
         )
-
-    def _tokens(self) -> tuple[int, int]:
-        spent_in = sum(u.input_tokens for u in self.model_calls)
-        spent_out = sum(u.output_tokens for u in self.model_calls)
         if self.limits.count_subagents:
-            spent_in += self.subagents.input_tokens
-            spent_out += self.subagents.output_tokens
-        return spent_in, spent_out
+            self.input_tokens += usage.input_tokens
+            self.output_tokens += usage.output_tokens
 
     # checks -------------------------------------------------------------------
 
@@ -61,7 +77,7 @@ class Budget:
         limits = self.limits
         if limits.input_tokens is None and limits.output_tokens is None and limits.total_tokens is None:
             return None
-        spent_in, spent_out = self._tokens()
+        spent_in, spent_out = self.input_tokens, self.output_tokens
         if limits.input_tokens is not None and spent_in >= limits.input_tokens:
             return "input_tokens"
         if limits.output_tokens is not None and spent_out >= limits.output_tokens:
