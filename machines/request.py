@@ -25,6 +25,10 @@ _LIVE = (
 _RESTORE = ("open_inboxes", "emit_resumed", "on_tool", "on_state", "on_message", "restore_context")
 _TURN = ("before_turn", "assemble_request", "compact_context", "before_model")
 _RECEIVE = ("append_response", "after_model", "poll_steering")
+_FAIL = ("on_error", "close_inboxes", "emit_failed")
+# Where a request's deadline can end it: the states where it runs and awaits a hook, the model or a tool
+# (waiting for people, in awaiting_approval, does not count; elsewhere the deadline ends it by ``fail``).
+_RUNNING = ("setup", "awaiting_model", "awaiting_tool", "turn_settled", "answered", "concluding")
 
 PHASE = Region(
     name="phase",
@@ -94,6 +98,36 @@ PHASE = Region(
             callbacks=_TURN,
         ),
         Transition(
+            "wrap_up",
+            ("setup", "turn_settled"),
+            "awaiting_model",
+            conditions="may_wrap_up",
+            callbacks=("assemble_wrap_up",),
+            doc="a usage limit is reached (on_exhausted='wrap_up'): one last model call, offering no tools",
+        ),
+        Transition(
+            "limit_reached",
+            ("setup", "turn_settled"),
+            "failed",
+            conditions="tool_results_complete",
+            callbacks=_FAIL,
+            doc="a usage limit is reached and no wrap-up call is left: UsageLimitExceeded",
+        ),
+        Transition(
+            "call_over_limit",
+            "awaiting_tool",
+            "awaiting_tool",
+            doc="a usage limit refuses a tool call: it does not run and gets a failed result",
+        ),
+        Transition("call_over_limit", "awaiting_approval", "awaiting_approval", doc="as above, beside a paused call"),
+        Transition(
+            "call_timed_out",
+            "awaiting_tool",
+            "awaiting_tool",
+            doc="a tool call ran past its timeout: cancelled (or its thread abandoned), a failed result",
+        ),
+        Transition("call_timed_out", "awaiting_approval", "awaiting_approval", doc="as above, beside a paused call"),
+        Transition(
             "settle_turn",
             ("awaiting_tool", "steering_interrupt"),
             "turn_settled",
@@ -148,6 +182,14 @@ PHASE = Region(
             "failed",
             conditions="tool_results_complete",
             callbacks=("on_error", "close_inboxes", "emit_failed"),
+        ),
+        Transition(
+            "deadline_passed",
+            _RUNNING,
+            "failed",
+            conditions="tool_results_complete",
+            callbacks=_FAIL,
+            doc="the request ran past its deadline: RequestDeadlineExceeded",
         ),
         Transition(
             "park",

@@ -26,6 +26,7 @@ try:
     )
     from orchestrator.events import AgentEvent, ExtensionEvent
     from orchestrator.extensions.base import AgentExtension
+    from orchestrator.limits import RequestDeadlineExceeded, RunUsage, UsageLimitExceeded, UsageLimits
     from orchestrator.messages import (
         AssistantMessage,
         ImagePart,
@@ -90,10 +91,12 @@ __all__ = [
     "ReasoningBlock",
     "Refusal",
     "RemoteError",
+    "RequestDeadlineExceeded",
     "ResponseRouter",
     "RunCancelled",
     "RunHandle",
     "RunStream",
+    "RunUsage",
     "ScriptedModel",
     "ServerToolDefinition",
     "SessionBusy",
@@ -112,6 +115,8 @@ __all__ = [
     "ToolStatus",
     "UnknownRun",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "UserMessage",
     "WireFormatError",
     "agent_tool",

@@ -8,7 +8,8 @@ from typing import Any
 import attrs
 
 from machines.values import FieldValues
-from orchestrator.checks import mapping, text
+from orchestrator.checks import mapping, number, of_type, text
+from orchestrator.limits import UsageLimits
 
 
 def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -24,14 +25,20 @@ def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object)
 
 @attrs.frozen(eq=False, repr=False)
 class AgentRunConfig(FieldValues):
-    """Which session a request or an external event belongs to.
+    """Which session a request or an external event belongs to, and the bounds of one run.
 
     Ids that are not str raise TypeError, and ids that cannot be encoded as UTF-8
-    ValueError, here, before any store, log or wire line sees them.
+    ValueError, here, before any store, log or wire line sees them. ``usage_limits``
+    replaces the agent's for this run; ``deadline`` (seconds) bounds the time the
+    request runs, time spent waiting for people's answers not counted.
     """
 
     session_id: str = attrs.field(default="default", validator=[text(), _encodable])
     request_id: str | None = attrs.field(default=None, validator=[text(optional=True), _encodable])
+    usage_limits: UsageLimits | None = attrs.field(
+        default=None, validator=of_type(UsageLimits, "a UsageLimits", optional=True), kw_only=True
+    )
+    deadline: float | None = attrs.field(default=None, validator=number(above=0, optional=True), kw_only=True)
 
 
 @attrs.frozen(eq=False, repr=False)

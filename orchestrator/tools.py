@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, overload
 
 import attrs
-import trio
 
 from machines.values import FieldRepr, FieldValues
-from orchestrator.checks import Check, flag, function, mapping, text
+from orchestrator.checks import Check, flag, function, mapping, number, text
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.messages import ToolStatus
 from orchestrator.tool_content import ToolResultContent
+from orchestrator.tool_threads import run_in_tool_thread
 
 Handler = Callable[..., Any]
 
@@ -82,9 +82,14 @@ class ToolDefinition(FieldRepr):
     (the ToolCall being run). ``serial`` tools never run beside other calls.
     A plain ``def`` handler runs inline in the request's task, unless
     ``thread`` is set: then it runs in a worker thread, so it may block without
-    stalling other calls (a cancelled request waits for the thread to return).
+    stalling other calls (a cancelled call waits for the thread to return, unless the call has a
+    timeout: then the thread is abandoned and its late result dropped).
     ``idempotent`` tools may run twice for one call without harm: a run resumed
     after its worker stopped mid-call runs them again (others get a failed result).
+    ``timeout`` (seconds; None: the agent's ``tool_timeout``) bounds the handler: an
+    async one is cancelled, a thread one abandoned (its late result dropped), and
+    the call gets a failed result saying it timed out. Threads of tools run under a
+    limiter of their own (``TOOL_THREADS``), not trio's default one.
     """
 
     name: str = attrs.field(validator=text(blank=False))
@@ -95,6 +100,7 @@ class ToolDefinition(FieldRepr):
     inject: tuple[tuple[str, str], ...] = attrs.field(default=(), validator=Check(lambda w, v: _check_inject(w, v)))
     thread: bool = attrs.field(default=False, validator=flag())
     idempotent: bool = attrs.field(default=False, validator=flag())
+    timeout: float | None = attrs.field(default=None, validator=number(above=0, optional=True))
 
     def __attrs_post_init__(self) -> None:
         if not self.thread:
@@ -104,15 +110,19 @@ class ToolDefinition(FieldRepr):
         if any(kind == "context" for _, kind in self.inject):
             raise TypeError(f"tool {self.name!r}: a handler run in a thread cannot receive the request context")
 
-    async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
-        """Validate ``arguments`` and run the handler (sync ones inline, or in a thread with ``thread``)."""
+    async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any], *, abandon: bool = False) -> Any:
+        """Validate ``arguments`` and run the handler (sync ones inline, or in a thread with ``thread``).
+
+        A thread is waited for even when the call is cancelled, unless ``abandon`` (a call with a
+        timeout): then the call stops waiting for it, and its late result is dropped.
+        """
         if self.handler is None:
             raise ToolArgumentsError(f"tool {self.name!r} has no local handler")
         values = validate_arguments(self.parameters, arguments)
         for name, kind in self.inject:
             values[name] = injected[kind]
         if self.thread:
-            return await trio.to_thread.run_sync(functools.partial(self.handler, **values))
+            return await run_in_tool_thread(functools.partial(self.handler, **values), self.name, abandon=abandon)
         produced = self.handler(**values)
         if type(produced) is types.CoroutineType or inspect.isawaitable(produced):
             return await produced
@@ -223,6 +233,7 @@ def build_tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> ToolDefinition:
     """Build a ToolDefinition from a function's signature, hints and docstring."""
     signature = inspect.signature(fn)
@@ -263,6 +274,7 @@ def build_tool(
         inject=tuple(inject),
         thread=thread,
         idempotent=idempotent,
+        timeout=timeout,
     )
 
 
@@ -278,6 +290,7 @@ def tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[Handler], ToolDefinition]: ...
 
 
@@ -290,17 +303,24 @@ def tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> ToolDefinition | Callable[[Handler], ToolDefinition]:
     """Turn a function (sync or async) into a ToolDefinition.
 
-    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True)``.
+    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True, timeout=30)``.
     """
     if fn is not None:
         return build_tool(fn)
 
     def decorate(inner: Handler) -> ToolDefinition:
         return build_tool(
-            inner, name=name, description=description, serial=serial, thread=thread, idempotent=idempotent
+            inner,
+            name=name,
+            description=description,
+            serial=serial,
+            thread=thread,
+            idempotent=idempotent,
+            timeout=timeout,
         )
 
     return decorate

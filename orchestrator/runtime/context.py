@@ -17,8 +17,10 @@ from orchestrator.config import AgentRunConfig
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.history import SessionHistory
+from orchestrator.limits import RunUsage
 from orchestrator.messages import Message, SystemMessage, UserMessage, clean_message
-from orchestrator.model import Model
+from orchestrator.model import Model, Usage
+from orchestrator.runtime.budget import Budget
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
 
@@ -73,6 +75,9 @@ class ContextRun(Protocol):
 
     @property
     def streams(self) -> bool: ...
+
+    @property
+    def budget(self) -> Budget | None: ...
 
     async def emit(self, event: AgentEvent) -> None: ...
 
@@ -148,6 +153,18 @@ class AgentRunContext:
     def agent(self) -> AgentView:
         """The agent running this request (its model, tools, extensions, history and settings)."""
         return self._run.agent
+
+    @property
+    def usage(self) -> RunUsage | None:
+        """What this request spent so far, when it counts (it has usage limits); else None."""
+        budget = self._run.budget
+        return budget.report() if budget is not None else None
+
+    def record_subagent_usage(self, usage: Usage) -> None:
+        """Add what a subagent of this request spent: reported apart, counted only with ``count_subagents``."""
+        budget = self._run.budget
+        if budget is not None:
+            budget.record_subagent(usage)
 
     @property
     def messages(self) -> tuple[Message, ...]:

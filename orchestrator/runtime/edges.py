@@ -16,9 +16,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from machines.request import REQUEST
 from orchestrator import events as ev
 from orchestrator.messages import SystemMessage, UserMessage
+from orchestrator.runtime.budget import WRAP_UP_NOTE
 
 if TYPE_CHECKING:
     from orchestrator.runtime.ports import AgentPort, RunPort
@@ -46,6 +49,7 @@ def _tool_in_capabilities(event: Any) -> bool:
 
 GUARDS: dict[str, Callable[[Any], bool]] = {
     "within_budget": _within_budget,
+    "may_wrap_up": lambda e: bool((b := _run_of(e).budget) and b.may_wrap_up),
     "tool_results_complete": lambda e: not _run_of(e).open_calls,
     "has_tool_calls": lambda e: bool((r := _run_of(e).response) and r.tool_calls),
     "has_internal_input": lambda e: _run_of(e).internal is not None,
@@ -114,6 +118,17 @@ async def before_turn(run: RunPort) -> None:
 
 async def assemble_request(run: RunPort) -> None:
     run.request = run.assemble()
+
+
+async def assemble_wrap_up(run: RunPort) -> None:
+    """The wrap-up call's request: the conversation and a note that the budget is spent, no tools offered."""
+    assert run.budget is not None
+    run.budget.wrapped_up = True
+    request = run.assemble()
+    run.request = attrs.evolve(
+        request, messages=(*request.messages, SystemMessage(WRAP_UP_NOTE)), tools=(), server_tools=()
+    )
+    await run._emit_new(ev.UsageLimitReachedEvent, limit=run.budget.exhausted or "", on_exhausted="wrap_up")
 
 
 async def compact_context(run: RunPort) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from machines.build import BoundMachine, Step
 from orchestrator.config import AgentRunConfig
 from orchestrator.events import AgentEvent
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import (
     AssistantMessage,
     Message,
@@ -24,6 +25,7 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import ModelRequest, StopReason, Usage
+from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.context import AgentRunContext, AgentView
 from orchestrator.runtime.hooks import AgentExtension
@@ -54,6 +56,12 @@ class AgentPort(AgentView, Protocol):
     @property
     def waiting(self) -> WaitingCalls: ...
 
+    @property
+    def usage_limits(self) -> UsageLimits | None: ...
+
+    @property
+    def tool_timeout(self) -> float | None: ...
+
 
 class RunPort(Protocol):
     """What a request's parts (its edges, its tool runner, its handle and stream) use of the request."""
@@ -74,6 +82,7 @@ class RunPort(Protocol):
     error: BaseException | None
     restored: Restored | None
     abandoned: bool
+    budget: Budget | None
 
     @property
     def agent(self) -> AgentPort: ...
