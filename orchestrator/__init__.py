@@ -39,7 +39,15 @@ try:
         UserMessage,
         describe_parts,
     )
-    from orchestrator.model import Model, ModelRequest, ScriptedModel, StopReason, Usage
+    from orchestrator.model import (
+        Model,
+        ModelRequest,
+        ModelSettings,
+        ScriptedModel,
+        StopReason,
+        UnsupportedSetting,
+        Usage,
+    )
     from orchestrator.runtime.context import AgentRunContext
     from orchestrator.runtime.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
     from orchestrator.runtime.pending import PendingCall, ResponseRouter
@@ -86,6 +94,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelRequest",
+    "ModelSettings",
     "PendingCall",
     "ReasoningBlock",
     "Refusal",
@@ -111,6 +120,7 @@ __all__ = [
     "ToolResult",
     "ToolStatus",
     "UnknownRun",
+    "UnsupportedSetting",
     "Usage",
     "UserMessage",
     "WireFormatError",

@@ -18,7 +18,7 @@ from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.history import InMemoryHistory, SessionHistory
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
-from orchestrator.model import Model
+from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, check_settings
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
 from orchestrator.runtime.inbox import InputInbox
@@ -127,6 +127,7 @@ class Agent:
         max_iterations: int = 25,
         history: SessionHistory | None = None,
         steering: bool = True,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -135,6 +136,10 @@ class Agent:
         _text(optional=True).check("Agent.system_prompt", system_prompt)
         whole(1).check("Agent.max_iterations", max_iterations)
         flag().check("Agent.steering", steering)
+        if model_settings is not None and not isinstance(model_settings, ModelSettings):
+            kind = type(model_settings).__name__
+            raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
+        check_settings(model, model_settings)
         if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
             raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
         self.model = model
@@ -143,6 +148,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.max_iterations = max_iterations
         self.history = history
+        self.model_settings = model_settings or DEFAULT_SETTINGS
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
@@ -176,8 +182,10 @@ class Agent:
 
         A request whose stream was dropped is being cancelled and will end
         without anyone waiting for it: wait for that end rather than refusing.
-        Any other running request of the session makes this one SessionBusy.
+        Any other running request of the session makes this one SessionBusy, and
+        run settings the model cannot send UnsupportedSetting.
         """
+        check_settings(self.model, config.model_settings)
         live = self._live.get(config.session_id)
         while live is not None and live.abandoned:
             await live.wait_left()
@@ -381,12 +389,15 @@ async def create_agent(
     max_iterations: int = 25,
     history: SessionHistory | object | None = _DEFAULT,
     steering: bool = True,
+    model_settings: ModelSettings | None = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
     History is kept in memory unless ``history`` is given (None keeps none). The
     agent steers with its own SteeringExtension unless one is among
-    ``extensions`` or ``steering`` is False.
+    ``extensions`` or ``steering`` is False. ``model_settings`` apply to every request (a run's
+    ``AgentRunConfig.model_settings`` take their place); a setting the model's API has no field
+    for raises UnsupportedSetting here.
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -397,5 +408,6 @@ async def create_agent(
         max_iterations=max_iterations,
         history=store,
         steering=steering,
+        model_settings=model_settings,
     )
     return AgentClient(agent)

@@ -8,7 +8,8 @@ from typing import Any
 import attrs
 
 from machines.values import FieldValues
-from orchestrator.checks import mapping, text
+from orchestrator.checks import mapping, of_type, text
+from orchestrator.model import ModelSettings
 
 
 def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -24,14 +25,18 @@ def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object)
 
 @attrs.frozen(eq=False, repr=False)
 class AgentRunConfig(FieldValues):
-    """Which session a request or an external event belongs to.
+    """Which session a request or an external event belongs to, and what the request overrides.
 
     Ids that are not str raise TypeError, and ids that cannot be encoded as UTF-8
-    ValueError, here, before any store, log or wire line sees them.
+    ValueError, here, before any store, log or wire line sees them. ``model_settings``
+    take the place of the agent's for this request (each setting that is not None).
     """
 
     session_id: str = attrs.field(default="default", validator=[text(), _encodable])
     request_id: str | None = attrs.field(default=None, validator=[text(optional=True), _encodable])
+    model_settings: ModelSettings | None = attrs.field(
+        default=None, validator=of_type(ModelSettings, "a ModelSettings", optional=True)
+    )
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -25,13 +25,16 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import (
+    DEFAULT_SETTINGS,
     ModelEvent,
     ModelRequest,
+    ModelSettings,
     ReasoningDeltaEvent,
     ResponseCompletedEvent,
     TextDeltaEvent,
     ToolCallStreamEvent,
     Usage,
+    check_settings,
 )
 from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
 from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
@@ -392,6 +395,31 @@ class _Assembler:
         return ResponseCompletedEvent(message, self.usage(), stop, self.raw_stop)
 
 
+_ANTHROPIC_CHOICES = {"auto": "auto", "required": "any", "none": "none"}
+
+
+def anthropic_settings(settings: ModelSettings, *, tools: bool) -> dict[str, Any]:
+    """The Messages API fields of ``settings`` other than ``max_tokens`` and ``thinking``."""
+    fields: dict[str, Any] = {}
+    if settings.temperature is not None:
+        fields["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        fields["top_p"] = settings.top_p
+    if settings.stop is not None:
+        fields["stop_sequences"] = list(settings.stop)
+    if not tools:
+        return fields
+    choice: dict[str, Any] | None = None
+    if settings.tool_choice is not None:
+        named = settings.named_tool
+        choice = {"type": "tool", "name": named} if named else {"type": _ANTHROPIC_CHOICES[settings.tool_choice]}
+    if settings.parallel_tool_calls is False and (choice is None or choice["type"] != "none"):
+        choice = {"type": "auto", **(choice or {}), "disable_parallel_tool_use": True}
+    if choice is not None:
+        fields["tool_choice"] = choice
+    return fields
+
+
 class AnthropicModel(HTTPStreamingModel):
     """Streams responses from the Anthropic Messages API.
 
@@ -409,10 +437,20 @@ class AnthropicModel(HTTPStreamingModel):
     the assistant message and sent back before its tool calls on later turns.
     ``prompt_caching`` (on by default) marks the system prompt and the newest
     message as cache breakpoints (see ``mark_cache_breakpoints``).
+
+    A request's ModelSettings are sent as ``temperature``, ``top_p``, ``max_tokens`` (in place of
+    the constructor's), ``stop_sequences``, ``thinking`` (``reasoning_budget`` as its
+    ``budget_tokens``) and, when tools are offered, ``tool_choice`` (``required`` is ``any``, a
+    tool's name ``{type: tool, name}``; ``parallel_tool_calls=False`` sets its
+    ``disable_parallel_tool_use``); ``seed`` and ``reasoning_effort`` are refused (UnsupportedSetting).
     """
 
     env_prefix: ClassVar[str] = "ANTHROPIC"
     default_base_url: ClassVar[str] = DEFAULT_ANTHROPIC_BASE_URL
+    unsupported_settings: ClassVar[Mapping[str, str]] = {
+        "seed": "the Messages API has no seed",
+        "reasoning_effort": "the Messages API takes a thinking budget: use reasoning_budget",
+    }
 
     def __init__(
         self,
@@ -437,21 +475,27 @@ class AnthropicModel(HTTPStreamingModel):
         self.thinking_budget = thinking_budget
         self.prompt_caching = prompt_caching
 
-    def thinking(self) -> dict[str, Any] | None:
+    def thinking(self, settings: ModelSettings = DEFAULT_SETTINGS) -> dict[str, Any] | None:
         """The ``thinking`` setting requests carry (``extra_body`` may give its own)."""
         given = self.extra_body.get("thinking")
         if given is not None:
             return dict(given) if isinstance(given, Mapping) else None
-        if self.thinking_budget is None:
+        budget = settings.reasoning_budget if settings.reasoning_budget is not None else self.thinking_budget
+        if budget is None:
             return None
-        return {"type": "enabled", "budget_tokens": self.thinking_budget}
+        if budget <= 0:
+            return {"type": "disabled"}
+        return {"type": "enabled", "budget_tokens": budget}
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
-        thinking = self.thinking()
+        settings = request.settings
+        check_settings(self, settings)
+        thinking = self.thinking(settings)
         thinking_on = thinking is not None and thinking.get("type") not in (None, "disabled")
         system, messages = anthropic_messages(request.messages, thinking=thinking_on)
-        body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "stream": True}
+        max_tokens = settings.max_tokens or self.max_tokens
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "stream": True}
         if system:
             body["system"] = system
         body["messages"] = messages
@@ -459,6 +503,7 @@ class AnthropicModel(HTTPStreamingModel):
             body["tools"] = anthropic_tools(request.tools, request.server_tools)
         if thinking is not None:
             body["thinking"] = thinking
+        body.update(anthropic_settings(settings, tools=bool(request.tools or request.server_tools)))
         if self.prompt_caching:
             mark_cache_breakpoints(body)
         body.update(self.extra_body)

@@ -47,6 +47,8 @@ class HTTPStreamingModel:
 
     env_prefix: ClassVar[str]
     default_base_url: ClassVar[str]
+    #: The ModelSettings fields this API has no wire field for, each with what to use instead.
+    unsupported_settings: ClassVar[Mapping[str, str]] = {}
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ from orchestrator.messages import (
     ToolStatus,
     UserMessage,
 )
-from orchestrator.model import ModelRequest, StopReason, Usage
+from orchestrator.model import ModelRequest, ModelSettings, StopReason, Usage
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.context import AgentRunContext, AgentView
 from orchestrator.runtime.hooks import AgentExtension
@@ -53,6 +53,9 @@ class AgentPort(AgentView, Protocol):
 
     @property
     def waiting(self) -> WaitingCalls: ...
+
+    @property
+    def model_settings(self) -> ModelSettings: ...
 
 
 class RunPort(Protocol):

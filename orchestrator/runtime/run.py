@@ -136,6 +136,7 @@ class RequestRun(SteeringPoints):
         if isinstance(input_message, UserMessage):
             input_message = clean_message(input_message)  # type: ignore[assignment]
         self.context = AgentRunContext(self, config, request_id, input_message)
+        self.context._model_settings = agent.model_settings.merged(config.model_settings)
         self._sink: EventSink = sink if sink is not None else _DROP
         profile = _profile_of(agent)
         # Without a consumer, only the events some on_event wants are built (None: every event).
@@ -552,7 +553,9 @@ class RequestRun(SteeringPoints):
         if self.capabilities is not None and self.plan_mode_active:
             tools = tuple(t for t in tools if t.name in self.capabilities)
         server_tools = self.context._server_tools
-        return _model_request(self.context.messages, tools, tuple(server_tools) if server_tools else ())
+        return _model_request(
+            self.context.messages, tools, tuple(server_tools) if server_tools else (), self.context.model_settings
+        )
 
     # approvals and plan mode ------------------------------------------------
 
