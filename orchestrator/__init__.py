@@ -48,6 +48,7 @@ try:
         UnsupportedSetting,
         Usage,
     )
+    from orchestrator.output import OutputType, OutputValidationError, StructuredAnswer
     from orchestrator.runtime.context import AgentRunContext
     from orchestrator.runtime.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
     from orchestrator.runtime.pending import PendingCall, ResponseRouter
@@ -95,6 +96,8 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "ModelSettings",
+    "OutputType",
+    "OutputValidationError",
     "PendingCall",
     "ReasoningBlock",
     "Refusal",
@@ -107,6 +110,7 @@ __all__ = [
     "ServerToolDefinition",
     "SessionBusy",
     "StopReason",
+    "StructuredAnswer",
     "SubAgentExtension",
     "SubagentCompletedEvent",
     "SubagentStartedEvent",

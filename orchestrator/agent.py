@@ -19,6 +19,8 @@ from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.history import InMemoryHistory, SessionHistory
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
 from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, check_settings
+from orchestrator.output import OutputType
+from orchestrator.output import output_type as _output_type
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
 from orchestrator.runtime.inbox import InputInbox
@@ -128,6 +130,7 @@ class Agent:
         history: SessionHistory | None = None,
         steering: bool = True,
         model_settings: ModelSettings | None = None,
+        output_type: object = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -149,6 +152,7 @@ class Agent:
         self.max_iterations = max_iterations
         self.history = history
         self.model_settings = model_settings or DEFAULT_SETTINGS
+        self.output_type: OutputType | None = _output_type(output_type)
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
@@ -390,6 +394,7 @@ async def create_agent(
     history: SessionHistory | object | None = _DEFAULT,
     steering: bool = True,
     model_settings: ModelSettings | None = None,
+    output_type: object = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
@@ -397,7 +402,9 @@ async def create_agent(
     agent steers with its own SteeringExtension unless one is among
     ``extensions`` or ``steering`` is False. ``model_settings`` apply to every request (a run's
     ``AgentRunConfig.model_settings`` take their place); a setting the model's API has no field
-    for raises UnsupportedSetting here.
+    for raises UnsupportedSetting here. With ``output_type`` (a dataclass, attrs class, TypedDict,
+    pydantic model, other type hint, JSON Schema dict, or an OutputType) every final answer must
+    be JSON of that type: ``client.run`` then returns a StructuredAnswer whose ``output`` is the value.
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -409,5 +416,6 @@ async def create_agent(
         history=store,
         steering=steering,
         model_settings=model_settings,
+        output_type=output_type,
     )
     return AgentClient(agent)

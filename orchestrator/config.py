@@ -10,6 +10,7 @@ import attrs
 from machines.values import FieldValues
 from orchestrator.checks import mapping, of_type, text
 from orchestrator.model import ModelSettings
+from orchestrator.output import OutputType, output_type
 
 
 def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -29,7 +30,8 @@ class AgentRunConfig(FieldValues):
 
     Ids that are not str raise TypeError, and ids that cannot be encoded as UTF-8
     ValueError, here, before any store, log or wire line sees them. ``model_settings``
-    take the place of the agent's for this request (each setting that is not None).
+    take the place of the agent's for this request (each setting that is not None);
+    ``output_type`` (a type, a JSON Schema dict or an OutputType) takes the place of the agent's.
     """
 
     session_id: str = attrs.field(default="default", validator=[text(), _encodable])
@@ -37,6 +39,7 @@ class AgentRunConfig(FieldValues):
     model_settings: ModelSettings | None = attrs.field(
         default=None, validator=of_type(ModelSettings, "a ModelSettings", optional=True)
     )
+    output_type: OutputType | None = attrs.field(default=None, converter=output_type)
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -14,6 +14,7 @@ from orchestrator.checks import Check, flag, number, whole
 from orchestrator.checks import text as _text
 from orchestrator.errors import ModelError
 from orchestrator.messages import AssistantMessage, Message
+from orchestrator.output import OutputType
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
 
@@ -133,13 +134,15 @@ class ModelRequest(FieldValues):
     """What one model call receives. Fields are frozen; use ``attrs.evolve``.
 
     ``settings`` are the request's model settings: the agent's, with the run's and those
-    ``before_model`` hooks set (``context.model_settings``) in their place.
+    ``before_model`` hooks set (``context.model_settings``) in their place. ``output``: what the
+    final answer must be (its JSON Schema for providers with native structured output), or None.
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
     server_tools: tuple[ServerToolDefinition, ...] = attrs.field(default=(), converter=_server_tools)
     settings: ModelSettings = attrs.field(default=DEFAULT_SETTINGS, converter=_settings)
+    output: OutputType | None = None
 
 
 StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "content_filter", "refusal", "other"]

@@ -15,7 +15,7 @@ import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 PAGES = ("tools.md", "model-settings.md", "structured-output.md")
-_EXAMPLE = re.compile(r"```python\n(.*?)```\s*\n\s*prints\s*\n\s*```text\n(.*?)```", re.S)
+_EXAMPLE = re.compile(r"```python\n((?:(?!```).)*)```\s*\n\s*prints\s*\n\s*```text\n((?:(?!```).)*)```", re.S)
 
 
 def _examples() -> list[tuple[str, int, str, str]]:

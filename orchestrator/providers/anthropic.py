@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
@@ -36,6 +37,7 @@ from orchestrator.model import (
     Usage,
     check_settings,
 )
+from orchestrator.output import OutputType
 from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
 from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
@@ -420,6 +422,35 @@ def anthropic_settings(settings: ModelSettings, *, tools: bool) -> dict[str, Any
     return fields
 
 
+#: The tool a request with an output type offers for its final answer.
+OUTPUT_TOOL = "final_result"
+
+
+def output_tool(output: OutputType) -> dict[str, Any]:
+    """The definition of the tool whose input is the final answer."""
+    return {
+        "name": OUTPUT_TOOL,
+        "description": f"Give the final answer: a {output.name}. Call this once, when the answer is ready.",
+        "input_schema": output.object_schema(),
+    }
+
+
+def answer_of_output_tool(completed: ResponseCompletedEvent, output: OutputType | None) -> ResponseCompletedEvent:
+    """A response that called the output tool as the answer: the tool's input (as JSON) is its text.
+
+    Other calls of that response are dropped: the answer ends the request.
+    """
+    if output is None:
+        return completed
+    message = completed.message
+    call = next((c for c in message.tool_calls if c.name == OUTPUT_TOOL), None)
+    if call is None:
+        return completed
+    given = call.invalid_arguments if call.invalid_arguments is not None else json.dumps(call.arguments)
+    answer = AssistantMessage(output.unwrapped(given), reasoning=message.reasoning)
+    return ResponseCompletedEvent(answer, completed.usage, "end_turn", completed.raw_stop_reason)
+
+
 class AnthropicModel(HTTPStreamingModel):
     """Streams responses from the Anthropic Messages API.
 
@@ -443,6 +474,9 @@ class AnthropicModel(HTTPStreamingModel):
     ``budget_tokens``) and, when tools are offered, ``tool_choice`` (``required`` is ``any``, a
     tool's name ``{type: tool, name}``; ``parallel_tool_calls=False`` sets its
     ``disable_parallel_tool_use``); ``seed`` and ``reasoning_effort`` are refused (UnsupportedSetting).
+    A request with an output type offers a ``final_result`` tool whose input schema is the
+    output's and forces it (``tool_choice`` ``{type: tool}``, or ``any`` beside other tools; not
+    with thinking on, nor when a ``tool_choice`` setting is given): its input becomes the answer's text.
     """
 
     env_prefix: ClassVar[str] = "ANTHROPIC"
@@ -499,11 +533,19 @@ class AnthropicModel(HTTPStreamingModel):
         if system:
             body["system"] = system
         body["messages"] = messages
+        output = request.output
         if request.tools or request.server_tools:
             body["tools"] = anthropic_tools(request.tools, request.server_tools)
+        if output is not None:
+            body.setdefault("tools", []).append(output_tool(output))
         if thinking is not None:
             body["thinking"] = thinking
-        body.update(anthropic_settings(settings, tools=bool(request.tools or request.server_tools)))
+        fields = anthropic_settings(settings, tools=bool(request.tools or request.server_tools or output))
+        if output is not None and settings.tool_choice is None and not thinking_on:
+            # The answer must come through the output tool (or, with other tools offered, any tool).
+            forced = {"type": "any"} if request.tools or request.server_tools else {"type": "tool", "name": OUTPUT_TOOL}
+            fields["tool_choice"] = {**fields.get("tool_choice", {}), **forced}
+        body.update(fields)
         if self.prompt_caching:
             mark_cache_breakpoints(body)
         body.update(self.extra_body)
@@ -529,9 +571,11 @@ class AnthropicModel(HTTPStreamingModel):
                 if isinstance(kind, str) and kind in _CONTENT_EVENTS:  # not ping, nor a type it ignores
                     idle.reset()
                 for produced in assembler.feed(data):
+                    if type(produced) is ToolCallStreamEvent and produced.name == OUTPUT_TOOL and request.output:
+                        continue  # the answer, not a call to run
                     yield produced
                 if assembler.stopped:
                     break
             else:
                 raise MalformedStreamError("stream ended before message_stop")
-        yield assembler.completed()
+        yield answer_of_output_tool(assembler.completed(), request.output)

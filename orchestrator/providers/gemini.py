@@ -197,7 +197,10 @@ class GeminiModel(HTTPStreamingModel):
     ``thinkingConfig.thinkingBudget`` (``reasoning_budget``), and ``tool_choice`` as
     ``toolConfig.functionCallingConfig`` (``AUTO``, ``ANY``, ``NONE``; a tool's name is ``ANY``
     with ``allowedFunctionNames``); ``parallel_tool_calls`` and ``reasoning_effort`` are refused
-    (UnsupportedSetting). Once a stream has started, ``idle_timeout`` seconds without a
+    (UnsupportedSetting). A request with an output type and no tools sends its schema as
+    ``generationConfig.responseJsonSchema`` with ``responseMimeType`` JSON; with tools it is not
+    sent (not every Gemini model takes a JSON response type beside function calling) and the
+    answer is only checked. Once a stream has started, ``idle_timeout`` seconds without a
     chunk that carries anything raise ProviderTimeoutError; None waits without bound.
     """
 
@@ -271,7 +274,11 @@ class GeminiModel(HTTPStreamingModel):
                     calling["allowedFunctionNames"] = [named]
                 body["toolConfig"] = {"functionCallingConfig": calling}
         body.update(self.extra_body)
-        if config := self.generation_config(settings):
+        config = self.generation_config(settings)
+        if request.output is not None and not (request.tools or request.server_tools):
+            config.setdefault("responseMimeType", "application/json")
+            config.setdefault("responseJsonSchema", dict(request.output.schema))
+        if config:
             body["generationConfig"] = config
         return body
 

@@ -38,7 +38,7 @@ from orchestrator.model import (
     check_settings,
 )
 from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
-from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
+from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings, unwrapped_answer
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.fields import Fields, decode_object, stream_error
 from orchestrator.providers.stops import OPENAI_FINISH_REASONS, normalised_stop
@@ -369,7 +369,9 @@ class OpenAIChatModel(HTTPStreamingModel):
     ``temperature``, ``top_p``, ``max_completion_tokens``, ``stop``, ``seed``,
     ``reasoning_effort`` and, when tools are offered, ``tool_choice`` and
     ``parallel_tool_calls`` (``extra_body`` fields take their place); a
-    ``reasoning_budget`` is refused (UnsupportedSetting). Reasoning text a server streams
+    ``reasoning_budget`` is refused (UnsupportedSetting). A request with an output type
+    sends its schema as ``response_format`` (``json_schema``, not strict); a schema that is not
+    an object's is sent as the ``value`` property of one, and the answer unwrapped. Reasoning text a server streams
     (``reasoning_content``, or ``reasoning``) becomes reasoning deltas and a
     ReasoningBlock of the message; it is not sent back (Chat Completions has no
     field for it). ``tool_images=False`` sends only the text descriptions of
@@ -411,6 +413,9 @@ class OpenAIChatModel(HTTPStreamingModel):
             body["reasoning_effort"] = self.reasoning_effort
         check_settings(self, request.settings)
         body.update(chat_settings(request.settings, tools=bool(request.tools)))
+        if request.output is not None:
+            schema = {"name": request.output.wire_name, "schema": request.output.object_schema(), "strict": False}
+            body["response_format"] = {"type": "json_schema", "json_schema": schema}
         if request.server_tools:
             log.warning("Chat Completions has no server tools; ignoring %d", len(request.server_tools))
         body.update(self.extra_body)
@@ -445,4 +450,4 @@ class OpenAIChatModel(HTTPStreamingModel):
                 log.debug("stream from %s ended after its finish_reason without data: [DONE]", url)
         for produced in assembler.finish():
             yield produced
-        yield assembler.completed()
+        yield unwrapped_answer(assembler.completed(), request.output)

@@ -21,7 +21,7 @@ from orchestrator.messages import (
 )
 from orchestrator.model import ModelEvent, ModelRequest, check_settings
 from orchestrator.providers._http import IdleTimer, post_sse
-from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
+from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings, unwrapped_answer
 from orchestrator.providers.errors import MalformedStreamError
 from orchestrator.providers.fields import decode_object
 from orchestrator.providers.openai import DEFAULT_OPENAI_BASE_URL, image_url, openai_headers
@@ -138,7 +138,9 @@ class OpenAIResponsesModel(HTTPStreamingModel):
     ...). A request's ModelSettings are sent as ``temperature``, ``top_p``,
     ``max_output_tokens``, ``reasoning.effort`` (in place of ``reasoning_effort``)
     and, when tools are offered, ``tool_choice`` and ``parallel_tool_calls``;
-    ``stop``, ``seed`` and ``reasoning_budget`` are refused (UnsupportedSetting).
+    ``stop``, ``seed`` and ``reasoning_budget`` are refused (UnsupportedSetting). A request
+    with an output type sends its schema as ``text.format`` (``json_schema``, not strict;
+    wrapped as OpenAIChatModel does).
     Once a stream has started, ``idle_timeout`` seconds without an event
     raise ProviderTimeoutError (event types the adapter does not know do not
     count); None waits without bound.
@@ -188,6 +190,16 @@ class OpenAIResponsesModel(HTTPStreamingModel):
                 body["tool_choice"] = {"type": "function", "name": named} if named else settings.tool_choice
             if settings.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = settings.parallel_tool_calls
+        if request.output is not None:
+            output = request.output
+            body["text"] = {
+                "format": {
+                    "type": "json_schema",
+                    "name": output.wire_name,
+                    "schema": output.object_schema(),
+                    "strict": False,
+                }
+            }
         body.update(self.extra_body)
         return body
 
@@ -210,4 +222,4 @@ class OpenAIResponsesModel(HTTPStreamingModel):
                     break
             else:
                 raise MalformedStreamError("stream ended before response.completed or response.incomplete")
-        yield assembler.completed()
+        yield unwrapped_answer(assembler.completed(), request.output)

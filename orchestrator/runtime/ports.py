@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from machines.build import BoundMachine, Step
 from orchestrator.config import AgentRunConfig
+from orchestrator.errors import ValueMismatch
 from orchestrator.events import AgentEvent
 from orchestrator.messages import (
     AssistantMessage,
@@ -24,6 +25,7 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import ModelRequest, ModelSettings, StopReason, Usage
+from orchestrator.output import OutputType
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.context import AgentRunContext, AgentView
 from orchestrator.runtime.hooks import AgentExtension
@@ -57,6 +59,9 @@ class AgentPort(AgentView, Protocol):
     @property
     def model_settings(self) -> ModelSettings: ...
 
+    @property
+    def output_type(self) -> OutputType | None: ...
+
 
 class RunPort(Protocol):
     """What a request's parts (its edges, its tool runner, its handle and stream) use of the request."""
@@ -77,6 +82,10 @@ class RunPort(Protocol):
     error: BaseException | None
     restored: Restored | None
     abandoned: bool
+    output_spec: OutputType | None
+    output: Any
+    output_error: ValueMismatch | None
+    output_attempts: int
 
     @property
     def agent(self) -> AgentPort: ...
