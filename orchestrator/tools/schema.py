@@ -10,7 +10,6 @@ only when pydantic is already loaded (the user's own module imported it to defin
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import inspect
 import sys
@@ -45,6 +44,11 @@ def _pydantic_model(annotation: Any) -> bool:
     return issubclass(annotation, pydantic.BaseModel)
 
 
+def _is_dataclass(annotation: Any) -> bool:
+    """Whether ``annotation`` is a dataclass (what ``dataclasses.is_dataclass`` tests, without importing it)."""
+    return isinstance(annotation, type) and hasattr(annotation, "__dataclass_fields__")
+
+
 def _is_typeddict(annotation: Any) -> bool:
     return isinstance(annotation, type) and typing.is_typeddict(annotation)
 
@@ -58,7 +62,9 @@ def _fields_of(annotation: type) -> list[tuple[str, Any, bool]]:
     if _is_typeddict(annotation):
         required = annotation.__required_keys__  # type: ignore[attr-defined]
         return [(name, hint, name in required) for name, hint in hints.items()]
-    if dataclasses.is_dataclass(annotation):
+    if _is_dataclass(annotation):
+        import dataclasses  # not at import: importing orchestrator loads no dataclasses
+
         return [
             (
                 field.name,
@@ -78,7 +84,7 @@ def _fields_of(annotation: type) -> list[tuple[str, Any, bool]]:
 def _record(annotation: Any) -> bool:
     """Whether ``annotation`` is a class whose fields become the properties of a JSON object."""
     return isinstance(annotation, type) and (
-        dataclasses.is_dataclass(annotation) or attrs.has(annotation) or _is_typeddict(annotation)
+        _is_dataclass(annotation) or attrs.has(annotation) or _is_typeddict(annotation)
     )
 
 
@@ -142,7 +148,7 @@ def _schema(annotation: Any, seen: tuple[Any, ...]) -> dict[str, Any]:
 
 def _generated_doc(annotation: type) -> bool:
     """Whether a class's docstring is the signature dataclasses writes for an undocumented class."""
-    return dataclasses.is_dataclass(annotation) and (annotation.__doc__ or "").startswith(annotation.__name__ + "(")
+    return _is_dataclass(annotation) and (annotation.__doc__ or "").startswith(annotation.__name__ + "(")
 
 
 def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
