@@ -40,7 +40,16 @@ try:
         UserMessage,
         describe_parts,
     )
-    from orchestrator.model import Model, ModelRequest, ScriptedModel, StopReason, Usage
+    from orchestrator.model import (
+        Model,
+        ModelRequest,
+        ModelSettings,
+        ScriptedModel,
+        StopReason,
+        UnsupportedSetting,
+        Usage,
+    )
+    from orchestrator.output import OutputType, OutputValidationError, StructuredAnswer
     from orchestrator.runtime.context import AgentRunContext
     from orchestrator.runtime.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
     from orchestrator.runtime.pending import PendingCall, ResponseRouter
@@ -87,6 +96,9 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelRequest",
+    "ModelSettings",
+    "OutputType",
+    "OutputValidationError",
     "PendingCall",
     "ReasoningBlock",
     "Refusal",
@@ -101,6 +113,7 @@ __all__ = [
     "ServerToolDefinition",
     "SessionBusy",
     "StopReason",
+    "StructuredAnswer",
     "SubAgentExtension",
     "SubagentCompletedEvent",
     "SubagentStartedEvent",
@@ -114,6 +127,7 @@ __all__ = [
     "ToolResult",
     "ToolStatus",
     "UnknownRun",
+    "UnsupportedSetting",
     "Usage",
     "UsageLimitExceeded",
     "UsageLimits",

@@ -19,7 +19,9 @@ from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.history import InMemoryHistory, SessionHistory
 from orchestrator.limits import RunUsage, UsageLimits
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
-from orchestrator.model import Model
+from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, check_settings
+from orchestrator.output import OutputType
+from orchestrator.output import output_type as _output_type
 from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
@@ -131,6 +133,8 @@ class Agent:
         steering: bool = True,
         usage_limits: UsageLimits | None = None,
         tool_timeout: float | None = None,
+        model_settings: ModelSettings | None = None,
+        output_type: object = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -141,6 +145,10 @@ class Agent:
         flag().check("Agent.steering", steering)
         of_type(UsageLimits, "a UsageLimits", optional=True).check("Agent.usage_limits", usage_limits)
         number(above=0, optional=True).check("Agent.tool_timeout", tool_timeout)
+        if model_settings is not None and not isinstance(model_settings, ModelSettings):
+            kind = type(model_settings).__name__
+            raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
+        check_settings(model, model_settings)
         if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
             raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
         self.model = model
@@ -151,6 +159,8 @@ class Agent:
         self.history = history
         self.usage_limits = usage_limits
         self.tool_timeout = tool_timeout
+        self.model_settings = model_settings or DEFAULT_SETTINGS
+        self.output_type: OutputType | None = _output_type(output_type)
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
@@ -186,8 +196,10 @@ class Agent:
 
         A request whose stream was dropped is being cancelled and will end
         without anyone waiting for it: wait for that end rather than refusing.
-        Any other running request of the session makes this one SessionBusy.
+        Any other running request of the session makes this one SessionBusy, and
+        run settings the model cannot send UnsupportedSetting.
         """
+        check_settings(self.model, config.model_settings)
         live = self._live.get(config.session_id)
         while live is not None and live.abandoned:
             await live.wait_left()
@@ -407,6 +419,8 @@ async def create_agent(
     steering: bool = True,
     usage_limits: UsageLimits | None = None,
     tool_timeout: float | None = None,
+    model_settings: ModelSettings | None = None,
+    output_type: object = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
@@ -415,6 +429,11 @@ async def create_agent(
     ``extensions`` or ``steering`` is False. ``usage_limits`` bounds what each
     request spends (a run's ``AgentRunConfig.usage_limits`` replaces it);
     ``tool_timeout`` (seconds) bounds each tool call whose tool sets no timeout.
+    ``model_settings`` apply to every request (a run's ``AgentRunConfig.model_settings`` take
+    their place); a setting the model's API has no field for raises UnsupportedSetting here.
+    With ``output_type`` (a dataclass, attrs class, TypedDict, pydantic model, other type hint,
+    JSON Schema dict, or an OutputType) every final answer must be JSON of that type:
+    ``client.run`` then returns a StructuredAnswer whose ``output`` is the value.
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -427,5 +446,7 @@ async def create_agent(
         steering=steering,
         usage_limits=usage_limits,
         tool_timeout=tool_timeout,
+        model_settings=model_settings,
+        output_type=output_type,
     )
     return AgentClient(agent)

@@ -10,6 +10,8 @@ import attrs
 from machines.values import FieldValues
 from orchestrator.checks import mapping, number, of_type, text
 from orchestrator.limits import UsageLimits
+from orchestrator.model import ModelSettings
+from orchestrator.output import OutputType, output_type
 
 
 def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -25,11 +27,13 @@ def _encodable(instance: object, attribute: attrs.Attribute[Any], value: object)
 
 @attrs.frozen(eq=False, repr=False)
 class AgentRunConfig(FieldValues):
-    """Which session a request or an external event belongs to, and the bounds of one run.
+    """Which session a request or an external event belongs to, what the request overrides, and its bounds.
 
     Ids that are not str raise TypeError, and ids that cannot be encoded as UTF-8
-    ValueError, here, before any store, log or wire line sees them. ``usage_limits``
-    replaces the agent's for this run; ``deadline`` (seconds) bounds the time the
+    ValueError, here, before any store, log or wire line sees them. ``model_settings``
+    take the place of the agent's for this request (each setting that is not None);
+    ``output_type`` (a type, a JSON Schema dict or an OutputType) takes the place of the agent's;
+    ``usage_limits`` replaces the agent's for this run; ``deadline`` (seconds) bounds the time the
     request runs, time spent waiting for people's answers not counted.
     """
 
@@ -39,6 +43,10 @@ class AgentRunConfig(FieldValues):
         default=None, validator=of_type(UsageLimits, "a UsageLimits", optional=True), kw_only=True
     )
     deadline: float | None = attrs.field(default=None, validator=number(above=0, optional=True), kw_only=True)
+    model_settings: ModelSettings | None = attrs.field(
+        default=None, validator=of_type(ModelSettings, "a ModelSettings", optional=True)
+    )
+    output_type: OutputType | None = attrs.field(default=None, converter=output_type)
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -33,6 +33,7 @@ def test_importing_the_package_loads_no_wire_codecs_json_or_uuid() -> None:
         "json",
         "uuid",
         "asyncio",
+        "pydantic",
     ):
         assert module not in loaded, f"import orchestrator loaded {module}"
     assert "orchestrator.runtime.run" in loaded

@@ -19,7 +19,7 @@ from orchestrator.events import AgentEvent
 from orchestrator.history import SessionHistory
 from orchestrator.limits import RunUsage
 from orchestrator.messages import Message, SystemMessage, UserMessage, clean_message
-from orchestrator.model import Model, Usage
+from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, Usage
 from orchestrator.runtime.budget import Budget
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
@@ -119,6 +119,22 @@ class AgentRunContext:
         self._server_tools: list[ServerToolDefinition] | None = None
         self._state: dict[str, Any] | None = None
         self._messages: list[Message] = []
+        self._model_settings = DEFAULT_SETTINGS
+
+    @property
+    def model_settings(self) -> ModelSettings:
+        """The settings of this request's next model call: the agent's, with the run's in their place.
+
+        A ``before_model`` hook may assign new ones (``attrs.evolve(context.model_settings, ...)``):
+        they hold for the rest of the request.
+        """
+        return self._model_settings
+
+    @model_settings.setter
+    def model_settings(self, settings: ModelSettings) -> None:
+        if not isinstance(settings, ModelSettings):
+            raise TypeError(f"context.model_settings must be a ModelSettings, got {type(settings).__name__}")
+        self._model_settings = settings
 
     @property
     def server_tools(self) -> list[ServerToolDefinition]:

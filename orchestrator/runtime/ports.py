@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from machines.build import BoundMachine, Step
 from orchestrator.config import AgentRunConfig
+from orchestrator.errors import ValueMismatch
 from orchestrator.events import AgentEvent
 from orchestrator.limits import UsageLimits
 from orchestrator.messages import (
@@ -24,7 +25,8 @@ from orchestrator.messages import (
     ToolStatus,
     UserMessage,
 )
-from orchestrator.model import ModelRequest, StopReason, Usage
+from orchestrator.model import ModelRequest, ModelSettings, StopReason, Usage
+from orchestrator.output import OutputType
 from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.context import AgentRunContext, AgentView
@@ -62,6 +64,12 @@ class AgentPort(AgentView, Protocol):
     @property
     def tool_timeout(self) -> float | None: ...
 
+    @property
+    def model_settings(self) -> ModelSettings: ...
+
+    @property
+    def output_type(self) -> OutputType | None: ...
+
 
 class RunPort(Protocol):
     """What a request's parts (its edges, its tool runner, its handle and stream) use of the request."""
@@ -83,6 +91,10 @@ class RunPort(Protocol):
     restored: Restored | None
     abandoned: bool
     budget: Budget | None
+    output_spec: OutputType | None
+    output: Any
+    output_error: ValueMismatch | None
+    output_attempts: int
 
     @property
     def agent(self) -> AgentPort: ...

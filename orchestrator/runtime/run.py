@@ -28,7 +28,7 @@ from machines.frozen import constructor
 from machines.request import REQUEST
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
-from orchestrator.errors import MaxIterationsExceeded, ModelError
+from orchestrator.errors import MaxIterationsExceeded, ModelError, ValueMismatch
 from orchestrator.limits import RequestDeadlineExceeded, UsageLimitExceeded
 from orchestrator.messages import (
     AssistantMessage,
@@ -49,6 +49,7 @@ from orchestrator.model import (
     TextDeltaEvent,
     Usage,
 )
+from orchestrator.output import OutputType, OutputValidationError, StructuredAnswer
 from orchestrator.runtime.budget import Budget, Deadline
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.runtime.edges import CALLBACKS, GUARDS, has_work
@@ -117,6 +118,10 @@ class RequestRun(SteeringPoints):
         "left",
         "machine",
         "open_calls",
+        "output",
+        "output_attempts",
+        "output_error",
+        "output_spec",
         "parking",
         "raw_stop_reason",
         "request",
@@ -141,6 +146,12 @@ class RequestRun(SteeringPoints):
         if isinstance(input_message, UserMessage):
             input_message = clean_message(input_message)  # type: ignore[assignment]
         self.context = AgentRunContext(self, config, request_id, input_message)
+        self.context._model_settings = agent.model_settings.merged(config.model_settings)
+        # What the final answer must be (None: any text), and where its checks stand.
+        self.output_spec: OutputType | None = config.output_type or agent.output_type
+        self.output: Any = None
+        self.output_error: ValueMismatch | None = None
+        self.output_attempts = 0
         self._sink: EventSink = sink if sink is not None else _DROP
         profile = _profile_of(agent)
         # Without a consumer, only the events some on_event wants are built (None: every event).
@@ -388,13 +399,17 @@ class RequestRun(SteeringPoints):
                         assert self.response is not None
                         final = await self._finish_turn(self.response, resumed=True)
                         if final is not None:
-                            return final
+                            return self._answer(final)
                         await self.step("settle_turn")
                 await self._request_model()
                 while True:
                     response = await self._call_model()
                     self.request = None  # the next turn assembles its own; a waiting request keeps none
                     await self.step("respond" if response.tool_calls else "answer")
+                    answered = not response.tool_calls
+                    if answered and self.output_spec is not None and not await self._settle_output(response):
+                        await self._request_model()  # the answer does not fit: asked again
+                        continue
                     if response.tool_calls:
                         # _finish_turn, unrolled: a request waiting in a tool call keeps one coroutine frame fewer.
                         await ToolRunner(self).run(response.tool_calls)
@@ -403,7 +418,7 @@ class RequestRun(SteeringPoints):
                     else:
                         final = await self._conclude(response)
                         if final is not None:
-                            return final
+                            return self._answer(final)
                     await self.step("settle_turn")
                     await self._request_model()
             assert deadline is not None  # only a deadline's scope ends the body without a return or an error
@@ -426,6 +441,32 @@ class RequestRun(SteeringPoints):
         if self.steering is not None:
             await self.step("steer")
         return None
+
+    async def _settle_output(self, response: AssistantMessage) -> bool:
+        """Leave ``validating_output``: True when the answer fits, False when the model is asked again.
+
+        OutputValidationError (carrying the last mismatch) once no retry is left.
+        """
+        if self.output_error is None:
+            await self.step("accept_output")
+            return True
+        if not self.machine.may("retry_output"):
+            raise OutputValidationError(self.output_error, response.content, self.output_attempts)
+        await self.step("retry_output")
+        return False
+
+    def _answer(self, final: AssistantMessage) -> AssistantMessage:
+        """The request's result: the final answer, with its typed value when the request has an output type."""
+        spec = self.output_spec
+        if spec is None:
+            return final
+        if self.output_error is None and self.output_attempts:
+            return StructuredAnswer.of(final, self.output)
+        # A run resumed after its final answer: the answer was accepted before its checkpoint.
+        try:
+            return StructuredAnswer.of(final, spec.parse(final.content))
+        except ValueMismatch as mismatch:
+            raise OutputValidationError(mismatch, final.content, self.output_attempts + 1) from None
 
     async def _conclude(self, response: AssistantMessage) -> AssistantMessage | None:
         """After an answer: take steering or internal input if any (None), else complete (the answer)."""
@@ -576,7 +617,13 @@ class RequestRun(SteeringPoints):
         if self.capabilities is not None and self.plan_mode_active:
             tools = tuple(t for t in tools if t.name in self.capabilities)
         server_tools = self.context._server_tools
-        return _model_request(self.context.messages, tools, tuple(server_tools) if server_tools else ())
+        return _model_request(
+            self.context.messages,
+            tools,
+            tuple(server_tools) if server_tools else (),
+            self.context.model_settings,
+            self.output_spec,
+        )
 
     # approvals and plan mode ------------------------------------------------
 
