@@ -14,14 +14,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from orchestrator.agent import Agent, AgentClient
+from orchestrator.host import AgentHost
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PATH, TokenGuard
+from orchestrator.server.hosted import HostBackend
 from orchestrator.server.hosts import HostGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
 from orchestrator.server.origins import OriginGuard
 from orchestrator.server.routes import Service
+from orchestrator.server.streams import StopReason, asgi_server_stopping
 from orchestrator.store.errors import StoreUnavailable
 
 
@@ -65,7 +68,7 @@ async def _method_not_allowed(request: Request, error: Exception) -> Response:
 
 
 def create_app(
-    agent: Agent | AgentClient | Backend,
+    agent: Agent | AgentClient | AgentHost | Backend,
     *,
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -75,10 +78,17 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     allowed_origins: Iterable[str] = (),
 ) -> ASGIApp:
-    """The ASGI application for ``agent`` (an Agent or its client, or another Backend such as a web node's).
+    """The ASGI application for ``agent``: an Agent or its client, an AgentHost, or a Backend (a web node's).
 
-    Serve it with hypercorn's trio worker (``hypercorn.trio.serve``) or mount
-    it in a trio ASGI application: its requests run in the serving trio loop.
+    Given an Agent or AgentClient, serve it with hypercorn's trio worker
+    (``hypercorn.trio.serve``) or mount it in a trio ASGI application: its
+    requests run in the serving trio loop. Given an ``AgentHost``, serve it
+    with any ASGI server (uvicorn, hypercorn's asyncio worker) or mount it in a
+    FastAPI or Starlette application: the routes run on the server's loop and
+    the agent in the host's thread. Nothing depends on the app's lifespan, and
+    under a mount the console and the links it answers follow the mount's prefix.
+    Open event streams end with an ``event: closing`` frame when the server
+    shuts down or the host closes (see docs/asyncio.md).
     ``token`` guards every route but ``/health`` and the console's page and
     files (which hold no data); ``max_body_bytes`` caps
     request bodies; ``idempotency_keys`` bounds the remembered answers;
@@ -102,11 +112,16 @@ def create_app(
         tuple(allowed_origins),
     )
     backend: Backend
+    stop_reasons: list[StopReason] = [asgi_server_stopping]
     if isinstance(agent, (Agent, AgentClient)):
         backend = LocalBackend(_client(agent), retained_runs=retained_runs)
+    elif isinstance(agent, AgentHost):
+        hosted = HostBackend(agent, retained_runs=retained_runs)
+        stop_reasons.append(hosted.closing)
+        backend = hosted
     else:
         backend = agent
-    service = Service(backend, settings.max_body_bytes, settings.idempotency_keys)
+    service = Service(backend, settings.max_body_bytes, settings.idempotency_keys, stop_reasons)
     routes: list[BaseRoute] = [
         Route("/health", service.health, methods=["GET"]),
         Route("/openapi.json", service.openapi, methods=["GET"]),
