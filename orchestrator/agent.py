@@ -16,8 +16,8 @@ from orchestrator.errors import SessionBusy
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.extensions.steering import SteeringExtension
-from orchestrator.history import InMemoryHistory, SessionHistory
-from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
+from orchestrator.history import InMemoryHistory, SessionHistory, session_messages
+from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMessage
 from orchestrator.model import Model
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
@@ -346,6 +346,10 @@ class AgentClient:
     def attach(self, request_id: str) -> RunHandle:
         """The handle of a live or recently finished run started with ``start`` (else UnknownRun)."""
         return self.agent.runs.get(request_id)
+
+    async def history(self, session_id: str) -> list[Message]:
+        """The session's messages, from the agent's history or its store extension (empty when none knows it)."""
+        return await session_messages(self.agent, session_id) or []
 
     async def run(
         self,
