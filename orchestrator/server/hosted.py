@@ -32,8 +32,7 @@ class HostBackend:
 
     def closing(self) -> str | None:
         """Why open event streams must end now (the host is closing or closed), else None."""
-        state = self.host.state
-        return None if state == "serving" else f"the agent host is {state}"
+        return host_closing(self.host)
 
     async def start(
         self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
@@ -79,6 +78,11 @@ class HostBackend:
 
     def running(self) -> int | None:
         return len(self.local.agent.running()) if self.host.state == "serving" else 0
+
+
+def host_closing(host: AgentHost) -> str | None:
+    """Why streams of ``host``'s runs must end now (it is closing or closed), else None."""
+    return None if host.state == "serving" else f"the agent host is {host.state}"
 
 
 async def _encoded_batch(follower: EventFollower) -> list[dict[str, Any]]:

@@ -20,8 +20,14 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from orchestrator.events import AgentEvent
+from orchestrator.host import AgentHost
 from orchestrator.runtime.handle import EventsExpired
-from orchestrator.wire.sse import sse_closing_frame, sse_error_frame, sse_frame
+from orchestrator.server.hosted import host_closing
+from orchestrator.wire.format import encode_event
+from orchestrator.wire.sse import CLOSING_EVENT, sse_closing_frame, sse_error_frame, sse_frame
+
+__all__ = ["CLOSING_EVENT", "EventStreamResponse", "asgi_server_stopping", "sse_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -136,3 +142,22 @@ async def _frames(batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason
         logger.exception("the event stream failed")
         yield sse_error_frame(error)
 
+
+
+def sse_response(events: AsyncIterator[AgentEvent], host: AgentHost | None = None) -> Response:
+    """A Server-Sent Events response of ``events`` (such as ``await host.follow(request_id, after=seq)``).
+
+    Each event is a frame (``sse_frame``). The response ends after the run's last
+    event, or early with an ``event: closing`` frame when the ASGI server shuts
+    down or ``host`` closes; a reader that disconnects only stops reading.
+    """
+
+    def stop() -> str | None:
+        return (host_closing(host) if host is not None else None) or asgi_server_stopping()
+
+    return EventStreamResponse(_single_batches(events), stop)
+
+
+async def _single_batches(events: AsyncIterator[AgentEvent]) -> AsyncIterator[list[dict[str, Any]]]:
+    async for event in events:
+        yield [encode_event(event)]
