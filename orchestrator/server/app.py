@@ -6,18 +6,19 @@ from collections.abc import Iterable
 from importlib import resources
 
 import attrs
+import sniffio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.agent import Agent, AgentClient
 from orchestrator.host import AgentHost
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
-from orchestrator.server.errors import HTTPRefusal
+from orchestrator.server.errors import HTTPRefusal, send_refusal
 from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PATH, TokenGuard
 from orchestrator.server.hosted import HostBackend
 from orchestrator.server.hosts import HostGuard
@@ -65,6 +66,30 @@ async def _not_found(request: Request, error: Exception) -> Response:
 async def _method_not_allowed(request: Request, error: Exception) -> Response:
     message = f"{request.method} is not allowed on {request.url.path}"
     return JSONResponse({"error": {"type": "MethodNotAllowed", "message": message}}, status_code=405)
+
+
+class TrioLoopOnly:
+    """Answers 500 with the reason when an agent that lives in the serving trio loop is served by another loop.
+
+    An Agent or AgentClient given to ``create_app`` runs its requests in the loop
+    that serves it, which must be trio's; under asyncio an ``AgentHost`` carries it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" or sniffio.current_async_library() == "trio":
+            await self.app(scope, receive, send)
+            return
+        message = (
+            "this app serves an Agent in the serving trio loop, and this server runs another loop: "
+            "give create_app an AgentHost (orchestrator.host) to serve under asyncio"
+        )
+        if scope["type"] == "http":
+            await send_refusal(send, 500, "WrongEventLoop", message)
+            return
+        raise RuntimeError(message)
 
 
 def create_app(
@@ -152,6 +177,8 @@ def create_app(
     open_prefixes = CONSOLE_PREFIXES if settings.console else ()
     open_paths = {HEALTH_PATH, *(CONSOLE_PATHS if settings.console else ())}
     guarded: ASGIApp = TokenGuard(app, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
+    if isinstance(backend, LocalBackend):
+        guarded = TrioLoopOnly(guarded)
     guarded = OriginGuard(guarded, settings.allowed_origins)
     if settings.allowed_hosts is not None:
         guarded = HostGuard(guarded, settings.allowed_hosts)

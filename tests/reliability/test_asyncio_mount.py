@@ -82,3 +82,20 @@ async def test_a_run_is_started_answered_and_streamed_through_a_prefix_mount(hos
     assert got.types[-1] == "run_completed"
     assert '"blue"' in json.dumps(got.events[-1]["result"])
     assert [int(i) for i, _, _ in got.frames] == list(range(1, len(got.frames) + 1))
+
+
+async def test_an_agent_client_served_by_an_asyncio_server_is_refused_with_the_reason() -> None:
+    client = await create_agent(ScriptedModel([AssistantMessage("hi")]))
+    app = fastapi.FastAPI()
+    app.mount("/agent", create_app(client))
+    server = UvicornThread(app)
+    root = await trio.to_thread.run_sync(server.start)
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            with trio.fail_after(20):
+                started = await http.post(f"{root}/agent/sessions/s/runs", json={"input": "hi"})
+    finally:
+        await trio.to_thread.run_sync(server.stop)
+    assert started.status_code == 500
+    error = started.json()["error"]
+    assert error["type"] == "WrongEventLoop" and "AgentHost" in error["message"]
