@@ -41,10 +41,13 @@ StopReason = Callable[[], "str | None"]
 
 
 def asgi_server_stopping() -> str | None:
-    """The serving process's ASGI server is shutting down (uvicorn, seen through its signal handlers)."""
+    """The serving process's ASGI server is shutting down (uvicorn, seen through the signal handlers it installs).
+
+    uvicorn installs them when it runs in the main thread, as its command does.
+    """
     for number in (signal.SIGINT, signal.SIGTERM):
         owner = getattr(signal.getsignal(number), "__self__", None)
-        if owner is None or not type(owner).__module__.startswith("uvicorn"):
+        if owner is None or not any(kind.__module__.startswith("uvicorn") for kind in type(owner).__mro__):
             continue
         if getattr(owner, "should_exit", False) or getattr(owner, "force_exit", False):
             return "the server is shutting down"
