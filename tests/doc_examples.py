@@ -59,8 +59,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def uvicorn_serving(directory: Path, app: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``uvicorn APP`` run in ``directory`` on a loopback port; yields its base URL and process (stopped after)."""
+def uvicorn_serving(
+    directory: Path, app: str, health: str = "/agent/health"
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``uvicorn APP`` run in ``directory`` on a loopback port, once ``health`` answers: its base URL and process."""
     pytest_skip_unless_installed()
     port = free_port()
     process = subprocess.Popen(
@@ -78,7 +80,7 @@ def uvicorn_serving(directory: Path, app: str) -> Iterator[tuple[str, subprocess
             if process.poll() is not None:
                 raise RuntimeError(f"uvicorn exited: {process.stdout.read() if process.stdout else ''}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/agent/health", timeout=1).status_code == 200:
+                if httpx.get(f"{base}{health}", timeout=1).status_code == 200:
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError("uvicorn did not answer within 30 s")

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from tests.doc_examples import environment, output_after, uvicorn_serving, write_programs
 
 PAGE = "asyncio.md"
@@ -28,3 +30,14 @@ def test_the_fastapi_example_under_uvicorn_answers_the_client_as_the_page_shows(
         ran = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == output_after(PAGE, "client.py")
+
+
+def test_hello_app_serves_a_run_under_uvicorn(tmp_path: Path) -> None:
+    write_programs(PAGE, tmp_path)
+    with uvicorn_serving(tmp_path, "hello_app:app", health="/health") as (base, _process):
+        started = httpx.post(f"{base}/sessions/s1/runs", json={"input": "hi"}, timeout=10)
+        assert started.status_code == 202, started.text
+        stream = httpx.get(f"{base}{started.json()['events']}", timeout=10)
+    assert stream.status_code == 200
+    assert stream.text.rstrip().split("\n\n")[-1].splitlines()[1] == "event: run_completed"
+    assert '"content":"hello"' in stream.text
