@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
 
 import attrs
@@ -102,6 +102,7 @@ def create_app(
     retained_runs: int = DEFAULT_RETAINED_RUNS,
     allowed_hosts: Iterable[str] | None = None,
     allowed_origins: Iterable[str] = (),
+    stop_streams: Callable[[], str | None] | None = None,
 ) -> ASGIApp:
     """The ASGI application for ``agent``: an Agent or its client, an AgentHost, or a Backend (a web node's).
 
@@ -127,6 +128,10 @@ def create_app(
     another origin than the server's own is refused (403) unless its origin is
     in ``allowed_origins`` (``scheme://host[:port]``), which also get CORS
     answers. ValueError when a host or origin is malformed.
+
+    ``stop_streams`` says why open event streams must end now (a server's
+    shutdown), or None while they may go on; it is asked a few times a second.
+    uvicorn's shutdown and an AgentHost's closing end them without it.
     """
     settings = ServerSettings(
         token,
@@ -138,6 +143,8 @@ def create_app(
     )
     backend: Backend
     stop_reasons: list[StopReason] = [asgi_server_stopping]
+    if stop_streams is not None:
+        stop_reasons.append(stop_streams)
     if isinstance(agent, (Agent, AgentClient)):
         backend = LocalBackend(_client(agent), retained_runs=retained_runs)
     elif isinstance(agent, AgentHost):

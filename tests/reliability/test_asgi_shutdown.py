@@ -7,8 +7,10 @@ approval never ends by itself.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -120,3 +122,32 @@ async def test_closing_the_host_ends_its_open_streams_with_the_reason(waiting_ho
     finally:
         await trio.to_thread.run_sync(server.stop)
     assert _closing(reader)["reason"].startswith("the agent host is")
+
+
+def test_ctrl_c_on_serve_ends_the_open_stream_of_a_waiting_run_with_the_reason() -> None:
+    command = [
+        sys.executable, "-m", "orchestrator", "serve", "--app", "tests.cluster.apps:approval_agent",
+        "--host", "127.0.0.1", "--port", "0", "--no-token",
+    ]  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen(command, cwd=root, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert process.stderr is not None
+        announced = re.search(r"serving on (http://127\.0\.0\.1:\d+)", process.stderr.readline())
+        assert announced is not None, "serve did not announce its address"
+        base = announced[1]
+        request_id = _started(base, "/sessions/s/runs", {"input": "deploy"})
+        reader = StreamReader(f"{base}/runs/{request_id}/events")
+        reader.start()
+        assert reader.question.wait(10), "the run did not reach its question"
+        asked = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        reader.join(5)
+        assert reader.ended_at is not None, "the stream was still open 5 s after Ctrl-C"
+        assert process.wait(10) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert _closing(reader) == {"type": "closing", "reason": "the server is shutting down"}
+    assert reader.ended_at - asked < 5
