@@ -374,3 +374,37 @@ def test_the_console_names_the_tool_a_tool_approval_asks_about(browser_page) -> 
         page.click(f"{card} button.approve")
         page.locator(".notice.end", has_text="run completed").wait_for()
     assert ran == ["blue"]
+
+
+def test_the_console_says_why_the_server_closed_its_stream_and_resumes_after_its_last_event(
+    browser_page,  # type: ignore[no-untyped-def]
+) -> None:
+    from orchestrator.extensions.ask_user import AskUserExtension
+
+    async def make_client():  # type: ignore[no-untyped-def]
+        model = ScriptedModel(
+            [asks(call("q1", "ask_user", question="Which colour?", options=["red", "blue"])), AssistantMessage("blue")]
+        )
+        return await create_agent(model, extensions=[AskUserExtension()])
+
+    closing: list[str] = []
+    page = browser_page
+    page.set_default_timeout(15_000)
+    resumed: list[str] = []
+    page.on("request", lambda request: resumed.append(request.headers.get("last-event-id", "")))
+    with ServerThread(make_client, stop_streams=lambda: closing[0] if closing else None) as server:
+        page.goto(server.url + "/")
+        page.fill("#session-input", "closing-session")
+        page.fill("#prompt-input", "Paint it")
+        page.click("#start-button")
+        question = '.question[data-event="ask_user"]'
+        page.wait_for_selector(question)
+        seen = int(page.inner_text("#event-count"))
+        closing.append("the server is shutting down")
+        page.locator(".notice.stream-closing", has_text="the server is shutting down").wait_for()
+        closing.clear()
+        page.click(f'{question} button:text-is("blue")')
+        page.locator(".notice.end", has_text="run completed").wait_for()
+    reconnects = [header for header in resumed if header]
+    assert reconnects and all(header.isdigit() for header in reconnects), resumed
+    assert str(seen) in reconnects
