@@ -177,8 +177,10 @@ async function connect() {
         const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
         if (!data || requestId !== run.id) continue;
         const event = JSON.parse(data);
-        if (event.type === "error" && event.seq === undefined) streamError(event.error);
-        else apply(event, true);
+        if (event.seq === undefined) { // a stream's last word, not a run's event
+          if (event.type === "error") streamError(event.error);
+          else if (event.type === "closing") streamClosing(event.reason);
+        } else apply(event, true);
       }
     }
   } catch (error) {
@@ -197,6 +199,11 @@ async function connect() {
 function streamError(error) {
   const why = error ? `${error.type}: ${error.message}` : "unknown error";
   $("transcript").append(el("div", { class: "notice error stream-error" }, `event stream ended early: ${why}`));
+}
+
+// The server ends its streams as it shuts down; the run may go on, and the reconnect resumes after lastSeq.
+function streamClosing(reason) {
+  $("transcript").append(el("div", { class: "notice stream-closing" }, `event stream closed by the server: ${reason || "no reason given"}`));
 }
 
 // ---- applying events (each seq exactly once) --------------------------------
