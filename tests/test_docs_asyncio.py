@@ -1,4 +1,8 @@
-"""The programs of docs/asyncio.md run as written and print what the page shows; the FastAPI app under uvicorn."""
+"""The programs of docs/asyncio.md run as written and print what the page shows; the FastAPI app under uvicorn.
+
+The page's servers and their client are run here (example: asyncio-hello-app, example: asyncio-approvals,
+example: asyncio-client), under uvicorn on a free loopback port.
+"""
 
 from __future__ import annotations
 
