@@ -207,7 +207,7 @@ class StoreBackend:
             return f"no extension takes {event.name!r} events"
         key = payload.get("tool_call_id") if isinstance(payload, Mapping) else None
         checkpoint = read(record.checkpoint)
-        waiting = {w.tool_call_id: w for w in checkpoint.waiting} if checkpoint else {}
+        waiting = {w.tool_call_id: w for w in checkpoint.unanswered()} if checkpoint else {}
         wait = waiting.get(key) if isinstance(key, str) else None
         if wait is None or wait.response_event != event.name:
             return f"no waiting call tool_call_id={key!r} in session {record.session_id!r}"
@@ -218,7 +218,7 @@ class StoreBackend:
         calls: list[dict[str, Any]] = []
         for record in active:
             checkpoint = read(record.checkpoint)
-            for wait in checkpoint.waiting if checkpoint else ():
+            for wait in checkpoint.unanswered() if checkpoint else ():
                 calls.append(
                     {
                         "session_id": record.session_id,

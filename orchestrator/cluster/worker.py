@@ -160,6 +160,8 @@ class Worker:
             input_recorded=checkpoint.input_recorded if checkpoint else False,
             started=checkpoint.started if checkpoint else (),
             waiting=checkpoint.waiting if checkpoint else (),
+            phases=checkpoint.phases if checkpoint else {},
+            answers=checkpoint.answers if checkpoint else {},
         )
         self.active[lease.request_id] = durable
         config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)

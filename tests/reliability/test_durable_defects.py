@@ -152,7 +152,6 @@ def cluster(postgres_dsn: str, tmp_path: Path) -> Any:
         yield running
 
 
-@pytest.mark.xfail(strict=True, reason=f"{DESIGN}: an approved call runs again after its worker is killed")
 async def test_an_approved_call_runs_at_most_once_when_its_worker_is_killed_mid_call(cluster: Cluster) -> None:
     app = "tests.reliability.durable_apps:charge_agent"
     ledger = cluster.marks / durable_apps.LEDGER.name
