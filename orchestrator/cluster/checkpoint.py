@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from orchestrator.errors import AgentError
-from orchestrator.messages import AssistantMessage, Message, ToolMessage
+from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolStatus
 from orchestrator.model import STOP_REASONS, StopReason
 from orchestrator.runtime.restored import Restored
 
@@ -138,8 +138,39 @@ def _stop_reason(value: object) -> StopReason:
     return "end_turn"
 
 
-def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
-    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
+CANCELLED_BEFORE_RUN = "not completed: request cancelled"
+CANCELLED_MID_CALL = (
+    "not completed: request cancelled while this call ran, so it may or may not have taken effect;"
+    " check before calling it again"
+)
+
+
+def open_calls(history: Sequence[Message]) -> list[ToolCall]:
+    """The calls of the last assistant message of ``history`` still without a result, in call order."""
+    response, open_ids = _open(history)
+    return [c for c in response.tool_calls if c.id in open_ids] if response is not None else []
+
+
+def cancelled_results(checkpoint: Checkpoint | None, history: Sequence[Message]) -> list[ToolMessage]:
+    """A cancelled result for each open call of a run ended while nobody ran it, in call order.
+
+    A call whose body was entered (or, in a checkpoint from before the ledger, whose intent is
+    recorded and which did not wait) may or may not have taken effect, and says so.
+    """
+    results = []
+    for call in open_calls(history):
+        if checkpoint is None:
+            cut = False
+        elif checkpoint.phases is None:
+            cut = call.id in checkpoint.started and call.id not in {w.tool_call_id for w in checkpoint.waiting}
+        else:
+            cut = checkpoint.phase(call.id) == "executing"
+        text = CANCELLED_MID_CALL if cut else CANCELLED_BEFORE_RUN
+        results.append(ToolMessage(call.id, call.name, text, ToolStatus.CANCELLED))
+    return results
+
+
+def _open(history: Sequence[Message]) -> tuple[AssistantMessage | None, tuple[str, ...]]:
     response: AssistantMessage | None = None
     settled: set[str] = set()
     for message in reversed(history):
@@ -150,7 +181,13 @@ def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str,
             break
         else:
             break  # the turn ended with a user message (input or steering): the next model call is due
-    open_calls = tuple(c.id for c in response.tool_calls if c.id not in settled) if response is not None else ()
-    if response is not None and response.tool_calls and not open_calls:
+    open_ids = tuple(c.id for c in response.tool_calls if c.id not in settled) if response is not None else ()
+    if response is not None and response.tool_calls and not open_ids:
         response = None  # every call settled: between turns
-    return Restored(worker, last_seq, checkpoint.iterations, response, open_calls, checkpoint.stop_reason)
+    return response, open_ids
+
+
+def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
+    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
+    response, open_ids = _open(history)
+    return Restored(worker, last_seq, checkpoint.iterations, response, open_ids, checkpoint.stop_reason)
