@@ -102,3 +102,55 @@ async def test_a_flagged_run_claimed_after_its_worker_died_is_cancelled_not_resu
     results = [(m.tool_call_id, m.status.value) for m in history if isinstance(m, ToolMessage)]
     assert results == [("c1", "cancelled")], "the cancelled run left its call without a result"
     assert [e.type for e in store.events("r1")][-1] == "run_cancelled"
+
+
+async def test_a_call_whose_approval_was_consumed_before_its_worker_died_is_not_asked_again(tmp_path: Path) -> None:
+    from orchestrator.cluster.checkpoint import Checkpoint, Waiting
+    from orchestrator.extensions.tool_approval import ToolApprovalExtension
+
+    ran: list[str] = []
+
+    @tool
+    def charge(order: str) -> str:
+        """Charge an order.
+
+        Args:
+            order: which
+        """
+        ran.append(order)
+        return f"charged {order}"
+
+    path = str(tmp_path / "runs.db")
+    store = sqlite_run_store(path)
+    store.create_run("s1", "r1", {"role": "user", "content": "charge it"})
+    (dead,) = store.claim("dead", 0.2)
+    question = {"tool_call_id": "c1", "name": "charge", "arguments": {"order": "o-1"}}
+    # What the dead worker committed: the approval consumed, the body not entered yet.
+    ledger = Checkpoint(
+        {},
+        1,
+        True,
+        ("c1",),
+        (Waiting("c1", "tool_approval", question, "tool_approval_response"),),
+        None,
+        phases={"c1": "answered"},
+        answers={"c1": {"tool_call_id": "c1", "approved": True}},
+    )
+    response = asks(call("c1", "charge", order="o-1"))
+    store.commit(dead, RunCommit(messages=(UserMessage("charge it"), response), checkpoint=ledger.json()))
+    await trio.sleep(0.3)  # its lease runs out
+
+    model = ScriptedModel([AssistantMessage("Charged.")])
+    client = await create_agent(model, tools=[charge], extensions=[ToolApprovalExtension({"charge": "ask"})])
+    worker = Worker(client, sqlite_run_store(path), name="w", poll_seconds=0.02)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            while (record := store.run("r1")) is None or not record.final:
+                assert record is None or record.status != "parked", "a person was asked again for a consumed answer"
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert record.status == "completed"
+    assert ran == ["o-1"]
+    results = [m.text for m in store.history("s1") if isinstance(m, ToolMessage)]
+    assert results == ["charged o-1"]
