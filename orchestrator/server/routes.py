@@ -64,11 +64,8 @@ def _idempotent(method: Callable[[Service, Request, dict[str, Any]], Awaitable[A
         self.idempotency.check_key(key)
         scope = f"{request.method} {request.url.path}"
         fingerprint = self.idempotency.fingerprint(body)
-        answer_or_none = self.idempotency.recall(scope, key, fingerprint)
-        if answer_or_none is None:
-            answer_or_none = await method(self, request, body)
-            self.idempotency.remember(scope, key, fingerprint, answer_or_none)
-        return JSONResponse(answer_or_none.body, status_code=answer_or_none.status, headers={"Idempotent-Replay": key})
+        answer = await self.idempotency.once(scope, key, fingerprint, lambda: method(self, request, body))
+        return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replay": key})
 
     return handler
 

@@ -325,6 +325,19 @@ function renderChild(event) {
 
 // ---- questions: approvals and ask_user ------------------------------------------
 
+// The Idempotency-Key of an answer: one per question (its request, its call id, the question's seq when
+// known) and payload, so a retried click replays and a later question reusing a call id gets a new key.
+function answerKey(requestId, event, payload) {
+  const text = [requestId, event.tool_call_id, event.seq ?? "", event.response_event, JSON.stringify(payload)].join("\u0000");
+  let a = 0x811c9dc5, b = 0x01000193 ^ text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193) >>> 0;
+    b = Math.imul(b ^ c, 0x5bd1e995) >>> 0;
+  }
+  return `answer-${a.toString(16).padStart(8, "0")}${b.toString(16).padStart(8, "0")}`;
+}
+
 function ask(event) {
   const session = event.session_id || run.session;
   if (findQuestion(event.tool_call_id, session)) return;
@@ -332,7 +345,7 @@ function ask(event) {
   const refusal = el("p", { class: "refusal" });
   const send = async (payload) => {
     for (const b of card.querySelectorAll("button")) b.disabled = true;
-    const key = `${event.response_event}:${event.tool_call_id}:${JSON.stringify(payload)}`;
+    const key = answerKey(event.request_id || run.id, event, payload);
     const result = await api("POST", `sessions/${encodeURIComponent(session)}/events`,
       { name: event.response_event, payload: { tool_call_id: event.tool_call_id, ...payload }, request_id: event.request_id || run.id },
       { "Idempotency-Key": key });
