@@ -1,7 +1,8 @@
 """The tool approval machine: may one tool call run?
 
 The policy decides first (allowed, denied, or ask the user); a call that asks
-waits for the user's answer, or is withdrawn when its request ends first.
+waits for the user's answer (an approval may edit the call's arguments), or is
+withdrawn when its request ends first.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ TOOL_APPROVAL = MachineDefinition(
                 State("allowed", "the policy (or an earlier 'remember') allows the tool", final=True),
                 State("denied", "the policy denies the tool: a failed tool result", final=True),
                 State("approved", "the user approved the call", final=True),
+                State("edited", "the user approved the call with edited arguments; it runs with them", final=True),
                 State("declined", "the user declined the call: a failed tool result", final=True),
                 State("withdrawn", "the request ended before the user answered", final=True),
                 State("expired", "nobody answered before the approval expired: declined, the call not run", final=True),
@@ -30,6 +32,9 @@ TOOL_APPROVAL = MachineDefinition(
                 Transition("decide", "deciding", "allowed", conditions="allowed_by_policy", doc="allow, or remembered"),
                 Transition("decide", "deciding", "denied", conditions="denied_by_policy", doc="deny"),
                 Transition("decide", "deciding", "asking", doc="ask: the user decides"),
+                Transition(
+                    "approve", "asking", "edited", conditions="arguments_edited", doc="approved, with edited arguments"
+                ),
                 Transition("approve", "asking", "approved", doc="the user approved"),
                 Transition("decline", "asking", "declined", doc="the user declined"),
                 Transition("withdraw", "asking", "withdrawn", doc="the request ended while waiting"),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from machines.build import Step, steps_in
-from orchestrator.checks import each, flag, number, of_type, whole
+from orchestrator.checks import each, flag, function, number, of_type, whole
 from orchestrator.checks import text as _text
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
@@ -119,6 +119,8 @@ class Agent:
     ``extensions`` when one is given, otherwise a new one; ``steering=False``
     leaves it out, and steering is then refused. Each argument is checked here: a
     wrong type raises TypeError, a bad value ValueError, naming it.
+    ``deps_factory``, when given, makes a request's ``context.deps`` from its
+    ``metadata`` whenever the request is not given deps (a run resumed from a store).
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class Agent:
         tool_timeout: float | None = None,
         model_settings: ModelSettings | None = None,
         output_type: object = None,
+        deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -149,6 +152,7 @@ class Agent:
             kind = type(model_settings).__name__
             raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
         check_settings(model, model_settings)
+        function(optional=True).check("Agent.deps_factory", deps_factory)
         if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
             raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
         self.model = model
@@ -161,6 +165,7 @@ class Agent:
         self.tool_timeout = tool_timeout
         self.model_settings = model_settings or DEFAULT_SETTINGS
         self.output_type: OutputType | None = _output_type(output_type)
+        self.deps_factory = deps_factory
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
@@ -179,11 +184,14 @@ class Agent:
     # requests ---------------------------------------------------------------
 
     def start(
-        self, user_input: str | UserMessage | Sequence[ContentPart], config: AgentRunConfig | None = None
+        self,
+        user_input: str | UserMessage | Sequence[ContentPart],
+        config: AgentRunConfig | None = None,
+        deps: Any = None,
     ) -> RunStream:
         """A stream of one request's events; the request starts on first iteration."""
         config = config or AgentRunConfig()
-        return RunStream(self, config, _as_input(user_input))
+        return RunStream(self, config, _as_input(user_input), deps)
 
     async def _open_run(
         self,
@@ -191,8 +199,10 @@ class Agent:
         message: UserMessage | None,
         sink: EventSink | None,
         restored: Restored | None = None,
+        deps: Any = None,
     ) -> RequestRun:
-        """Register a new request of ``config.session_id``.
+        """Register a new request of ``config.session_id``, its ``context.deps`` being ``deps``, else made by
+        ``deps_factory`` from ``config.metadata`` (an error of the factory reaches the caller; nothing is registered).
 
         A request whose stream was dropped is being cancelled and will end
         without anyone waiting for it: wait for that end rather than refusing.
@@ -206,8 +216,11 @@ class Agent:
             live = self._live.get(config.session_id)
         if live is not None:
             raise SessionBusy(config.session_id)
+        if deps is None and self.deps_factory is not None:
+            deps = self.deps_factory(config.metadata)
         request_id = config.request_id or _new_request_id()
         run = RequestRun(self, config, request_id, message, sink, restored)
+        run.context.deps = deps
         self._live[config.session_id] = run
         self._last[config.session_id] = run.machine.history
         if run.budget is not None:
@@ -349,9 +362,10 @@ class AgentClient:
         user_input: str | UserMessage | Sequence[ContentPart],
         *,
         config: AgentRunConfig | None = None,
+        deps: Any = None,
     ) -> RunStream:
-        """Events of one request, as an async iterator."""
-        return self.agent.start(user_input, config)
+        """Events of one request, as an async iterator; its tools and hooks read ``deps`` as ``context.deps``."""
+        return self.agent.start(user_input, config, deps)
 
     async def start(
         self,
@@ -359,13 +373,16 @@ class AgentClient:
         *,
         config: AgentRunConfig | None = None,
         retain_events: int = RETAINED_EVENTS,
+        deps: Any = None,
     ) -> RunHandle:
         """Start a request that runs on its own; SessionBusy here when the session runs one.
 
         Read its events with ``handle.events(after=seq)``, as often as needed; the
         request keeps running with or without readers. ``retain_events`` bounds its log.
         """
-        return await start_run(self.agent, _as_input(user_input), config or AgentRunConfig(), retain=retain_events)
+        return await start_run(
+            self.agent, _as_input(user_input), config or AgentRunConfig(), retain=retain_events, deps=deps
+        )
 
     def deliver(self, event: ExternalEvent, *, config: AgentRunConfig) -> Delivery:
         """Offer ``event`` to the agent's extensions; see ``Agent.deliver``."""
@@ -388,9 +405,10 @@ class AgentClient:
         user_input: str | UserMessage | Sequence[ContentPart],
         *,
         config: AgentRunConfig | None = None,
+        deps: Any = None,
     ) -> AssistantMessage:
-        """Run one request in the caller's task and return its final answer."""
-        run = await self.agent._open_run(config or AgentRunConfig(), _as_input(user_input), None)
+        """Run one request in the caller's task and return its final answer; tools and hooks read ``context.deps``."""
+        run = await self.agent._open_run(config or AgentRunConfig(), _as_input(user_input), None, deps=deps)
         try:
             return await run.run()
         finally:
@@ -425,6 +443,7 @@ async def create_agent(
     tool_timeout: float | None = None,
     model_settings: ModelSettings | None = None,
     output_type: object = None,
+    deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
@@ -438,6 +457,8 @@ async def create_agent(
     With ``output_type`` (a dataclass, attrs class, TypedDict, pydantic model, other type hint,
     JSON Schema dict, or an OutputType) every final answer must be JSON of that type:
     ``client.run`` then returns a StructuredAnswer whose ``output`` is the value.
+    ``deps_factory(metadata)`` makes the ``context.deps`` of a request started without deps (a
+    run resumed from a store).
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -452,5 +473,6 @@ async def create_agent(
         tool_timeout=tool_timeout,
         model_settings=model_settings,
         output_type=output_type,
+        deps_factory=deps_factory,
     )
     return AgentClient(agent)

@@ -165,6 +165,11 @@ class UserMessage(FieldValues):
         return text_of(self.content)
 
 
+def _approval_record(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(f"ToolMessage.approval must be a dict or None, got {type(value).__name__}")
+
+
 def _arguments_mapping(instance: ToolCall, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, dict):
         raise TypeError(f"ToolCall.arguments must be a dict (a JSON object), got {type(value).__name__}")
@@ -223,12 +228,17 @@ class AssistantMessage(FieldValues):
 
 @attrs.frozen(eq=False, repr=False)
 class ToolMessage(FieldValues):
-    """The one result of one tool call: text, or text and image parts."""
+    """The one result of one tool call: text, or text and image parts.
+
+    ``approval`` records the answer of a call that asked for one (JSON data: ``approved``, ``answered_by``,
+    ``answered_at``, ``arguments`` the call ran with, ``edited``, ``reason``); providers do not send it.
+    """
 
     tool_call_id: str = attrs.field(validator=_str())
     name: str = attrs.field(validator=_str())
     content: str | tuple[ContentPart, ...] = attrs.field(converter=_tool_content)
     status: ToolStatus = attrs.field(default=ToolStatus.SUCCEEDED, converter=_status)
+    approval: dict[str, Any] | None = attrs.field(default=None, validator=_approval_record, hash=False)
     role: str = attrs.field(default="tool", init=False)
 
     @property
@@ -261,7 +271,7 @@ def clean_message(message: Message) -> Message:
         call_id, name = clean_text(message.tool_call_id), clean_text(message.name)
         if parts is message.content and call_id is message.tool_call_id and name is message.name:
             return message
-        return ToolMessage(call_id, name, parts, message.status)
+        return ToolMessage(call_id, name, parts, message.status, message.approval)
     cleaned = _clean_content(message.content)
     return message if cleaned is message.content else UserMessage(cleaned)
 

@@ -115,7 +115,7 @@ def test_an_unchecked_constructor_stores_checked_values_as_the_class_would() -> 
     made = copy("c1", "echo", {"text": "hi"}, None)
     assert type(made) is ToolCall and made == ToolCall("c1", "echo", {"text": "hi"})
     # A field that is not an init parameter (ToolMessage.role) gets its default.
-    message = constructor(ToolMessage, positional=True, checked=False)("c1", "echo", "hi", ToolStatus.FAILED)
+    message = constructor(ToolMessage, positional=True, checked=False)("c1", "echo", "hi", ToolStatus.FAILED, None)
     assert message == ToolMessage("c1", "echo", "hi", "failed") and message.role == "tool"
     assert repr(message) == repr(ToolMessage("c1", "echo", "hi", "failed"))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):

@@ -50,7 +50,7 @@ from orchestrator.extensions.sqlite_store import (
     StoredMessageUnreadableEvent,
 )
 from orchestrator.extensions.steering import SteeringMessageEvent
-from orchestrator.extensions.tool_approval import ToolApprovalEvent
+from orchestrator.extensions.tool_approval import ToolApprovalAnsweredEvent, ToolApprovalEvent
 from orchestrator.model import Usage
 
 IDS: dict[str, Any] = {"session_id": "s1", "request_id": "r1", "seq": 7, "ts": 1764763200.25}
@@ -72,6 +72,7 @@ THOUGHTFUL = AssistantMessage(
 # One rich instance of every event class: a class missing here fails test_every_event_class_has_a_sample.
 SAMPLES: list[ev.AgentEvent] = [
     ev.RunStartedEvent(**IDS, input=PICTURE),
+    ev.RunStartedEvent(**IDS, input=PICTURE, metadata={"user": "ada", "roles": ["admin"], "limit": 2.5}),
     ev.TransitionEvent(**IDS, machine="request", region="phase", source="idle", trigger="start", dest="setup"),
     ev.ModelStartedEvent(**IDS, iteration=3),
     ev.TextDeltaEvent(**IDS, text=" wörld\n"),
@@ -91,6 +92,13 @@ SAMPLES: list[ev.AgentEvent] = [
     ev.ToolFailedEvent(**IDS, call=CALL, result=ToolMessage("c1", "read_file", "boom", ToolStatus.FAILED)),
     ev.ToolSkippedEvent(**IDS, call=CALL, result=ToolMessage("c1", "read_file", "skipped", ToolStatus.SKIPPED)),
     ev.ToolCancelledEvent(**IDS, call=CALL, result=ToolMessage("c1", "read_file", "x", ToolStatus.CANCELLED)),
+    ev.ToolCompletedEvent(
+        **IDS,
+        call=CALL,
+        result=ToolMessage(
+            "c1", "read_file", "ok", ToolStatus.SUCCEEDED, {"approved": True, "answered_by": "ada", "edited": False}
+        ),
+    ),
     ev.MessageAppendedEvent(**IDS, message=SystemMessage("be brief"), index=0),
     ev.MessageAppendedEvent(**IDS, message=RESULT, index=4),
     ev.HistoryReplacedEvent(**IDS, messages=(SystemMessage("s"), PICTURE, LINKED, ANSWER, RESULT, THOUGHTFUL)),
@@ -119,6 +127,17 @@ SAMPLES: list[ev.AgentEvent] = [
     ev.ExtensionEvent(**IDS, name="my_progress", payload={"done": 3, "of": [1, 2.5, "x"], "ok": True, "none": None}),
     AskUserEvent(**IDS, tool_call_id="c1", question="Which?", options=("a", "b")),
     ToolApprovalEvent(**IDS, tool_call_id="c1", tool_name="bash", arguments={"command": "ls"}),
+    ToolApprovalAnsweredEvent(
+        **IDS,
+        tool_call_id="c1",
+        tool_name="bash",
+        approved=True,
+        answered_by="ada",
+        answered_at=1.5,
+        arguments={"command": "ls -l"},
+        edited=True,
+        reason=None,
+    ),
     EnterPlanModeEvent(**IDS, tool_call_id="c1", reason="big change"),
     ExitPlanModeEvent(**IDS, tool_call_id="c1", plan="1. do it"),
     PlanModeEnteredEvent(**IDS, tool_call_id="c1"),

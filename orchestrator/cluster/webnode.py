@@ -26,7 +26,7 @@ from machines.build import Step
 from machines.request import REQUEST
 from orchestrator import wire
 from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, read
-from orchestrator.config import ExternalEvent
+from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent
@@ -86,15 +86,23 @@ class StoreBackend:
     # runs -------------------------------------------------------------------
 
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
         """Insert a queued run. A run started with an Idempotency-Key and no request id is named
         after the key (``keyed_request_id``), so a retry to any node finds the run it started:
-        the same input in the same session gets that run's id again, another input a refusal."""
+        the same input in the same session gets that run's id again, another input a refusal.
+        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message."""
         keyed = request_id is None and idempotency_key is not None
         if request_id is None:
             request_id = uuid.uuid4().hex if idempotency_key is None else keyed_request_id(session_id, idempotency_key)
         encoded = wire.encode_message(message)
+        if metadata:
+            encoded["metadata"] = dict(AgentRunConfig(metadata=metadata).metadata)
         try:
             await self._call(self.store.create_run, session_id, request_id, encoded)
         except StoreUnavailable:

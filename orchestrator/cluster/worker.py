@@ -18,6 +18,7 @@ import os
 import socket
 import time
 import uuid
+from typing import Any
 
 import attrs
 import trio
@@ -151,6 +152,9 @@ class Worker:
             return
         try:
             checkpoint, message = _starting_point(record)
+            config = AgentRunConfig(
+                session_id=lease.session_id, request_id=lease.request_id, metadata=stored_metadata(record)
+            )
         except UnreadableCheckpoint as unreadable:
             await self._fail_unreadable(lease, unreadable)
             return
@@ -169,7 +173,6 @@ class Worker:
             answers=checkpoint.answers if checkpoint else {},
         )
         self.active[lease.request_id] = durable
-        config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)
         resume = None
         if checkpoint is not None and checkpoint.input_recorded:
             resume = restored(checkpoint, history, worker=self.name, last_seq=lease.last_seq)
@@ -292,6 +295,19 @@ class Worker:
         while True:
             await trio.sleep(FLUSH_SECONDS)
             await durable.flush()
+
+
+def stored_metadata(record: RunRecord) -> dict[str, Any]:
+    """The run's ``AgentRunConfig.metadata``, kept in its input row beside the message (``"metadata"``).
+
+    The agent's ``deps_factory`` makes the resumed run's deps from it; UnreadableCheckpoint when it is not
+    a JSON object the config takes.
+    """
+    stored = record.input.get("metadata", {})
+    try:
+        return dict(AgentRunConfig(metadata=stored).metadata)
+    except (TypeError, ValueError) as bad:
+        raise UnreadableCheckpoint(f"its metadata is unusable ({bad})") from None
 
 
 def _starting_point(record: RunRecord) -> tuple[Checkpoint | None, UserMessage | None]:

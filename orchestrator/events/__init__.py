@@ -13,7 +13,8 @@ time one of their names is asked for here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -73,10 +74,11 @@ __all__ = [
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class RunStartedEvent(AgentEvent):
-    """The request started with this input."""
+    """The request started with this input; ``metadata`` is its ``AgentRunConfig.metadata``."""
 
     kind: ClassVar[str] = "run_started"
     input: Message
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
 
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)

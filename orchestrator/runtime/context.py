@@ -8,7 +8,7 @@ the request (``orchestrator.runtime.run``) nor the ``Agent`` class.
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -18,7 +18,7 @@ from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.history import SessionHistory
 from orchestrator.limits import RunUsage
-from orchestrator.messages import Message, SystemMessage, UserMessage, clean_message
+from orchestrator.messages import Message, SystemMessage, ToolCall, UserMessage, clean_message
 from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, Usage
 from orchestrator.runtime.budget import Budget
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
@@ -96,6 +96,14 @@ class ContextRun(Protocol):
     async def exit_plan_mode(self) -> None: ...
 
 
+def idempotency_key(session_id: str, request_id: str, call_id: str) -> str:
+    """The stable idempotency key of one tool call (see ``AgentRunContext.idempotency_key``)."""
+    import hashlib  # on first use
+
+    digest = hashlib.sha256("\0".join((session_id, request_id, call_id)).encode("utf-8", "surrogatepass"))
+    return "call-" + digest.hexdigest()[:40]
+
+
 class AgentRunContext:
     """Request-scoped view of messages, tools, state and events.
 
@@ -114,6 +122,12 @@ class AgentRunContext:
         self.session_id = config.session_id
         self.request_id = request_id
         self.input_message = input_message
+        #: The application's per-run object (a user, a database pool, a client), given with the request or made
+        #: by the agent's ``deps_factory`` from ``metadata``; None when neither gives one.
+        self.deps: Any = None
+        #: Approval records of this request's calls, by call id, set in ``before_tool``: the call's ToolMessage
+        #: carries its record (``approval``), and a record's ``arguments`` are the ones the call runs with.
+        self.approvals: dict[str, dict[str, Any]] = {}
         self.tools: dict[str, ToolDefinition] = {}
         # Made on first use (most requests use neither): see the properties below.
         self._server_tools: list[ServerToolDefinition] | None = None
@@ -135,6 +149,19 @@ class AgentRunContext:
         if not isinstance(settings, ModelSettings):
             raise TypeError(f"context.model_settings must be a ModelSettings, got {type(settings).__name__}")
         self._model_settings = settings
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The request's JSON metadata (``AgentRunConfig.metadata``): stored with a durable run, sent in run_started."""
+        return self.config.metadata
+
+    def idempotency_key(self, call: ToolCall | str) -> str:
+        """A key for ``call`` (or its id) that is the same every time this call of this request runs, resumes included.
+
+        It is ``"call-"`` and 40 hex digits of the SHA-256 of the session id, the request id and the call id; pass it
+        to an external API's idempotency key so that a call run again after a resume takes effect once.
+        """
+        return idempotency_key(self.session_id, self.request_id, call if isinstance(call, str) else call.id)
 
     @property
     def server_tools(self) -> list[ServerToolDefinition]:

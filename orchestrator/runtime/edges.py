@@ -114,7 +114,7 @@ async def append_input(run: RunPort) -> None:
 
 async def emit_started(run: RunPort) -> None:
     assert run.context.input_message is not None
-    await run._emit_new(ev.RunStartedEvent, input=run.context.input_message)
+    await run._emit_new(ev.RunStartedEvent, input=run.context.input_message, metadata=run.context.metadata)
 
 
 async def before_run(run: RunPort) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -337,11 +337,16 @@ class RunLauncher(RunOpener, Protocol):
 
 
 async def start_run(
-    agent: RunLauncher, message: UserMessage, config: AgentRunConfig, *, retain: int = RETAINED_EVENTS
+    agent: RunLauncher,
+    message: UserMessage,
+    config: AgentRunConfig,
+    *,
+    retain: int = RETAINED_EVENTS,
+    deps: Any = None,
 ) -> RunHandle:
     """Open a request of ``config.session_id`` (SessionBusy here) and run it in a task of its own."""
     log = EventLog(config.request_id or "", retain)
-    run = await agent._open_run(config, message, log)
+    run = await agent._open_run(config, message, log, deps=deps)
     log.request_id = run.context.request_id
     outcome = _Outcome(run)
     handle = RunHandle(outcome, log)

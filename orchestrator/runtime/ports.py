@@ -153,6 +153,7 @@ class RunOpener(Protocol):
         message: UserMessage | None,
         sink: EventSink | None,
         restored: Restored | None = None,
+        deps: Any = None,
     ) -> RunPort: ...
 
     def _close_run(self, run: RunPort) -> None: ...

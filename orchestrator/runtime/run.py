@@ -304,7 +304,8 @@ class RequestRun(SteeringPoints):
 
     async def settle(self, call: ToolCall, status: ToolStatus, content: ToolResultContent) -> ToolMessage:
         """Append the one result of ``call`` (text, or parts as ``tool_content`` makes them) and stream its outcome."""
-        appended = await self.append(_tool_message(call.id, call.name, tool_content(content), status))
+        approval = self.context.approvals.pop(call.id, None)
+        appended = await self.append(_tool_message(call.id, call.name, tool_content(content), status, approval))
         assert isinstance(appended, ToolMessage)
         await self._emit(_TOOL_EVENTS[status], call, appended)
         return appended
@@ -314,7 +315,8 @@ class RequestRun(SteeringPoints):
     ) -> None:
         """``settle`` for one of the concurrent calls ``order``: its outcome streams now, its result is recorded
         once every call before it has its own, so history (and the next model request) keep the calls' order."""
-        message = clean_message(_tool_message(call.id, call.name, tool_content(content), status))
+        approval = self.context.approvals.pop(call.id, None)
+        message = clean_message(_tool_message(call.id, call.name, tool_content(content), status, approval))
         assert isinstance(message, ToolMessage)
         self.held_results[call.id] = message
         await self._emit(_TOOL_EVENTS[status], call, message)

@@ -18,7 +18,7 @@ import contextlib
 import contextvars
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -99,10 +99,11 @@ async def _drive(agent: RunOpener, outcome: _Outcome, on_end: Callable[[], None]
 class RunStream:
     """Iterate with ``async for``; use ``async with`` to close it deterministically."""
 
-    def __init__(self, agent: RunOpener, config: AgentRunConfig, message: UserMessage) -> None:
+    def __init__(self, agent: RunOpener, config: AgentRunConfig, message: UserMessage, deps: Any = None) -> None:
         self._agent = agent
         self._config = config
         self._message = message
+        self._deps = deps
         self._queue: StreamQueue | None = None
         self._outcome: _Outcome | None = None
         self._raised = False
@@ -123,7 +124,7 @@ class RunStream:
 
     async def _start(self) -> StreamQueue:
         queue = StreamQueue()
-        run = await self._agent._open_run(self._config, self._message, queue)
+        run = await self._agent._open_run(self._config, self._message, queue, deps=self._deps)
         self._outcome = _Outcome(run)
         self._queue = queue
         trio.lowlevel.spawn_system_task(

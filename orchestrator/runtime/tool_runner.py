@@ -3,8 +3,9 @@
 Calls of one message run concurrently in a trio nursery, except a tool declared
 ``serial``, which runs alone. Their outcome events stream as they complete;
 their results are recorded in the calls' order (a result waits for those of the
-calls before it), so history and the next model request are the same every run. Each call goes ``before_tool`` -> the
-``admit_tool`` guard of the request machine -> ``on_tool_call`` middleware ->
+calls before it), so history and the next model request are the same every run. Each call goes
+``before_tool`` (which may record an approval whose edited arguments the call
+then runs with) -> the ``admit_tool`` guard of the request machine -> ``on_tool_call`` middleware ->
 the handler -> ``after_tool`` -> its one ToolMessage, then steering is polled.
 The calls of a response cut off at the output token limit (``max_tokens``)
 never run: each gets a failed result saying so (``before_tool`` and the
@@ -135,6 +136,10 @@ class ToolRunner:
             except ToolRejected as rejected:
                 result, error = ToolResult(f"rejected: {rejected}", "failed"), rejected
             else:
+                approval = run.context.approvals.get(call.id) if run.context.approvals else None
+                if approval is not None and approval.get("edited"):
+                    # Approved with edited arguments (checked against the tool's schema): the call runs with them.
+                    call = _copied_call(call.id, call.name, dict(approval["arguments"]), None)
                 result, error = await self._admit_and_run(call)
         result = settled(result)
         if run.hooks["after_tool"]:

@@ -109,6 +109,8 @@ def encode_message(message: Message) -> str:
             "content": _content_to_json(message.content),
             "status": str(message.status),
         }
+        if message.approval is not None:
+            body["approval"] = message.approval
     # JSON's own syntax is ASCII, so cleaning the whole text only touches the strings in it.
     return clean_text(json.dumps({"role": message.role, **body}, ensure_ascii=False, default=str))
 
@@ -196,8 +198,15 @@ def decode_message(text: str) -> Message:
         status = _field(data, "status", str)
         if status not in {s.value for s in ToolStatus}:
             raise UndecodableMessage(f"unknown tool status {status!r}")
+        approval = data.get("approval")
+        if approval is not None and not isinstance(approval, dict):
+            raise UndecodableMessage(f"'approval' must be an object, got {type(approval).__name__}")
         return ToolMessage(
-            _field(data, "tool_call_id", str), _field(data, "name", str), _content_from_json(data, "tool"), status
+            _field(data, "tool_call_id", str),
+            _field(data, "name", str),
+            _content_from_json(data, "tool"),
+            status,
+            approval,
         )
     raise UndecodableMessage(f"unknown message role {role!r}")
 

@@ -231,13 +231,16 @@ def encode_message(message: Message) -> dict[str, Any]:
             encoded["reasoning"] = [_encode_reasoning(block) for block in message.reasoning]
         return encoded
     if isinstance(message, ToolMessage):
-        return {
+        tool: dict[str, Any] = {
             "role": "tool",
             "tool_call_id": message.tool_call_id,
             "name": message.name,
             "content": _encode_content(message.content),
             "status": message.status.value,
         }
+        if message.approval is not None:
+            tool["approval"] = json_value(message.approval)
+        return tool
     raise TypeError(f"not a message: {type(message).__name__}")
 
 
@@ -261,11 +264,13 @@ def decode_message(data: JSON, path: str = "message") -> Message:
         status = _string(body.get("status", "succeeded"), f"{path}.status")
         if status not in ToolStatus._value2member_map_:
             raise WireFormatError(f"{path}.status", f"expected one of {[s.value for s in ToolStatus]}, got {status!r}")
+        approval = body.get("approval")
         return ToolMessage(
             _string(body.get("tool_call_id"), f"{path}.tool_call_id"),
             _string(body.get("name"), f"{path}.name"),
             _decode_content(body.get("content"), f"{path}.content"),
             ToolStatus(status),
+            None if approval is None else dict(_object(approval, f"{path}.approval")),
         )
     raise WireFormatError(f"{path}.role", f"expected 'system', 'user', 'assistant' or 'tool', got {role!r}")
 

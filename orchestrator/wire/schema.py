@@ -119,6 +119,11 @@ def _value_definitions() -> dict[str, Any]:
                 "name": string,
                 "content": content,
                 "status": {"enum": [status.value for status in ToolStatus]},
+                "approval": {
+                    "type": "object",
+                    "description": "the answer of a call that asked for approval: approved, answered_by, answered_at, "
+                    "arguments it ran with, edited, reason",
+                },
             },
             ["role", "tool_call_id", "name", "content", "status"],
             "the one result of one tool call: text, or text and image parts",
