@@ -1,4 +1,4 @@
-"""``python -m orchestrator {demo,diagrams,schema,run,chat,sessions,serve,worker}``."""
+"""``python -m orchestrator {demo,diagrams,schema,run,chat,sessions,config,serve,worker}``."""
 
 from __future__ import annotations
 
@@ -40,11 +40,15 @@ def _command(command: str, args: list[str]) -> int:
         from orchestrator.cluster.cli import main as worker
 
         return worker(args[1:])
+    if command == "config":
+        from orchestrator.cli.show_config import main as show_config
+
+        return show_config(args[1:])
     if command in ("run", "chat", "sessions"):
         from orchestrator.cli import command as cli
 
         return cli(command, args[1:])
-    commands = "demo,diagrams,schema,run,chat,sessions,serve,worker"
+    commands = "demo,diagrams,schema,run,chat,sessions,config,serve,worker"
     print(f"usage: python -m orchestrator {{{commands}}} [options]", file=sys.stderr)
     return 0 if command in ("help", "-h", "--help") else 2
 

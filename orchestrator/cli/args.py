@@ -11,7 +11,6 @@ from orchestrator.extensions.files.sandbox import DEFAULT_LEVEL, SANDBOX_LEVELS,
 from orchestrator.providers.choice import MODEL_SPECS, default_db, names_a_provider
 
 MODEL_HELP = f"{MODEL_SPECS} (default: the scripted model, which needs no key)"
-DEFAULT_TOOLS_TO_ASK = ("write_file", "edit_file", "bash")
 
 
 @attrs.frozen
@@ -33,6 +32,8 @@ class Options:
     scripted_delay: float = 3.0
     sandbox: SandboxLevel = DEFAULT_LEVEL
     sandbox_network: bool = False
+    project: str | None = None  # the folder whose project files are read (None: none)
+    trust_project: bool = False
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +57,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sandbox-network", action="store_true", help="let bash reach the network inside its sandbox"
+    )
+    parser.add_argument(
+        "--trust-project",
+        action="store_true",
+        help="start the MCP servers the project's .mcp.json names (untrusted, they are listed but not started)",
     )
     parser.add_argument(
         "--scripted-delay",
@@ -101,6 +107,8 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: 
         scripted_delay=args.scripted_delay,
         sandbox=args.sandbox,
         sandbox_network=args.sandbox_network,
+        project=os.getcwd(),
+        trust_project=args.trust_project,
     )
 
 
