@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import attrs
 
@@ -118,6 +119,9 @@ def parse(argv: list[str]) -> Options:
     parser.add_argument("prompt", help="the user input")
     _common(parser)
     args = parser.parse_args(argv)
+    if not args.prompt.strip():
+        sys.stderr.write("run: error: the prompt is empty; give the request to send as PROMPT\n")
+        raise SystemExit(2)
     return _options(parser, args, args.prompt)
 
 
