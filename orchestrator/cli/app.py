@@ -61,6 +61,8 @@ class App:
     scripted: bool
     db: str
     built: DefaultAgent
+    model_spec: str = "scripted"
+    permission_sources: dict[str, str] = attrs.field(factory=dict)  # changed in this session
 
     @property
     def session_id(self) -> str:
@@ -182,7 +184,17 @@ async def _open_app(
         retry_log.setLevel(logging.INFO)
         try:
             yield App(
-                client, store, screen, router, conversation, approvals, terminal, scripted, options.db, built
+                client,
+                store,
+                screen,
+                router,
+                conversation,
+                approvals,
+                terminal,
+                scripted,
+                options.db,
+                built,
+                model_spec=project.model.value or "scripted",
             )
         finally:
             retry_log.removeHandler(handler)

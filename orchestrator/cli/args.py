@@ -140,6 +140,8 @@ class SessionsCommand:
     action: str
     session: str | None
     db: str
+    argument: str | None = None  # export's FILE, title's TEXT, fork's new id
+    turn: int | None = None  # fork: up to this turn
 
 
 def parse_sessions(argv: list[str]) -> SessionsCommand:
@@ -148,10 +150,28 @@ def parse_sessions(argv: list[str]) -> SessionsCommand:
     actions = parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="the stored sessions, latest first")
     listing.add_argument("--db", dest="sub_db", help=argparse.SUPPRESS)
-    for name, text in (("show", "one session's messages"), ("delete", "delete one session")):
-        sub = actions.add_parser(name, help=text)
+    subs = {}
+    for name, text in (
+        ("show", "one session's messages"),
+        ("delete", "delete one session"),
+        ("title", "show a session's title, or set it"),
+        ("export", "write a session to a file: .html for a web page, else Markdown"),
+        ("fork", "copy a session into a new one (up to --turn N)"),
+    ):
+        sub = subs[name] = actions.add_parser(name, help=text)
         sub.add_argument("session", help="the session id")
         sub.add_argument("--db", dest="sub_db", help=argparse.SUPPRESS)
+    subs["title"].add_argument("argument", nargs="?", metavar="TEXT", help="the new title")
+    subs["export"].add_argument("argument", metavar="FILE", help="where to write it (.md or .html)")
+    subs["fork"].add_argument("--as", dest="argument", metavar="NEW_ID", help="the new session's id (default: made)")
+    subs["fork"].add_argument("--turn", type=int, help="copy only the first N turns")
     args = parser.parse_args(argv)
     _check_session_id(parser, getattr(args, "session", None))
-    return SessionsCommand(args.action, getattr(args, "session", None), args.sub_db or args.db or default_db())
+    _check_session_id(parser, getattr(args, "argument", None) if args.action == "fork" else None)
+    return SessionsCommand(
+        args.action,
+        getattr(args, "session", None),
+        args.sub_db or args.db or default_db(),
+        getattr(args, "argument", None),
+        getattr(args, "turn", None),
+    )
