@@ -197,7 +197,7 @@ async def test_an_untrusted_mcp_server_is_listed_as_not_started(repo: Path, no_u
     )
     no_user_settings.write_text(f'trusted_projects = ["{repo}"]\n')
     trusted = values(cli("config", "--json", cwd=repo / "src"))
-    assert trusted["mcp.files"][0].endswith("(started)")
+    assert trusted["mcp.files"][0].endswith("(starts with the first request)")
     assert trusted["trusted"] == ("yes", f"{no_user_settings} trusted_projects")
 
 

@@ -55,7 +55,7 @@ def rows(config: ProjectConfig) -> list[tuple[str, str, str]]:
     for path in config.skills:
         found.append(("skills", str(path), "found"))
     for entry in config.mcp:
-        state = "started" if entry.reason is None else f"not started: {entry.reason}"
+        state = "starts with the first request" if entry.reason is None else f"not started: {entry.reason}"
         found.append((f"mcp.{entry.server.name}", f"{entry.server.describe()} ({state})", entry.source))
     return found
 

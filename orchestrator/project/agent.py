@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
@@ -30,6 +30,9 @@ from orchestrator.extensions.tool_approval import ToolApprovalExtension, ToolPol
 from orchestrator.model import Model
 from orchestrator.project.config import ProjectConfig
 from orchestrator.tools import ToolDefinition
+
+if TYPE_CHECKING:
+    from orchestrator.extensions.mcp import MCPExtension
 
 TERMINAL_PROMPT = "You are a helpful assistant working in a terminal. Be concise."
 SERVICE_PROMPT = "You are a helpful assistant. Be concise."
@@ -58,7 +61,7 @@ class DefaultAgent:
 
     client: AgentClient
     approvals: ToolApprovalExtension | None
-    mcp: AgentExtension | None
+    mcp: MCPExtension | None
     config: ProjectConfig
 
 
@@ -114,7 +117,7 @@ async def open_default_agent(
         )
         extensions.append(SubAgentExtension(child, name=subagent.name, description=subagent.description))
     async with contextlib.AsyncExitStack() as stack:
-        mcp: AgentExtension | None = None
+        mcp: MCPExtension | None = None
         if config.started_servers:
             from orchestrator.extensions.mcp import MCPExtension
 

@@ -89,6 +89,13 @@ class ProjectConfig:
     def started_servers(self) -> tuple[MCPServer, ...]:
         return tuple(entry.server for entry in self.mcp if entry.reason is None)
 
+    def _relative(self, path: Path) -> str:
+        if self.project is not None:
+            for folder in (self.project, *self.project.parents):
+                if folder in path.parents:
+                    return str(path.relative_to(folder))
+        return str(path)
+
     def fingerprint(self) -> str:
         """A stable digest of the effective configuration (values and instruction texts, not where they came from)."""
         agents = []
@@ -104,7 +111,7 @@ class ProjectConfig:
             "compaction": [self.compaction_threshold.value, self.compaction_keep_last.value],
             "subagents": [[s.name, s.description, s.system_prompt] for s, _ in self.subagents],
             "agents_md": agents,
-            "skills": [str(path) for path in self.skills],
+            "skills": [self._relative(path) for path in self.skills],
             "mcp": [[_describe(entry.server), entry.reason is None] for entry in self.mcp],
         }
         digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
