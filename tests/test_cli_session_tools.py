@@ -3,8 +3,11 @@ through a pseudo-terminal, the ``sessions`` subcommands, and fork and export as 
 
 from __future__ import annotations
 
+import http.server
+import json
 import re
 import subprocess
+import threading
 import sys
 from pathlib import Path
 
@@ -86,22 +89,51 @@ def test_each_session_command_in_chat(tmp_path: Path) -> None:
     assert re.search(r"words\s+8 messages  Word counting", listed.stdout), listed.stdout
 
 
-def test_model_switches_for_the_next_turn(tmp_path: Path) -> None:
-    env = environment(tmp_path, OPENAI_API_KEY="test", OPENAI_BASE_URL="http://127.0.0.1:9/v1", NO_COLOR="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "chat"],
-        input="count one\n/model openai:gpt-test\n/model\ncount two\n/quit\n",
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint that records each request's body and refuses it with a 400."""
+
+    bodies: list[dict[str, object]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+        length = int(self.headers.get("content-length", "0"))
+        self.bodies.append(json.loads(self.rfile.read(length)))
+        answer = json.dumps({"error": {"message": "recorded", "type": "invalid_request_error"}}).encode()
+        self.send_response(400)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def test_model_and_reasoning_effort_switch_for_the_next_turn(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        env = environment(tmp_path, OPENAI_API_KEY="test", OPENAI_BASE_URL=base, NO_COLOR="1")
+        result = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "chat"],
+            input="count one\n/model openai:gpt-test high\n/model\ncount two\n/model anthropic:x high\n/quit\n",
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
     assert result.returncode == 0, result.stderr
     first, second = result.stdout.split("> count two", 1)
-    assert "Your message has 2 words." in first and "model: openai:gpt-test from the next turn" in first
-    assert "model: openai:gpt-test\n" in first
-    assert "connection to http://127.0.0.1:9/v1/chat/completions failed" in second and "* failed" in second
+    assert "Your message has 2 words." in first and "model: openai:gpt-test high from the next turn" in first
+    assert "model: openai:gpt-test high\n" in first
+    assert "* failed" in second
+    assert [(body["model"], body["reasoning_effort"]) for body in _Recorder.bodies] == [("gpt-test", "high")]
+    assert "model not switched: --model anthropic:x: set ANTHROPIC_API_KEY" in second
 
 
 def test_sessions_title_export_and_fork_subcommands(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ HELP = """\
 /export [FILE] write this session to FILE: .html for a web page, else Markdown
 /usage         tokens in and out, cache reads and writes, per turn and in total
 /context       how full the context is, by kind of message
-/model [SPEC]  show the model, or switch to SPEC for the next turns
+/model [SPEC [EFFORT]]  show the model, or switch to SPEC (with a reasoning effort) for the next turns
 /permissions [TOOL allow|ask|deny]  show the tool permissions, or change one for this session
 /mcp           the MCP servers and their state
 /resume [N|ID] pick a stored session to continue"""
@@ -135,11 +135,16 @@ def model(app: App, rest: str) -> None:
     if not rest:
         app.screen.say(f"model: {app.model_spec}")
         return
-    if rest != "scripted" and not names_a_provider(rest):
-        app.screen.say(f"unknown model {rest!r}: use scripted or {MODEL_SPECS}", style="yellow")
+    spec, _, effort = rest.partition(" ")
+    effort = effort.strip()
+    if spec != "scripted" and not names_a_provider(spec):
+        app.screen.say(f"unknown model {spec!r}: use scripted or {MODEL_SPECS}", style="yellow")
+        return
+    if spec == "scripted" and effort:
+        app.screen.say("the scripted model has no reasoning effort", style="yellow")
         return
     try:
-        chosen = build_model(None if rest == "scripted" else rest, False)
+        chosen = build_model(None if spec == "scripted" else spec, False, effort=effort or None)
     except ModelUnavailable as problem:
         app.screen.say(f"model not switched: {problem}", style="yellow")
         return
