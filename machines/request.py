@@ -13,6 +13,7 @@ _LIVE = (
     "idle",
     "setup",
     "awaiting_model",
+    "validating_output",
     "awaiting_tool",
     "awaiting_approval",
     "steering_interrupt",
@@ -25,6 +26,10 @@ _LIVE = (
 _RESTORE = ("open_inboxes", "emit_resumed", "on_tool", "on_state", "on_message", "restore_context")
 _TURN = ("before_turn", "assemble_request", "compact_context", "before_model")
 _RECEIVE = ("append_response", "after_model", "poll_steering")
+_FAIL = ("on_error", "close_inboxes", "emit_failed")
+# Where a request's deadline can end it: the states where it runs and awaits a hook, the model or a tool
+# (waiting for people, in awaiting_approval, does not count; elsewhere the deadline ends it by ``fail``).
+_RUNNING = ("setup", "awaiting_model", "awaiting_tool", "turn_settled", "answered", "concluding")
 
 PHASE = Region(
     name="phase",
@@ -34,6 +39,7 @@ PHASE = Region(
         State("idle", "created, not started"),
         State("setup", "tools registered, state restored, input appended"),
         State("awaiting_model", "a model call is streaming"),
+        State("validating_output", "a final answer is checked against the request's output type"),
         State("awaiting_tool", "the tool calls of one assistant message are running"),
         State("awaiting_approval", "a tool call is paused until an external response"),
         State("steering_interrupt", "steering input replaced the rest of the turn"),
@@ -94,6 +100,36 @@ PHASE = Region(
             callbacks=_TURN,
         ),
         Transition(
+            "wrap_up",
+            ("setup", "turn_settled"),
+            "awaiting_model",
+            conditions="may_wrap_up",
+            callbacks=("assemble_wrap_up",),
+            doc="a usage limit is reached (on_exhausted='wrap_up'): one last model call, offering no tools",
+        ),
+        Transition(
+            "limit_reached",
+            ("setup", "turn_settled"),
+            "failed",
+            conditions="tool_results_complete",
+            callbacks=_FAIL,
+            doc="a usage limit is reached and no wrap-up call is left: UsageLimitExceeded",
+        ),
+        Transition(
+            "call_over_limit",
+            "awaiting_tool",
+            "awaiting_tool",
+            doc="a usage limit refuses a tool call: it does not run and gets a failed result",
+        ),
+        Transition("call_over_limit", "awaiting_approval", "awaiting_approval", doc="as above, beside a paused call"),
+        Transition(
+            "call_timed_out",
+            "awaiting_tool",
+            "awaiting_tool",
+            doc="a tool call ran past its timeout: cancelled (or its thread abandoned), a failed result",
+        ),
+        Transition("call_timed_out", "awaiting_approval", "awaiting_approval", doc="as above, beside a paused call"),
+        Transition(
             "settle_turn",
             ("awaiting_tool", "steering_interrupt"),
             "turn_settled",
@@ -109,7 +145,28 @@ PHASE = Region(
             doc="an internal message continues the request",
         ),
         Transition("respond", "awaiting_model", "awaiting_tool", conditions="has_tool_calls", callbacks=_RECEIVE),
-        Transition("answer", "awaiting_model", "answered", unless="has_tool_calls", callbacks=_RECEIVE),
+        Transition(
+            "answer",
+            "awaiting_model",
+            "validating_output",
+            conditions="output_expected",
+            unless="has_tool_calls",
+            callbacks=(*_RECEIVE, "validate_output"),
+            doc="the request has an output type: the answer is parsed and converted into it",
+        ),
+        Transition(
+            "answer", "awaiting_model", "answered", unless=("has_tool_calls", "output_expected"), callbacks=_RECEIVE
+        ),
+        Transition("accept_output", "validating_output", "answered", conditions="output_valid"),
+        Transition(
+            "retry_output",
+            "validating_output",
+            "turn_settled",
+            conditions="output_retries_left",
+            unless="output_valid",
+            callbacks=("ask_again", "after_turn"),
+            doc="the answer does not fit: the model is told why and answers again",
+        ),
         Transition("await_approval", ("awaiting_tool", "awaiting_approval"), "awaiting_approval"),
         Transition("resume", "awaiting_approval", "awaiting_approval", conditions="approvals_outstanding"),
         Transition("resume", "awaiting_approval", "awaiting_tool", unless="approvals_outstanding"),
@@ -148,6 +205,14 @@ PHASE = Region(
             "failed",
             conditions="tool_results_complete",
             callbacks=("on_error", "close_inboxes", "emit_failed"),
+        ),
+        Transition(
+            "deadline_passed",
+            _RUNNING,
+            "failed",
+            conditions="tool_results_complete",
+            callbacks=_FAIL,
+            doc="the request ran past its deadline: RequestDeadlineExceeded",
         ),
         Transition(
             "park",

@@ -24,6 +24,7 @@ TOOL_APPROVAL = MachineDefinition(
                 State("approved", "the user approved the call", final=True),
                 State("declined", "the user declined the call: a failed tool result", final=True),
                 State("withdrawn", "the request ended before the user answered", final=True),
+                State("expired", "nobody answered before the approval expired: declined, the call not run", final=True),
             ),
             transitions=(
                 Transition("decide", "deciding", "allowed", conditions="allowed_by_policy", doc="allow, or remembered"),
@@ -32,6 +33,7 @@ TOOL_APPROVAL = MachineDefinition(
                 Transition("approve", "asking", "approved", doc="the user approved"),
                 Transition("decline", "asking", "declined", doc="the user declined"),
                 Transition("withdraw", "asking", "withdrawn", doc="the request ended while waiting"),
+                Transition("expire", "asking", "expired", doc="expires_after passed without an answer"),
             ),
         ),
     ),

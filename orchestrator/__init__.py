@@ -26,6 +26,7 @@ try:
     )
     from orchestrator.events import AgentEvent, ExtensionEvent
     from orchestrator.extensions.base import AgentExtension
+    from orchestrator.limits import RequestDeadlineExceeded, RunUsage, UsageLimitExceeded, UsageLimits
     from orchestrator.messages import (
         AssistantMessage,
         ImagePart,
@@ -39,7 +40,16 @@ try:
         UserMessage,
         describe_parts,
     )
-    from orchestrator.model import Model, ModelRequest, ScriptedModel, StopReason, Usage
+    from orchestrator.model import (
+        Model,
+        ModelRequest,
+        ModelSettings,
+        ScriptedModel,
+        StopReason,
+        UnsupportedSetting,
+        Usage,
+    )
+    from orchestrator.output import OutputType, OutputValidationError, StructuredAnswer
     from orchestrator.runtime.context import AgentRunContext
     from orchestrator.runtime.handle import EventsExpired, RunCancelled, RunHandle, UnknownRun
     from orchestrator.runtime.pending import PendingCall, ResponseRouter
@@ -86,18 +96,24 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelRequest",
+    "ModelSettings",
+    "OutputType",
+    "OutputValidationError",
     "PendingCall",
     "ReasoningBlock",
     "Refusal",
     "RemoteError",
+    "RequestDeadlineExceeded",
     "ResponseRouter",
     "RunCancelled",
     "RunHandle",
     "RunStream",
+    "RunUsage",
     "ScriptedModel",
     "ServerToolDefinition",
     "SessionBusy",
     "StopReason",
+    "StructuredAnswer",
     "SubAgentExtension",
     "SubagentCompletedEvent",
     "SubagentStartedEvent",
@@ -111,7 +127,10 @@ __all__ = [
     "ToolResult",
     "ToolStatus",
     "UnknownRun",
+    "UnsupportedSetting",
     "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "UserMessage",
     "WireFormatError",
     "agent_tool",

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from machines.build import Step, steps_in
-from orchestrator.checks import each, flag, whole
+from orchestrator.checks import each, flag, number, of_type, whole
 from orchestrator.checks import text as _text
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery, Refusal
@@ -17,8 +17,12 @@ from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.history import InMemoryHistory, SessionHistory
+from orchestrator.limits import RunUsage, UsageLimits
 from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
-from orchestrator.model import Model
+from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, check_settings
+from orchestrator.output import OutputType
+from orchestrator.output import output_type as _output_type
+from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
 from orchestrator.runtime.inbox import InputInbox
@@ -127,6 +131,10 @@ class Agent:
         max_iterations: int = 25,
         history: SessionHistory | None = None,
         steering: bool = True,
+        usage_limits: UsageLimits | None = None,
+        tool_timeout: float | None = None,
+        model_settings: ModelSettings | None = None,
+        output_type: object = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -135,6 +143,12 @@ class Agent:
         _text(optional=True).check("Agent.system_prompt", system_prompt)
         whole(1).check("Agent.max_iterations", max_iterations)
         flag().check("Agent.steering", steering)
+        of_type(UsageLimits, "a UsageLimits", optional=True).check("Agent.usage_limits", usage_limits)
+        number(above=0, optional=True).check("Agent.tool_timeout", tool_timeout)
+        if model_settings is not None and not isinstance(model_settings, ModelSettings):
+            kind = type(model_settings).__name__
+            raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
+        check_settings(model, model_settings)
         if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
             raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
         self.model = model
@@ -143,6 +157,10 @@ class Agent:
         self.system_prompt = system_prompt
         self.max_iterations = max_iterations
         self.history = history
+        self.usage_limits = usage_limits
+        self.tool_timeout = tool_timeout
+        self.model_settings = model_settings or DEFAULT_SETTINGS
+        self.output_type: OutputType | None = _output_type(output_type)
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
@@ -151,6 +169,8 @@ class Agent:
         self._live: dict[str, RequestRun] = {}
         # Only the steps of each session's latest request: its messages and tools are not kept alive.
         self._last: dict[str, list[Step]] = {}
+        # The budget of each session's latest request that had usage limits, for usage().
+        self._budgets: dict[str, Budget] = {}
         # Runs started with AgentClient.start, for attach.
         self.runs = RunRegistry()
         # Calls waiting for an external answer (every ResponseRouter's), for pending().
@@ -176,8 +196,10 @@ class Agent:
 
         A request whose stream was dropped is being cancelled and will end
         without anyone waiting for it: wait for that end rather than refusing.
-        Any other running request of the session makes this one SessionBusy.
+        Any other running request of the session makes this one SessionBusy, and
+        run settings the model cannot send UnsupportedSetting.
         """
+        check_settings(self.model, config.model_settings)
         live = self._live.get(config.session_id)
         while live is not None and live.abandoned:
             await live.wait_left()
@@ -188,6 +210,10 @@ class Agent:
         run = RequestRun(self, config, request_id, message, sink, restored)
         self._live[config.session_id] = run
         self._last[config.session_id] = run.machine.history
+        if run.budget is not None:
+            self._budgets[config.session_id] = run.budget
+        else:
+            self._budgets.pop(config.session_id, None)
         return run
 
     def _close_run(self, run: RunPort) -> None:
@@ -305,6 +331,12 @@ class Agent:
         """Sessions with a running request."""
         return list(self._live)
 
+    def usage(self, session_id: str) -> RunUsage | None:
+        """What the session's running or latest request spent, when it had usage limits (else None)."""
+        live = self._live.get(session_id)
+        budget = live.budget if live is not None else self._budgets.get(session_id)
+        return budget.report() if budget is not None else None
+
 
 class AgentClient:
     """The handle ``create_agent`` returns."""
@@ -371,6 +403,10 @@ class AgentClient:
         """Mermaid flowchart of the path of the session's running or latest request, subagents nested."""
         return self.agent.trace(session_id)
 
+    def usage(self, session_id: str) -> RunUsage | None:
+        """What the session's running or latest request spent (see ``Agent.usage``)."""
+        return self.agent.usage(session_id)
+
 
 async def create_agent(
     model: Model,
@@ -381,12 +417,23 @@ async def create_agent(
     max_iterations: int = 25,
     history: SessionHistory | object | None = _DEFAULT,
     steering: bool = True,
+    usage_limits: UsageLimits | None = None,
+    tool_timeout: float | None = None,
+    model_settings: ModelSettings | None = None,
+    output_type: object = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
     History is kept in memory unless ``history`` is given (None keeps none). The
     agent steers with its own SteeringExtension unless one is among
-    ``extensions`` or ``steering`` is False.
+    ``extensions`` or ``steering`` is False. ``usage_limits`` bounds what each
+    request spends (a run's ``AgentRunConfig.usage_limits`` replaces it);
+    ``tool_timeout`` (seconds) bounds each tool call whose tool sets no timeout.
+    ``model_settings`` apply to every request (a run's ``AgentRunConfig.model_settings`` take
+    their place); a setting the model's API has no field for raises UnsupportedSetting here.
+    With ``output_type`` (a dataclass, attrs class, TypedDict, pydantic model, other type hint,
+    JSON Schema dict, or an OutputType) every final answer must be JSON of that type:
+    ``client.run`` then returns a StructuredAnswer whose ``output`` is the value.
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -397,5 +444,9 @@ async def create_agent(
         max_iterations=max_iterations,
         history=store,
         steering=steering,
+        usage_limits=usage_limits,
+        tool_timeout=tool_timeout,
+        model_settings=model_settings,
+        output_type=output_type,
     )
     return AgentClient(agent)

@@ -13,6 +13,7 @@ __all__ = [
     "SessionBusy",
     "ToolArgumentsError",
     "ToolRejected",
+    "ValueMismatch",
 ]
 
 
@@ -45,4 +46,21 @@ class ToolRejected(AgentError):
 
 
 class ToolArgumentsError(AgentError):
-    """Tool arguments do not match the tool's schema."""
+    """Tool arguments do not match the tool's schema; ``field`` names the argument at fault when one is."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class ValueMismatch(AgentError):
+    """A JSON value does not fit the type or JSON Schema it must have.
+
+    ``path`` names the field at fault (``order.items[1].quantity``; empty for the whole value)
+    and ``reason`` says why it does not fit.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.path = path
+        self.reason = reason

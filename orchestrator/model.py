@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import attrs
 
 from machines.values import FieldValues
-from orchestrator.checks import whole
+from orchestrator.checks import Check, flag, number, whole
+from orchestrator.checks import text as _text
 from orchestrator.errors import ModelError
 from orchestrator.messages import AssistantMessage, Message
+from orchestrator.output import OutputType
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
 
@@ -28,13 +30,119 @@ def _server_tools(value: Iterable[ServerToolDefinition]) -> tuple[ServerToolDefi
     return value if type(value) is tuple else tuple(value)
 
 
+TOOL_CHOICE_MODES = ("auto", "required", "none")
+"""``ModelSettings.tool_choice`` words; any other text names the one tool the model must call."""
+
+
+def _stop(value: str | Iterable[str] | None) -> tuple[str, ...] | None:
+    if value is None or isinstance(value, str):
+        return None if value is None else (value,)
+    return tuple(value) if isinstance(value, (list, tuple)) else value  # type: ignore[return-value]
+
+
+def _check_stop(where: str, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, tuple):
+        raise TypeError(f"{where} must be a str, a list of str or None, got {type(value).__name__}")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise TypeError(f"{where}[{index}] must be a non-empty str, got {item!r}")
+
+
+def _check_flag(where: str, value: object) -> None:
+    if value is not None:
+        flag().check(where, value)
+
+
+@attrs.frozen(eq=False, repr=False)
+class ModelSettings(FieldValues):
+    """How the model samples an answer; None leaves a setting to the provider's default.
+
+    ``temperature`` (0 to 2), ``top_p`` (0 to 1), ``max_tokens`` (output tokens), ``stop``
+    (sequences that end the answer), ``seed``; ``tool_choice`` ``"auto"``, ``"required"``
+    (some tool must be called), ``"none"`` (no tool may be), or a tool's name (that tool must be
+    called); ``parallel_tool_calls`` (False: at most one call per answer); ``reasoning_effort``
+    (``"minimal"``, ``"low"``, ``"medium"``, ``"high"``, as the model takes) and
+    ``reasoning_budget`` (thinking tokens). Each adapter maps them to its wire fields and
+    refuses (``UnsupportedSetting``) the ones its API has no field for.
+    """
+
+    temperature: float | None = attrs.field(default=None, validator=number(0, maximum=2, optional=True))
+    top_p: float | None = attrs.field(default=None, validator=number(0, maximum=1, optional=True))
+    max_tokens: int | None = attrs.field(default=None, validator=whole(1, optional=True))
+    stop: tuple[str, ...] | None = attrs.field(default=None, converter=_stop, validator=Check(_check_stop))
+    seed: int | None = attrs.field(default=None, validator=whole(optional=True))
+    tool_choice: str | None = attrs.field(default=None, validator=_text(optional=True, blank=False))
+    parallel_tool_calls: bool | None = attrs.field(default=None, validator=Check(_check_flag))
+    reasoning_effort: str | None = attrs.field(default=None, validator=_text(optional=True, blank=False))
+    reasoning_budget: int | None = attrs.field(default=None, validator=whole(-1, optional=True))
+
+    def merged(self, over: ModelSettings | None) -> ModelSettings:
+        """These settings with every setting ``over`` sets (not None) taking its place."""
+        if over is None:
+            return self
+        changes = over.given()
+        return attrs.evolve(self, **changes) if changes else self
+
+    def given(self) -> dict[str, Any]:
+        """The settings that are set (not None), by name."""
+        values = {field.name: getattr(self, field.name) for field in _SETTING_FIELDS}
+        return {name: value for name, value in values.items() if value is not None}
+
+    @property
+    def named_tool(self) -> str | None:
+        """The tool ``tool_choice`` forces, if it names one."""
+        choice = self.tool_choice
+        return choice if choice is not None and choice not in TOOL_CHOICE_MODES else None
+
+
+_SETTING_FIELDS = attrs.fields(ModelSettings)
+
+#: No setting given: every provider's defaults.
+DEFAULT_SETTINGS = ModelSettings()
+
+
+class UnsupportedSetting(ValueError):
+    """A model setting the provider's API has no field for; ``provider`` and ``setting`` name it."""
+
+    def __init__(self, provider: str, setting: str, hint: str = "") -> None:
+        message = f"{provider} does not support the model setting {setting!r}"
+        super().__init__(f"{message}; {hint}" if hint else message)
+        self.provider = provider
+        self.setting = setting
+
+
+def check_settings(model: object, settings: ModelSettings | None) -> None:
+    """Raise UnsupportedSetting for a setting ``model`` declares it cannot send (its ``unsupported_settings``)."""
+    if settings is None:
+        return
+    unsupported: Mapping[str, str] = getattr(model, "unsupported_settings", {})
+    if not unsupported:
+        return
+    for name in settings.given():
+        if name in unsupported:
+            raise UnsupportedSetting(type(model).__name__, name, unsupported[name])
+
+
+def _settings(value: ModelSettings | None) -> ModelSettings:
+    return DEFAULT_SETTINGS if value is None else value
+
+
 @attrs.frozen(eq=False, repr=False)
 class ModelRequest(FieldValues):
-    """What one model call receives. Fields are frozen; use ``attrs.evolve``."""
+    """What one model call receives. Fields are frozen; use ``attrs.evolve``.
+
+    ``settings`` are the request's model settings: the agent's, with the run's and those
+    ``before_model`` hooks set (``context.model_settings``) in their place. ``output``: what the
+    final answer must be (its JSON Schema for providers with native structured output), or None.
+    """
 
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     tools: tuple[ToolDefinition, ...] = attrs.field(default=(), converter=_tools)
     server_tools: tuple[ServerToolDefinition, ...] = attrs.field(default=(), converter=_server_tools)
+    settings: ModelSettings = attrs.field(default=DEFAULT_SETTINGS, converter=_settings)
+    output: OutputType | None = None
 
 
 StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "content_filter", "refusal", "other"]
@@ -143,7 +251,9 @@ class ScriptedModel:
     A step is an AssistantMessage or a ResponseCompletedEvent (to give usage
     and a stop reason too), or a callable (sync or async) that receives the
     ModelRequest and returns one. The message's reasoning text is streamed
-    first, then its text word by word, then its tool calls.
+    first, then its text word by word, then its tool calls. One script serves
+    every session of the agents using the model, in the order calls arrive;
+    a callable step can pick its answer from the conversation it receives.
     """
 
     def __init__(self, steps: Sequence[ScriptStep] = (), *, repeat_last: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""``chat`` on a pseudo-terminal (pexpect), piped, and as README's transcript.
+"""``chat`` on a pseudo-terminal (pexpect), piped, and as the transcript of the terminal agent's page.
 
 Every wait is bounded (pexpect timeouts, subprocess timeouts); the scripted
 model's slow tool takes ``--scripted-delay`` seconds, long enough to type a
@@ -23,7 +23,7 @@ from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 pexpect = pytest.importorskip("pexpect", reason="pexpect is needed to drive the CLI through a pseudo-terminal")
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+TRANSCRIPT_PAGE = REPO / "docs" / "terminal.md"
 WAIT = 20  # seconds, for any one expected output
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -314,7 +314,7 @@ def test_json_prints_wire_events_one_per_line(tmp_path: Path) -> None:
     assert "* completed" in done.stderr
 
 
-# README's transcript ----------------------------------------------------------------
+# The terminal page's transcript --------------------------------------------------------
 
 TRANSCRIPT_INPUT = [
     "count these four words",
@@ -340,13 +340,13 @@ def transcript(tmp_path: Path) -> str:
     find_bwrap().path is None,
     reason=f"the transcript shows bash sandboxed; here the CLI would add that it is not: {find_bwrap().problem}",
 )
-def test_readme_transcript_is_what_the_cli_prints(tmp_path: Path) -> None:
-    """Regenerate: ORCHESTRATOR_UPDATE_TRANSCRIPT=1 .venv/bin/python -m pytest tests/test_cli_terminal.py -k readme"""
+def test_the_terminal_page_transcript_is_what_the_cli_prints(tmp_path: Path) -> None:
+    """Regenerate: ORCHESTRATOR_UPDATE_TRANSCRIPT=1 .venv/bin/python -m pytest tests/test_cli_terminal.py -k terminal_page"""
     produced = transcript(tmp_path)
-    text = README.read_text(encoding="utf-8")
+    text = TRANSCRIPT_PAGE.read_text(encoding="utf-8")
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     if os.environ.get("ORCHESTRATOR_UPDATE_TRANSCRIPT"):
-        README.write_text(text[:start] + "\n" + produced + "\n" + text[end:], encoding="utf-8")
-        text = README.read_text(encoding="utf-8")
+        TRANSCRIPT_PAGE.write_text(text[:start] + "\n" + produced + "\n" + text[end:], encoding="utf-8")
+        text = TRANSCRIPT_PAGE.read_text(encoding="utf-8")
         start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     assert text[start:end].strip("\n") == produced

@@ -1,5 +1,8 @@
 """docs/terminal.md: its files are written and its commands run in a temporary home, in the page's order, and
-each command prints what the page shows (ORCHESTRATOR_UPDATE_DOCS=1 writes what they print into the page)."""
+each command prints what the page shows (ORCHESTRATOR_UPDATE_DOCS=1 writes what they print into the page).
+
+A console block under a marker comment (the chat transcript, which tests/test_cli_terminal.py writes) is
+left to its own test."""
 
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ def test_the_page_shows_what_its_commands_print(tmp_path: Path) -> None:
             target = home / block.group("file")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(block.group("body"))
-        elif block.group("lang") == "console":
+        elif block.group("lang") == "console" and not page[: block.start()].rstrip().endswith("-->"):
             shown = block.group("body")
             commands = [line[2:] for line in shown.splitlines() if line.startswith("$ ")]
             printed = "".join(f"$ {command}\n" + _run(command, home) for command in commands)

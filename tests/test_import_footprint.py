@@ -33,6 +33,7 @@ def test_importing_the_package_loads_no_wire_codecs_json_or_uuid() -> None:
         "json",
         "uuid",
         "asyncio",
+        "pydantic",
     ):
         assert module not in loaded, f"import orchestrator loaded {module}"
     assert "orchestrator.runtime.run" in loaded
@@ -125,3 +126,17 @@ def test_a_new_request_id_is_a_version_4_uuid_in_hex() -> None:
         assert parsed.hex == hex_id
         assert parsed.version == 4
         assert parsed.variant == uuid.RFC_4122
+
+
+def test_running_a_request_loads_no_opentelemetry() -> None:
+    loaded = _fresh(
+        "import sys, json, trio\n"
+        "from orchestrator import AssistantMessage, ScriptedModel, create_agent\n"
+        "async def main():\n"
+        "    agent = await create_agent(ScriptedModel([AssistantMessage('hi')]))\n"
+        "    await agent.run('hello')\n"
+        "trio.run(main)\n"
+        "names = ('opentelemetry', 'orchestrator.observe.otel')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(names))))"
+    )
+    assert loaded == []

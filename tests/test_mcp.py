@@ -674,18 +674,18 @@ async def test_a_request_cannot_reach_an_extension_opened_in_another_block_once_
     assert isinstance(MCPNotOpen("x"), AgentError)
 
 
-# --- README -------------------------------------------------------------------------------------
+# --- the MCP page's example -------------------------------------------------------------------------------------
 
-README_EXAMPLE = re.compile(r"<!-- example: mcp-everything -->\n```python\n(?P<code>.*?)\n```", re.S)
+MCP_EXAMPLE = re.compile(r"<!-- example: mcp-everything -->\n```python\n(?P<code>.*?)\n```", re.S)
 
 
-def test_the_readme_example_runs_against_server_everything() -> None:
+def test_the_documented_example_runs_against_server_everything() -> None:
     npm_server("server-everything")
     if shutil.which("npx") is None:
-        pytest.skip("npx is not installed here: the README example starts server-everything with it")
+        pytest.skip("npx is not installed here: the documented example starts server-everything with it")
     repo = Path(__file__).resolve().parents[1]
-    match = README_EXAMPLE.search((repo / "README.md").read_text(encoding="utf-8"))
-    assert match is not None, "README.md has no mcp-everything example"
+    match = MCP_EXAMPLE.search((repo / "docs" / "extensions" / "mcp.md").read_text(encoding="utf-8"))
+    assert match is not None, "docs/extensions/mcp.md has no mcp-everything example"
     # npx runs the copy installed in tests/mcp_servers; offline, so it can never fetch one instead.
     env = {**os.environ, "PYTHONPATH": str(repo), "npm_config_offline": "true"}
     done = subprocess.run(

@@ -251,10 +251,10 @@ def test_front_matter_forms_and_errors() -> None:
             parse(text)
 
 
-def test_the_readme_example_prints_what_the_readme_says(tmp_path: Path) -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"<!-- example: skills -->\n```python\n(.*?)\n```\n\nprints\n\n```\n(.*?)```", text, re.S)
-    assert found is not None, "README has no skills example"
+def test_the_skills_example_prints_what_its_page_says(tmp_path: Path) -> None:
+    text = (REPO / "docs" / "extensions" / "skills.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- example: skills -->\n```python\n(.*?)\n```\n\nprints\n\n```text\n(.*?)```", text, re.S)
+    assert found is not None, "docs/extensions/skills.md has no skills example"
     code, printed = found.groups()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(

@@ -1,4 +1,4 @@
-"""The README's "Embedding in a backend" examples run as written, in fresh interpreters."""
+"""The "Embedding in a backend" examples of the documentation run as written, in fresh interpreters."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ EXAMPLE = re.compile(r"<!-- example: (?P<name>[\w-]+) -->\n```python\n(?P<code>.
 
 
 def examples() -> dict[str, str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    return {match["name"]: match["code"] for match in EXAMPLE.finditer(text)}
+    """Every named example of README.md and the pages under docs/, by name."""
+    found: dict[str, str] = {}
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        found.update({match["name"]: match["code"] for match in EXAMPLE.finditer(text)})
+    return found
 
 
 def run_example(code: str, tmp_path: Path) -> list[str]:
@@ -29,7 +33,7 @@ def run_example(code: str, tmp_path: Path) -> list[str]:
     return done.stdout.splitlines()
 
 
-def test_both_embedding_examples_are_in_the_readme() -> None:
+def test_both_embedding_examples_are_documented() -> None:
     assert {"embed-trio", "embed-asyncio"} <= set(examples())
 
 

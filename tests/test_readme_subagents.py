@@ -1,4 +1,4 @@
-"""The README's subagent example runs as written, in a fresh interpreter."""
+"""The documented subagent example runs as written, in a fresh interpreter."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""schema/events.json and README's event list are generated from the event classes and kept current."""
+"""schema/events.json and the documentation's event list are generated from the event classes and kept current."""
 
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ def test_the_committed_schema_is_current() -> None:
     )
 
 
-def test_the_readme_event_list_is_current() -> None:
-    assert cli.stale(COMMITTED, ROOT / "README.md") == [], f"regenerate with `{cli.REGENERATE}`"
+def test_the_documented_event_list_is_current() -> None:
+    page = ROOT / cli.EVENTS_PAGE
+    assert page.is_file(), f"{cli.EVENTS_PAGE} is missing"
+    assert cli.stale(COMMITTED, page) == [], f"regenerate with `{cli.REGENERATE}`"
 
 
 def test_the_schema_names_every_library_event_and_its_fields() -> None:
@@ -69,8 +71,9 @@ def test_the_schema_refuses_what_the_decoder_refuses(data: dict[str, Any], valid
 
 def test_the_schema_command_writes_and_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.chdir(tmp_path)
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{cli.README_BEGIN}old table\n{cli.README_END}\nafter\n", encoding="utf-8")
+    readme = tmp_path / cli.EVENTS_PAGE
+    readme.parent.mkdir(parents=True)
+    readme.write_text(f"# x\n\n{cli.LIST_BEGIN}old table\n{cli.LIST_END}\nafter\n", encoding="utf-8")
     assert orchestrator_main(["schema", "--check"]) == 1
     assert "schema/events.json (missing)" in capsys.readouterr().err
     assert orchestrator_main(["schema"]) == 0
@@ -80,4 +83,4 @@ def test_the_schema_command_writes_and_checks(tmp_path: Path, monkeypatch: pytes
     assert orchestrator_main(["schema", "--check"]) == 0
     readme.write_text(text.replace("`text`: string", "`text`: bytes"), encoding="utf-8")
     assert orchestrator_main(["schema", "--check"]) == 1
-    assert "README.md (event list differs)" in capsys.readouterr().err
+    assert f"{cli.EVENTS_PAGE} (event list differs)" in capsys.readouterr().err

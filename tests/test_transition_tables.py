@@ -324,3 +324,39 @@ async def test_plan_mode_requests_take_only_table_transitions(tmp_path: Any) -> 
     unknown = [edge for edge in seen if edge not in ALL_EDGES]
     assert unknown == [], f"transitions taken that the definitions do not have: {unknown}"
     assert not plan_mode.is_plan_mode("plan")
+
+
+async def test_structured_output_requests_take_every_edge_of_validating_output() -> None:
+    import dataclasses
+    from functools import partial
+
+    from orchestrator.output import OutputType
+
+    @dataclasses.dataclass
+    class Answer:
+        value: int
+
+    class Stall(AgentExtension):
+        async def on_event(self, context, event):  # type: ignore[no-untyped-def]
+            if isinstance(event, TransitionEvent) and event.dest == "validating_output" and context.session_id == "c":
+                await trio.sleep_forever()
+
+    model = ScriptedModel([AssistantMessage("nope"), AssistantMessage('{"value": 1}'), AssistantMessage("nope")])
+    model.repeat_last = True
+    client = await create_agent(model, extensions=[Stall()], output_type=OutputType(Answer, retries=1))
+    seen: list[Edge] = []
+    assert (await client.run("retried, then accepted", config=AgentRunConfig("ok"))).output == Answer(1)  # type: ignore[attr-defined]
+    seen += as_edges(client.transitions("ok"))
+    with pytest.raises(Exception, match="did not match the output type after 2 attempt"):
+        await client.run("never fits", config=AgentRunConfig("fail"))
+    seen += as_edges(client.transitions("fail"))
+    with trio.move_on_after(5) as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(client.run, "cancelled", config=AgentRunConfig("c")))
+            while client.state("c") != "validating_output":
+                await trio.sleep(0.01)
+            scope.cancel()
+    seen += as_edges(client.transitions("c"))
+    assert [edge for edge in seen if edge not in ALL_EDGES] == []
+    validating = {edge for edge in ALL_EDGES if "validating_output" in (edge[2], edge[4])}
+    assert validating - set(seen) == set(), "edges of validating_output that no real request took"

@@ -132,6 +132,10 @@ SAMPLES: list[ev.AgentEvent] = [
         **IDS, server="files", tools=("files__read", "files__write"), server_info="fs 1.0", protocol_version="v", restarts=2
     ),
     ev.MCPServerFailedEvent(**IDS, server="files", error="did not start within 30 s", stage="connect"),
+    ev.UsageLimitReachedEvent(**IDS, limit="tool_calls", on_exhausted="wrap_up"),
+    ev.WaitExpiredEvent(
+        **IDS, tool_call_id="c1", awaited_event="tool_approval_response", expires_at=1700000000.5, outcome="declined"
+    ),
 ]
 
 

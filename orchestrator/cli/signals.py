@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,37 @@ async def run_until_signalled(
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
             raise group.exceptions[0] from None
         raise
+
+
+def run_service(
+    name: str, body: Callable[[], Awaitable[None]], usage_errors: tuple[type[Exception], ...] = ()
+) -> int:
+    """Run a long-lived command (``serve``, ``worker``) in trio until it ends or Ctrl-C stops it; its exit status.
+
+    Every way it can end is one line on stderr, never a traceback: an error of ``usage_errors``
+    (bad arguments, an ``--app`` that does not load) or a location that cannot be used, exit 2;
+    a store that cannot be opened, exit 1; SIGINT, ``NAME: interrupted; stopped`` and exit 130.
+    """
+    from orchestrator.store.errors import StoreError, UnusableLocation
+
+    refused: tuple[type[Exception], ...] = (*usage_errors, UnusableLocation)
+    stopped = Stopped()
+    try:
+        trio.run(run_until_signalled, body, stopped)
+    except refused as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        return 2
+    except StoreError as error:  # the store cannot be opened (an outage later is ridden out)
+        print(f"{name}: {error}", file=sys.stderr)
+        return 1
+    except BaseException as error:  # Ctrl-C before the signal receiver was open
+        if not interrupted(error):
+            raise
+        stopped.signal = signal.SIGINT
+    if stopped.signal is not None:
+        print(f"{name}: interrupted; stopped", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    return 0
 
 
 def interrupted(error: BaseException) -> bool:

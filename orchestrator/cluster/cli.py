@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -101,32 +100,13 @@ async def _carry(args: argparse.Namespace, config: ProjectConfig | None, stack: 
 
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
-    from orchestrator.cli.signals import INTERRUPTED_EXIT, Stopped, interrupted, run_until_signalled
+    from orchestrator.cli.signals import run_service
     from orchestrator.project.settings import ConfigError
-    from orchestrator.store.errors import StoreError, UnusableLocation
 
     args = parse(argv)
-    stopped = Stopped()
     try:
         config = None if args.app else project_config(args)
-        trio.run(run_until_signalled, lambda: _work(args, config), stopped)
     except ConfigError as error:  # a configuration file that cannot be used: said before anything starts
         print(f"worker: {error}", file=sys.stderr)
         return 2
-    except (AppSpecError, ValueError) as error:
-        print(f"worker: {error}", file=sys.stderr)
-        return 2
-    except UnusableLocation as error:  # a SQLite file that cannot be made or opened
-        print(f"worker: {error}", file=sys.stderr)
-        return 2
-    except StoreError as error:  # the store cannot be opened (an outage later is ridden out)
-        print(f"worker: {error}", file=sys.stderr)
-        return 1
-    except BaseException as error:  # Ctrl-C before the signal receiver was open
-        if not interrupted(error):
-            raise
-        stopped.signal = signal.SIGINT
-    if stopped.signal is not None:
-        print("worker: interrupted; stopped", file=sys.stderr)
-        return INTERRUPTED_EXIT
-    return 0
+    return run_service("worker", lambda: _work(args, config), (AppSpecError, ValueError))

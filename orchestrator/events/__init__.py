@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # built on first use, see __getattr__ below
         SteeringAppliedEvent,
         SubagentCompletedEvent,
         SubagentStartedEvent,
+        UsageLimitReachedEvent,
+        WaitExpiredEvent,
     )
 
 __all__ = [
@@ -65,6 +67,8 @@ __all__ = [
     "ToolSkippedEvent",
     "ToolStartedEvent",
     "TransitionEvent",
+    "UsageLimitReachedEvent",
+    "WaitExpiredEvent",
 ]
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
@@ -221,6 +225,8 @@ FEATURE_EVENTS = frozenset(
         "SteeringAppliedEvent",
         "SubagentCompletedEvent",
         "SubagentStartedEvent",
+        "UsageLimitReachedEvent",
+        "WaitExpiredEvent",
     }
 )
 

@@ -131,3 +131,26 @@ class SubagentCompletedEvent(AgentEvent):
     child_request_id: str
     outcome: Literal["completed", "failed", "cancelled"]
     result: str = ""
+
+
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
+class UsageLimitReachedEvent(AgentEvent):
+    """A usage limit of the request is reached; ``on_exhausted`` says what follows (``wrap_up`` or ``fail``)."""
+
+    kind: ClassVar[str] = "usage_limit_reached"
+    limit: str
+    on_exhausted: str
+
+
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
+class WaitExpiredEvent(AgentEvent):
+    """Nobody answered a waiting call in time: it took its default (``outcome``), and the request goes on.
+
+    ``expires_at`` is the wait's deadline (seconds since the epoch); an answer arriving later is refused.
+    """
+
+    kind: ClassVar[str] = "wait_expired"
+    tool_call_id: str
+    awaited_event: str  # the answer that was awaited (not a question: no response_event field)
+    expires_at: float
+    outcome: str

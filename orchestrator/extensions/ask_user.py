@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from orchestrator.checks import number
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Verdict
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.events import AgentEvent, RunCancelledEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ToolCall
-from orchestrator.runtime.pending import ResponseRouter, SettledAnswer, Validator, WaitRule
-from orchestrator.tools import ToolDefinition, build_tool
+from orchestrator.runtime.pending import ResponseExpired, ResponseRouter, SettledAnswer, Validator, WaitRule
+from orchestrator.tools import ToolDefinition, ToolResult, build_tool
 
 if TYPE_CHECKING:
     from orchestrator.runtime.context import AgentRunContext
@@ -74,14 +75,19 @@ ASK_USER_WAIT = WaitRule(
 class AskUserExtension(AgentExtension):
     """Offers ``ask_user`` and routes the user's answers back to waiting calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, expires_after: float | None = None) -> None:
+        number(above=0, optional=True).check("AskUserExtension.expires_after", expires_after)
+        self.expires_after = expires_after
         self.router = ResponseRouter()
         self.tool = self._build_tool()
 
     def _build_tool(self) -> ToolDefinition:
         router = self.router
+        expires_after = self.expires_after
 
-        async def ask_user(context: AgentRunContext, call: ToolCall, question: str, options: list[str]) -> str:
+        async def ask_user(
+            context: AgentRunContext, call: ToolCall, question: str, options: list[str]
+        ) -> str | ToolResult:
             """Ask the user a question and wait for the answer.
 
             Args:
@@ -94,13 +100,18 @@ class AskUserExtension(AgentExtension):
                 raise ToolArgumentsError("question: must not be blank")
             if any(not choice.strip() for choice in choices):
                 raise ToolArgumentsError("options: an option must not be blank")
-            answer = await router.wait(
-                context,
-                call_id,
-                response_event=ANSWER_EVENT,
-                validate=_answer_validator(choices),
-                announce=AskUserEvent(tool_call_id=call_id, question=question, options=choices),
-            )
+            try:
+                answer = await router.wait(
+                    context,
+                    call_id,
+                    response_event=ANSWER_EVENT,
+                    validate=_answer_validator(choices),
+                    announce=AskUserEvent(tool_call_id=call_id, question=question, options=choices),
+                    expires_after=expires_after,
+                    expired_outcome="unanswered",
+                )
+            except ResponseExpired as expired:
+                return ToolResult(f"nobody answered the question within {expired.seconds:g} s", "failed")
             return str(answer["answer"])
 
         return build_tool(ask_user)

@@ -31,7 +31,7 @@ import trio
 from machines.build import BoundMachine, Step
 from machines.plan_mode import PLAN_MODE
 from machines.request import REQUEST
-from orchestrator.checks import path_like
+from orchestrator.checks import number, path_like
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Verdict
 from orchestrator.errors import ToolArgumentsError, ToolRejected
@@ -43,7 +43,7 @@ from orchestrator.extensions.files.filesystem import filesystem_tools
 from orchestrator.extensions.files.sandbox import DEFAULT_SANDBOX, Sandbox
 from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolCall
 from orchestrator.model import ModelRequest
-from orchestrator.runtime.pending import ResponseRouter, SettledAnswer, WaitRule, require_bool
+from orchestrator.runtime.pending import ResponseExpired, ResponseRouter, SettledAnswer, WaitRule, require_bool
 from orchestrator.tools import ServerToolDefinition, ToolDefinition, ToolResult, build_tool, validate_arguments
 
 if TYPE_CHECKING:
@@ -128,6 +128,7 @@ class _Proposal:
 
     call_id: str
     approved: bool | None = None
+    expired: bool = False  # nobody answered before expires_after: declined
 
 
 @attrs.define
@@ -194,7 +195,10 @@ class PlanModeExtension(AgentExtension):
         root: str | os.PathLike[str] = ".",
         writable: Sequence[str] | None = None,
         sandbox: Sandbox = DEFAULT_SANDBOX,
+        expires_after: float | None = None,
     ) -> None:
+        number(above=0, optional=True).check("PlanModeExtension.expires_after", expires_after)
+        self.expires_after = expires_after
         if not isinstance(system_prompt, str):
             raise TypeError(f"PlanModeExtension.system_prompt must be a str, got {type(system_prompt).__name__}")
         if not system_prompt.strip():
@@ -439,7 +443,15 @@ class PlanModeExtension(AgentExtension):
                 response_event=response_event,
                 validate=require_bool("approved"),
                 announce=request,
+                expires_after=self.expires_after,
+                expired_outcome="declined",
             )
+        except ResponseExpired as expired:
+            proposal.approved = False
+            proposal.expired = True
+            raise ToolRejected(
+                f"the proposal expired: nobody answered within {expired.seconds:g} s, so it was declined"
+            ) from None
         except BaseException:
             state.proposal = None
             if self.mode(context.session_id) in _AWAITING:
@@ -464,6 +476,8 @@ class PlanModeExtension(AgentExtension):
         state.proposal = None
         if proposal.approved is None or (proposal.approved and not result.ok):
             trigger = "withdraw"
+        elif proposal.expired:
+            trigger = "expire"
         else:
             trigger = "approve" if proposal.approved else "reject"
         await self._announce(context, self._fire(context.session_id, trigger))

@@ -54,7 +54,9 @@ from orchestrator.delivery import Refusal, Verdict
 from orchestrator.errors import ToolArgumentsError
 from orchestrator.events import AgentEvent, SubagentCompletedEvent, SubagentStartedEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import ToolCall, UserMessage
+from orchestrator.model import Usage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.context import AgentView
 from orchestrator.runtime.pending import PendingCall
@@ -233,8 +235,13 @@ class SubAgentExtension(AgentExtension):
             self.agent,
         )
         sink = _ToParent(context) if context.streams else None
+        # A parent that counts its usage counts its children's too (a child with no limits of its own only counts).
+        counting = context.usage is not None
+        limits = UsageLimits() if counting and self.agent.usage_limits is None else None
         try:
-            run = await self.agent._open_run(AgentRunConfig(session_id=child.session_id), UserMessage(task), sink)
+            run = await self.agent._open_run(
+                AgentRunConfig(session_id=child.session_id, usage_limits=limits), UserMessage(task), sink
+            )
         except Exception as error:
             await self._step(context, machine, "fail")
             return ToolResult(f"{self.tool_name} could not start: {type(error).__name__}: {error}", "failed")
@@ -265,6 +272,14 @@ class SubAgentExtension(AgentExtension):
             return ToolResult(answer.content)
         finally:
             _DEPTH.reset(token)
+            if counting and run.budget is not None:
+                spent = run.budget.report()
+                context.record_subagent_usage(
+                    Usage(
+                        spent.input_tokens + spent.subagents.input_tokens,
+                        spent.output_tokens + spent.subagents.output_tokens,
+                    )
+                )
             self.agent._close_run(run)
             self._leave(child)
 

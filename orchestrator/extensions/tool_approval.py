@@ -8,7 +8,9 @@ streams a ``tool_approval`` event (``tool_call_id``, ``name``, ``arguments``,
 ``{"tool_call_id": ..., "approved": bool, "remember": "session" | None,
 "reason": str | None}``. ``remember="session"`` on an approval allows that tool
 for the rest of the session; a decline is a failed tool result that carries the
-user's reason, which the model reads.
+user's reason, which the model reads. With ``expires_after`` (seconds), an
+approval nobody answers in time expires: the call is declined and does not run,
+a ``wait_expired`` event says so, and a later answer is refused.
 
 Policy keys are tool names or ``fnmatch`` patterns (``write_*``): an exact name
 wins over patterns, then the first matching pattern in the order given.
@@ -26,13 +28,14 @@ import trio
 
 from machines.build import BoundMachine
 from machines.tool_approval import TOOL_APPROVAL
+from orchestrator.checks import number
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Verdict as Answer
 from orchestrator.errors import ToolRejected
 from orchestrator.events import AgentEvent, RunCancelledEvent, TransitionEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.messages import ToolCall
-from orchestrator.runtime.pending import ResponseRouter, SettledAnswer, WaitRule
+from orchestrator.runtime.pending import ResponseExpired, ResponseRouter, SettledAnswer, WaitRule
 
 if TYPE_CHECKING:
     from orchestrator.runtime.context import AgentRunContext
@@ -146,7 +149,13 @@ class ToolApprovalExtension(AgentExtension):
 
     priority = 50  # after other before_tool checks (Plan Mode refuses first, so nobody is asked in vain)
 
-    def __init__(self, policy: ToolPolicy | Mapping[str, str] | None = None, *, default: str = "allow") -> None:
+    def __init__(
+        self,
+        policy: ToolPolicy | Mapping[str, str] | None = None,
+        *,
+        default: str = "allow",
+        expires_after: float | None = None,
+    ) -> None:
         if not (policy is None or isinstance(policy, (ToolPolicy, Mapping))):
             raise TypeError(
                 f"ToolApprovalExtension.policy must be a ToolPolicy, a mapping or None, got {type(policy).__name__}"
@@ -158,6 +167,8 @@ class ToolApprovalExtension(AgentExtension):
         else:
             rules = {key: _verdict(value, f"policy for {key!r}") for key, value in (policy or {}).items()}
             self.policy = ToolPolicy(rules, _verdict(default, "ToolApprovalExtension.default"))
+        number(above=0, optional=True).check("ToolApprovalExtension.expires_after", expires_after)
+        self.expires_after = expires_after
         self.router = ResponseRouter()
         self._lock = threading.Lock()
         self._remembered: dict[str, set[str]] = {}
@@ -190,7 +201,15 @@ class ToolApprovalExtension(AgentExtension):
                     response_event=APPROVAL_RESPONSE,
                     validate=_check_answer,
                     announce=ToolApprovalEvent(tool_call_id=call.id, tool_name=call.name, arguments=call.arguments),
+                    expires_after=self.expires_after,
+                    expired_outcome="declined",
                 )
+            except ResponseExpired as expired:
+                await self._step(context, machine, "expire")
+                raise ToolRejected(
+                    f"the approval of {call.name} expired: nobody answered within {expired.seconds:g} s, "
+                    "so the call was declined and did not run"
+                ) from None
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await self._step(context, machine, "withdraw")

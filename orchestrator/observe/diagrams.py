@@ -24,8 +24,9 @@ from machines.diagrams import Diagram, all_diagrams, graphviz_available
 REGENERATE = "python -m orchestrator diagrams"
 SUFFIXES = (".mmd", ".dot", ".svg")
 README = Path("README.md")
-EMBEDDED = ("request", "run_lease")
-"""Machines whose Mermaid diagram README.md embeds (each after its own marker)."""
+EMBEDDED = ("request",)
+"""Machines whose Mermaid diagram README.md embeds (each after its own marker); the documentation site
+includes the committed files instead."""
 
 
 def readme_marker(name: str) -> str:

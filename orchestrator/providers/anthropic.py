@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
@@ -25,14 +26,18 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.model import (
+    DEFAULT_SETTINGS,
     ModelEvent,
     ModelRequest,
+    ModelSettings,
     ReasoningDeltaEvent,
     ResponseCompletedEvent,
     TextDeltaEvent,
     ToolCallStreamEvent,
     Usage,
+    check_settings,
 )
+from orchestrator.output import OutputType
 from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
 from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
@@ -392,6 +397,60 @@ class _Assembler:
         return ResponseCompletedEvent(message, self.usage(), stop, self.raw_stop)
 
 
+_ANTHROPIC_CHOICES = {"auto": "auto", "required": "any", "none": "none"}
+
+
+def anthropic_settings(settings: ModelSettings, *, tools: bool) -> dict[str, Any]:
+    """The Messages API fields of ``settings`` other than ``max_tokens`` and ``thinking``."""
+    fields: dict[str, Any] = {}
+    if settings.temperature is not None:
+        fields["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        fields["top_p"] = settings.top_p
+    if settings.stop is not None:
+        fields["stop_sequences"] = list(settings.stop)
+    if not tools:
+        return fields
+    choice: dict[str, Any] | None = None
+    if settings.tool_choice is not None:
+        named = settings.named_tool
+        choice = {"type": "tool", "name": named} if named else {"type": _ANTHROPIC_CHOICES[settings.tool_choice]}
+    if settings.parallel_tool_calls is False and (choice is None or choice["type"] != "none"):
+        choice = {"type": "auto", **(choice or {}), "disable_parallel_tool_use": True}
+    if choice is not None:
+        fields["tool_choice"] = choice
+    return fields
+
+
+#: The tool a request with an output type offers for its final answer.
+OUTPUT_TOOL = "final_result"
+
+
+def output_tool(output: OutputType) -> dict[str, Any]:
+    """The definition of the tool whose input is the final answer."""
+    return {
+        "name": OUTPUT_TOOL,
+        "description": f"Give the final answer: a {output.name}. Call this once, when the answer is ready.",
+        "input_schema": output.object_schema(),
+    }
+
+
+def answer_of_output_tool(completed: ResponseCompletedEvent, output: OutputType | None) -> ResponseCompletedEvent:
+    """A response that called the output tool as the answer: the tool's input (as JSON) is its text.
+
+    Other calls of that response are dropped: the answer ends the request.
+    """
+    if output is None:
+        return completed
+    message = completed.message
+    call = next((c for c in message.tool_calls if c.name == OUTPUT_TOOL), None)
+    if call is None:
+        return completed
+    given = call.invalid_arguments if call.invalid_arguments is not None else json.dumps(call.arguments)
+    answer = AssistantMessage(output.unwrapped(given), reasoning=message.reasoning)
+    return ResponseCompletedEvent(answer, completed.usage, "end_turn", completed.raw_stop_reason)
+
+
 class AnthropicModel(HTTPStreamingModel):
     """Streams responses from the Anthropic Messages API.
 
@@ -409,10 +468,23 @@ class AnthropicModel(HTTPStreamingModel):
     the assistant message and sent back before its tool calls on later turns.
     ``prompt_caching`` (on by default) marks the system prompt and the newest
     message as cache breakpoints (see ``mark_cache_breakpoints``).
+
+    A request's ModelSettings are sent as ``temperature``, ``top_p``, ``max_tokens`` (in place of
+    the constructor's), ``stop_sequences``, ``thinking`` (``reasoning_budget`` as its
+    ``budget_tokens``) and, when tools are offered, ``tool_choice`` (``required`` is ``any``, a
+    tool's name ``{type: tool, name}``; ``parallel_tool_calls=False`` sets its
+    ``disable_parallel_tool_use``); ``seed`` and ``reasoning_effort`` are refused (UnsupportedSetting).
+    A request with an output type offers a ``final_result`` tool whose input schema is the
+    output's and forces it (``tool_choice`` ``{type: tool}``, or ``any`` beside other tools; not
+    with thinking on, nor when a ``tool_choice`` setting is given): its input becomes the answer's text.
     """
 
     env_prefix: ClassVar[str] = "ANTHROPIC"
     default_base_url: ClassVar[str] = DEFAULT_ANTHROPIC_BASE_URL
+    unsupported_settings: ClassVar[Mapping[str, str]] = {
+        "seed": "the Messages API has no seed",
+        "reasoning_effort": "the Messages API takes a thinking budget: use reasoning_budget",
+    }
 
     def __init__(
         self,
@@ -437,28 +509,43 @@ class AnthropicModel(HTTPStreamingModel):
         self.thinking_budget = thinking_budget
         self.prompt_caching = prompt_caching
 
-    def thinking(self) -> dict[str, Any] | None:
+    def thinking(self, settings: ModelSettings = DEFAULT_SETTINGS) -> dict[str, Any] | None:
         """The ``thinking`` setting requests carry (``extra_body`` may give its own)."""
         given = self.extra_body.get("thinking")
         if given is not None:
             return dict(given) if isinstance(given, Mapping) else None
-        if self.thinking_budget is None:
+        budget = settings.reasoning_budget if settings.reasoning_budget is not None else self.thinking_budget
+        if budget is None:
             return None
-        return {"type": "enabled", "budget_tokens": self.thinking_budget}
+        if budget <= 0:
+            return {"type": "disabled"}
+        return {"type": "enabled", "budget_tokens": budget}
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for ``request``."""
-        thinking = self.thinking()
+        settings = request.settings
+        check_settings(self, settings)
+        thinking = self.thinking(settings)
         thinking_on = thinking is not None and thinking.get("type") not in (None, "disabled")
         system, messages = anthropic_messages(request.messages, thinking=thinking_on)
-        body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "stream": True}
+        max_tokens = settings.max_tokens or self.max_tokens
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "stream": True}
         if system:
             body["system"] = system
         body["messages"] = messages
+        output = request.output
         if request.tools or request.server_tools:
             body["tools"] = anthropic_tools(request.tools, request.server_tools)
+        if output is not None:
+            body.setdefault("tools", []).append(output_tool(output))
         if thinking is not None:
             body["thinking"] = thinking
+        fields = anthropic_settings(settings, tools=bool(request.tools or request.server_tools or output))
+        if output is not None and settings.tool_choice is None and not thinking_on:
+            # The answer must come through the output tool (or, with other tools offered, any tool).
+            forced = {"type": "any"} if request.tools or request.server_tools else {"type": "tool", "name": OUTPUT_TOOL}
+            fields["tool_choice"] = {**fields.get("tool_choice", {}), **forced}
+        body.update(fields)
         if self.prompt_caching:
             mark_cache_breakpoints(body)
         body.update(self.extra_body)
@@ -484,9 +571,11 @@ class AnthropicModel(HTTPStreamingModel):
                 if isinstance(kind, str) and kind in _CONTENT_EVENTS:  # not ping, nor a type it ignores
                     idle.reset()
                 for produced in assembler.feed(data):
+                    if type(produced) is ToolCallStreamEvent and produced.name == OUTPUT_TOOL and request.output:
+                        continue  # the answer, not a call to run
                     yield produced
                 if assembler.stopped:
                     break
             else:
                 raise MalformedStreamError("stream ended before message_stop")
-        yield assembler.completed()
+        yield answer_of_output_tool(assembler.completed(), request.output)

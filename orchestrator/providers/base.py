@@ -6,9 +6,12 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
+import attrs
+
 from orchestrator.checks import function, mapping, number, of_type, whole
 from orchestrator.checks import text as _text
-from orchestrator.model import ModelEvent, ModelRequest
+from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent
+from orchestrator.output import OutputType
 from orchestrator.providers.retry import RetryPolicy, Sleep, stream_with_retry
 
 if TYPE_CHECKING:
@@ -17,6 +20,16 @@ if TYPE_CHECKING:
 
 #: Seconds a started stream may send only keepalives before ProviderTimeoutError.
 DEFAULT_IDLE_TIMEOUT = 300.0
+
+
+def unwrapped_answer(completed: ResponseCompletedEvent, output: OutputType | None) -> ResponseCompletedEvent:
+    """``completed`` with an answer to a wrapped output schema (``{"value": ...}``) made the value's JSON."""
+    if output is None or not output.wrapped or completed.message.tool_calls:
+        return completed
+    text = output.unwrapped(completed.message.content)
+    if text == completed.message.content:
+        return completed
+    return attrs.evolve(completed, message=attrs.evolve(completed.message, content=text))
 
 
 class ProviderSettings(TypedDict, total=False):
@@ -47,6 +60,8 @@ class HTTPStreamingModel:
 
     env_prefix: ClassVar[str]
     default_base_url: ClassVar[str]
+    #: The ModelSettings fields this API has no wire field for, each with what to use instead.
+    unsupported_settings: ClassVar[Mapping[str, str]] = {}
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ from orchestrator.messages import (
     describe_parts,
     images_of,
 )
-from orchestrator.model import ModelEvent, ModelRequest
+from orchestrator.model import DEFAULT_SETTINGS, ModelEvent, ModelRequest, ModelSettings, check_settings
 from orchestrator.providers._http import IdleTimer, post_sse
 from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
@@ -178,6 +178,9 @@ def gemini_tools(tools: tuple[ToolDefinition, ...], server_tools: tuple[ServerTo
     return encoded
 
 
+_GEMINI_MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
+
+
 class GeminiModel(HTTPStreamingModel):
     """Streams responses from the Gemini API.
 
@@ -189,12 +192,24 @@ class GeminiModel(HTTPStreamingModel):
     ``generationConfig.thinkingConfig`` with ``includeThoughts``, so thoughts stream
     as reasoning deltas; ``max_output_tokens`` as ``generationConfig.maxOutputTokens``.
     ``extra_body`` is merged into every request (its ``generationConfig`` into
-    the adapter's). Once a stream has started, ``idle_timeout`` seconds without a
+    the adapter's). A request's ModelSettings are sent in ``generationConfig`` as
+    ``temperature``, ``topP``, ``maxOutputTokens``, ``stopSequences``, ``seed`` and
+    ``thinkingConfig.thinkingBudget`` (``reasoning_budget``), and ``tool_choice`` as
+    ``toolConfig.functionCallingConfig`` (``AUTO``, ``ANY``, ``NONE``; a tool's name is ``ANY``
+    with ``allowedFunctionNames``); ``parallel_tool_calls`` and ``reasoning_effort`` are refused
+    (UnsupportedSetting). A request with an output type and no tools sends its schema as
+    ``generationConfig.responseJsonSchema`` with ``responseMimeType`` JSON; with tools it is not
+    sent (not every Gemini model takes a JSON response type beside function calling) and the
+    answer is only checked. Once a stream has started, ``idle_timeout`` seconds without a
     chunk that carries anything raise ProviderTimeoutError; None waits without bound.
     """
 
     env_prefix: ClassVar[str] = "GEMINI"
     default_base_url: ClassVar[str] = DEFAULT_GEMINI_BASE_URL
+    unsupported_settings: ClassVar[Mapping[str, str]] = {
+        "parallel_tool_calls": "the Gemini API has no switch for parallel function calls",
+        "reasoning_effort": "the Gemini API takes a thinking budget: use reasoning_budget",
+    }
 
     def __init__(
         self,
@@ -223,12 +238,19 @@ class GeminiModel(HTTPStreamingModel):
         model = quote(self.model, safe="-._~")
         return f"{self.base_url}/{self.api_version}/models/{model}:streamGenerateContent?alt=sse"
 
-    def generation_config(self) -> dict[str, Any]:
+    def generation_config(self, settings: ModelSettings = DEFAULT_SETTINGS) -> dict[str, Any]:
         config: dict[str, Any] = {}
-        if self.max_output_tokens is not None:
-            config["maxOutputTokens"] = self.max_output_tokens
-        if self.thinking_budget is not None:
-            config["thinkingConfig"] = {"thinkingBudget": self.thinking_budget, "includeThoughts": True}
+        max_tokens = settings.max_tokens or self.max_output_tokens
+        if max_tokens is not None:
+            config["maxOutputTokens"] = max_tokens
+        for name, wire in (("temperature", "temperature"), ("top_p", "topP"), ("seed", "seed")):
+            if (value := getattr(settings, name)) is not None:
+                config[wire] = value
+        if settings.stop is not None:
+            config["stopSequences"] = list(settings.stop)
+        budget = settings.reasoning_budget if settings.reasoning_budget is not None else self.thinking_budget
+        if budget is not None:
+            config["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": True}
         extra = self.extra_body.get("generationConfig")
         if isinstance(extra, Mapping):
             config.update(extra)
@@ -240,10 +262,23 @@ class GeminiModel(HTTPStreamingModel):
         body: dict[str, Any] = {"contents": contents}
         if system:
             body["systemInstruction"] = {"parts": [{"text": system}]}
+        settings = request.settings
+        check_settings(self, settings)
         if request.tools or request.server_tools:
             body["tools"] = gemini_tools(request.tools, request.server_tools)
+            if settings.tool_choice is not None:
+                named = settings.named_tool
+                mode = "ANY" if named else _GEMINI_MODES[settings.tool_choice]
+                calling: dict[str, Any] = {"mode": mode}
+                if named:
+                    calling["allowedFunctionNames"] = [named]
+                body["toolConfig"] = {"functionCallingConfig": calling}
         body.update(self.extra_body)
-        if config := self.generation_config():
+        config = self.generation_config(settings)
+        if request.output is not None and not (request.tools or request.server_tools):
+            config.setdefault("responseMimeType", "application/json")
+            config.setdefault("responseJsonSchema", dict(request.output.schema))
+        if config:
             body["generationConfig"] = config
         return body
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any, ClassVar, Unpack
 
@@ -29,14 +29,16 @@ from orchestrator.messages import (
 from orchestrator.model import (
     ModelEvent,
     ModelRequest,
+    ModelSettings,
     ReasoningDeltaEvent,
     ResponseCompletedEvent,
     TextDeltaEvent,
     ToolCallStreamEvent,
     Usage,
+    check_settings,
 )
 from orchestrator.providers._http import IdleTimer, parse_arguments, post_sse
-from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
+from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings, unwrapped_answer
 from orchestrator.providers.errors import AuthenticationError, MalformedStreamError
 from orchestrator.providers.fields import Fields, decode_object, stream_error
 from orchestrator.providers.stops import OPENAI_FINISH_REASONS, normalised_stop
@@ -307,6 +309,32 @@ def _reasoning_text(delta: Fields) -> str | None:
     return alias if isinstance(alias, str) else None
 
 
+def chat_settings(settings: ModelSettings, *, tools: bool) -> dict[str, Any]:
+    """The Chat Completions fields of ``settings``; tool_choice and parallel_tool_calls only when tools are offered."""
+    fields: dict[str, Any] = {}
+    for name, wire in _CHAT_FIELDS:
+        value = getattr(settings, name)
+        if value is not None:
+            fields[wire] = list(value) if isinstance(value, tuple) else value
+    if tools and settings.tool_choice is not None:
+        named = settings.named_tool
+        fields["tool_choice"] = {"type": "function", "function": {"name": named}} if named else settings.tool_choice
+    if tools and settings.parallel_tool_calls is not None:
+        fields["parallel_tool_calls"] = settings.parallel_tool_calls
+    return fields
+
+
+#: ModelSettings fields and the Chat Completions fields they are sent as, value unchanged.
+_CHAT_FIELDS = (
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+    ("max_tokens", "max_completion_tokens"),
+    ("stop", "stop"),
+    ("seed", "seed"),
+    ("reasoning_effort", "reasoning_effort"),
+)
+
+
 def openai_headers(model: HTTPStreamingModel) -> dict[str, str]:
     """The headers of a streamed call to an OpenAI endpoint (Chat Completions or Responses) of ``model``.
 
@@ -337,7 +365,13 @@ class OpenAIChatModel(HTTPStreamingModel):
     ProviderTimeoutError; None waits without bound.
 
     ``reasoning_effort`` is sent as it is (``minimal``, ``low``, ``medium``,
-    ``high``, ... as the model accepts). Reasoning text a server streams
+    ``high``, ... as the model accepts). A request's ModelSettings are sent as
+    ``temperature``, ``top_p``, ``max_completion_tokens``, ``stop``, ``seed``,
+    ``reasoning_effort`` and, when tools are offered, ``tool_choice`` and
+    ``parallel_tool_calls`` (``extra_body`` fields take their place); a
+    ``reasoning_budget`` is refused (UnsupportedSetting). A request with an output type
+    sends its schema as ``response_format`` (``json_schema``, not strict); a schema that is not
+    an object's is sent as the ``value`` property of one, and the answer unwrapped. Reasoning text a server streams
     (``reasoning_content``, or ``reasoning``) becomes reasoning deltas and a
     ReasoningBlock of the message; it is not sent back (Chat Completions has no
     field for it). ``tool_images=False`` sends only the text descriptions of
@@ -347,6 +381,9 @@ class OpenAIChatModel(HTTPStreamingModel):
 
     env_prefix: ClassVar[str] = "OPENAI"
     default_base_url: ClassVar[str] = DEFAULT_OPENAI_BASE_URL
+    unsupported_settings: ClassVar[Mapping[str, str]] = {
+        "reasoning_budget": "Chat Completions takes reasoning_effort, not a token budget"
+    }
 
     def __init__(
         self,
@@ -374,6 +411,11 @@ class OpenAIChatModel(HTTPStreamingModel):
             body["tools"] = openai_tools(request.tools)
         if self.reasoning_effort is not None:
             body["reasoning_effort"] = self.reasoning_effort
+        check_settings(self, request.settings)
+        body.update(chat_settings(request.settings, tools=bool(request.tools)))
+        if request.output is not None:
+            schema = {"name": request.output.wire_name, "schema": request.output.object_schema(), "strict": False}
+            body["response_format"] = {"type": "json_schema", "json_schema": schema}
         if request.server_tools:
             log.warning("Chat Completions has no server tools; ignoring %d", len(request.server_tools))
         body.update(self.extra_body)
@@ -408,4 +450,4 @@ class OpenAIChatModel(HTTPStreamingModel):
                 log.debug("stream from %s ended after its finish_reason without data: [DONE]", url)
         for produced in assembler.finish():
             yield produced
-        yield assembler.completed()
+        yield unwrapped_answer(assembler.completed(), request.output)

@@ -19,9 +19,9 @@ from orchestrator.messages import (
     ToolMessage,
     UserMessage,
 )
-from orchestrator.model import ModelEvent, ModelRequest
+from orchestrator.model import ModelEvent, ModelRequest, check_settings
 from orchestrator.providers._http import IdleTimer, post_sse
-from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings
+from orchestrator.providers.base import HTTPStreamingModel, ProviderSettings, unwrapped_answer
 from orchestrator.providers.errors import MalformedStreamError
 from orchestrator.providers.fields import decode_object
 from orchestrator.providers.openai import DEFAULT_OPENAI_BASE_URL, image_url, openai_headers
@@ -135,13 +135,24 @@ class OpenAIResponsesModel(HTTPStreamingModel):
     ``reasoning_summary`` (default ``"auto"``), so reasoning models stream their
     summaries as reasoning deltas. ``extra_body`` is merged into every request
     (``max_output_tokens``, ``store``, ``include=["reasoning.encrypted_content"]``,
-    ...). Once a stream has started, ``idle_timeout`` seconds without an event
+    ...). A request's ModelSettings are sent as ``temperature``, ``top_p``,
+    ``max_output_tokens``, ``reasoning.effort`` (in place of ``reasoning_effort``)
+    and, when tools are offered, ``tool_choice`` and ``parallel_tool_calls``;
+    ``stop``, ``seed`` and ``reasoning_budget`` are refused (UnsupportedSetting). A request
+    with an output type sends its schema as ``text.format`` (``json_schema``, not strict;
+    wrapped as OpenAIChatModel does).
+    Once a stream has started, ``idle_timeout`` seconds without an event
     raise ProviderTimeoutError (event types the adapter does not know do not
     count); None waits without bound.
     """
 
     env_prefix: ClassVar[str] = "OPENAI"
     default_base_url: ClassVar[str] = DEFAULT_OPENAI_BASE_URL
+    unsupported_settings: ClassVar[Mapping[str, str]] = {
+        "stop": "the Responses API has no stop sequences",
+        "seed": "the Responses API has no seed",
+        "reasoning_budget": "the Responses API takes reasoning_effort, not a token budget",
+    }
 
     def __init__(
         self,
@@ -162,11 +173,33 @@ class OpenAIResponsesModel(HTTPStreamingModel):
         body: dict[str, Any] = {"model": self.model, "input": responses_input(request.messages), "stream": True}
         if request.tools or request.server_tools:
             body["tools"] = responses_tools(request.tools, request.server_tools)
-        if self.reasoning_effort is not None:
-            reasoning = {"effort": self.reasoning_effort}
+        settings = request.settings
+        check_settings(self, settings)
+        effort = settings.reasoning_effort or self.reasoning_effort
+        if effort is not None:
+            reasoning = {"effort": effort}
             if self.reasoning_summary is not None:
                 reasoning["summary"] = self.reasoning_summary
             body["reasoning"] = reasoning
+        for name, wire in (("temperature", "temperature"), ("top_p", "top_p"), ("max_tokens", "max_output_tokens")):
+            if (value := getattr(settings, name)) is not None:
+                body[wire] = value
+        if request.tools or request.server_tools:
+            if settings.tool_choice is not None:
+                named = settings.named_tool
+                body["tool_choice"] = {"type": "function", "name": named} if named else settings.tool_choice
+            if settings.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = settings.parallel_tool_calls
+        if request.output is not None:
+            output = request.output
+            body["text"] = {
+                "format": {
+                    "type": "json_schema",
+                    "name": output.wire_name,
+                    "schema": output.object_schema(),
+                    "strict": False,
+                }
+            }
         body.update(self.extra_body)
         return body
 
@@ -189,4 +222,4 @@ class OpenAIResponsesModel(HTTPStreamingModel):
                     break
             else:
                 raise MalformedStreamError("stream ended before response.completed or response.incomplete")
-        yield assembler.completed()
+        yield unwrapped_answer(assembler.completed(), request.output)

@@ -17,8 +17,10 @@ from orchestrator.config import AgentRunConfig
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.history import SessionHistory
+from orchestrator.limits import RunUsage
 from orchestrator.messages import Message, SystemMessage, UserMessage, clean_message
-from orchestrator.model import Model
+from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, Usage
+from orchestrator.runtime.budget import Budget
 from orchestrator.tools import ServerToolDefinition, ToolDefinition
 
 
@@ -74,6 +76,9 @@ class ContextRun(Protocol):
     @property
     def streams(self) -> bool: ...
 
+    @property
+    def budget(self) -> Budget | None: ...
+
     async def emit(self, event: AgentEvent) -> None: ...
 
     async def forward(self, event: AgentEvent) -> None: ...
@@ -114,6 +119,22 @@ class AgentRunContext:
         self._server_tools: list[ServerToolDefinition] | None = None
         self._state: dict[str, Any] | None = None
         self._messages: list[Message] = []
+        self._model_settings = DEFAULT_SETTINGS
+
+    @property
+    def model_settings(self) -> ModelSettings:
+        """The settings of this request's next model call: the agent's, with the run's in their place.
+
+        A ``before_model`` hook may assign new ones (``attrs.evolve(context.model_settings, ...)``):
+        they hold for the rest of the request.
+        """
+        return self._model_settings
+
+    @model_settings.setter
+    def model_settings(self, settings: ModelSettings) -> None:
+        if not isinstance(settings, ModelSettings):
+            raise TypeError(f"context.model_settings must be a ModelSettings, got {type(settings).__name__}")
+        self._model_settings = settings
 
     @property
     def server_tools(self) -> list[ServerToolDefinition]:
@@ -148,6 +169,18 @@ class AgentRunContext:
     def agent(self) -> AgentView:
         """The agent running this request (its model, tools, extensions, history and settings)."""
         return self._run.agent
+
+    @property
+    def usage(self) -> RunUsage | None:
+        """What this request spent so far, when it counts (it has usage limits); else None."""
+        budget = self._run.budget
+        return budget.report() if budget is not None else None
+
+    def record_subagent_usage(self, usage: Usage) -> None:
+        """Add what a subagent of this request spent: reported apart, counted only with ``count_subagents``."""
+        budget = self._run.budget
+        if budget is not None:
+            budget.record_subagent(usage)
 
     @property
     def messages(self) -> tuple[Message, ...]:

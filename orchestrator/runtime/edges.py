@@ -16,9 +16,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from machines.request import REQUEST
 from orchestrator import events as ev
+from orchestrator.errors import ValueMismatch
 from orchestrator.messages import SystemMessage, UserMessage
+from orchestrator.runtime.budget import WRAP_UP_NOTE
 
 if TYPE_CHECKING:
     from orchestrator.runtime.ports import AgentPort, RunPort
@@ -39,6 +43,11 @@ def _within_budget(event: Any) -> bool:
     return run.iterations < limit
 
 
+def _output_retries_left(event: Any) -> bool:
+    run = _run_of(event)
+    return run.output_spec is not None and run.output_attempts <= run.output_spec.retries
+
+
 def _tool_in_capabilities(event: Any) -> bool:
     caps = _run_of(event).capabilities
     return caps is not None and event.kwargs["call"].name in caps
@@ -46,6 +55,7 @@ def _tool_in_capabilities(event: Any) -> bool:
 
 GUARDS: dict[str, Callable[[Any], bool]] = {
     "within_budget": _within_budget,
+    "may_wrap_up": lambda e: bool((b := _run_of(e).budget) and b.may_wrap_up),
     "tool_results_complete": lambda e: not _run_of(e).open_calls,
     "has_tool_calls": lambda e: bool((r := _run_of(e).response) and r.tool_calls),
     "has_internal_input": lambda e: _run_of(e).internal is not None,
@@ -55,6 +65,9 @@ GUARDS: dict[str, Callable[[Any], bool]] = {
     "steering_pending": lambda e: _run_of(e).steering is not None,
     "tool_registered": lambda e: e.kwargs["call"].name in _run_of(e).context.tools,
     "tool_in_capabilities": _tool_in_capabilities,
+    "output_expected": lambda e: _run_of(e).output_spec is not None,
+    "output_valid": lambda e: _run_of(e).output_error is None,
+    "output_retries_left": _output_retries_left,
 }
 
 
@@ -116,6 +129,17 @@ async def assemble_request(run: RunPort) -> None:
     run.request = run.assemble()
 
 
+async def assemble_wrap_up(run: RunPort) -> None:
+    """The wrap-up call's request: the conversation and a note that the budget is spent, no tools offered."""
+    assert run.budget is not None
+    run.budget.wrapped_up = True
+    request = run.assemble()
+    run.request = attrs.evolve(
+        request, messages=(*request.messages, SystemMessage(WRAP_UP_NOTE)), tools=(), server_tools=()
+    )
+    await run._emit_new(ev.UsageLimitReachedEvent, limit=run.budget.exhausted or "", on_exhausted="wrap_up")
+
+
 async def compact_context(run: RunPort) -> None:
     compacted = False
     for compactor in run.agent.compactors:
@@ -141,6 +165,23 @@ async def append_response(run: RunPort) -> None:
 async def after_model(run: RunPort) -> None:
     assert run.response is not None
     await run._run_hook("after_model", run.response)
+
+
+async def validate_output(run: RunPort) -> None:
+    """Parse the answer into the request's output type: ``output`` when it fits, else ``output_error``."""
+    assert run.response is not None and run.output_spec is not None
+    run.output_attempts += 1
+    try:
+        run.output = run.output_spec.parse(run.response.content)
+        run.output_error = None
+    except ValueMismatch as mismatch:
+        run.output_error = mismatch
+
+
+async def ask_again(run: RunPort) -> None:
+    """Tell the model why its answer does not fit, so that it answers again."""
+    assert run.output_error is not None and run.output_spec is not None
+    await run.append(UserMessage(run.output_spec.retry_prompt(run.output_error)))
 
 
 async def poll_steering(run: RunPort) -> None:

@@ -18,6 +18,7 @@ keeps its log, its final states and its outcome, not its request.
 from __future__ import annotations
 
 import collections
+import contextvars
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -350,5 +351,8 @@ async def start_run(
         handle._finish()
         agent.runs.finished(handle)
 
-    trio.lowlevel.spawn_system_task(_drive, agent, outcome, on_end, name=f"request {handle.request_id}")
+    # The caller's context goes with the request (a span the caller opened is the parent of the request's).
+    trio.lowlevel.spawn_system_task(
+        _drive, agent, outcome, on_end, name=f"request {handle.request_id}", context=contextvars.copy_context()
+    )
     return handle

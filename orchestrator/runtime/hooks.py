@@ -75,7 +75,7 @@ class AgentExtension:
         """Run before this turn's model request is assembled."""
 
     async def before_model(self, context: AgentRunContext, request: ModelRequest) -> None:
-        """Inspect the assembled request; edit context to change it."""
+        """Inspect the assembled request; edit context to change it (``context.model_settings`` for its settings)."""
 
     async def on_model_request(
         self, context: AgentRunContext, request: ModelRequest, call_next: CallNextModel

@@ -15,11 +15,13 @@ waits a session store recorded in an earlier process (``StoredApprovals``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -29,6 +31,7 @@ import trio
 from machines.approval import APPROVAL
 from machines.build import BoundMachine, GuardRefused, IllegalTransition
 from machines.values import FieldValues
+from orchestrator.checks import number
 from orchestrator.checks import text as _text
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Refusal, Verdict
@@ -83,6 +86,24 @@ class WaitRule(FieldValues):
 
 class ResponseWithdrawn(AgentError):
     """The wait ended without a response (its request is ending)."""
+
+
+class ResponseExpired(AgentError):
+    """Nobody answered a wait before its expiry; the waiting call takes its default.
+
+    ``expires_at`` is the wait's deadline in seconds since the epoch, ``seconds`` the ``expires_after`` it was given.
+    """
+
+    def __init__(self, key: str, response_event: str, seconds: float, expires_at: float) -> None:
+        super().__init__(f"nobody answered {response_event} for {key!r} within {seconds:g} s")
+        self.key = key
+        self.response_event = response_event
+        self.seconds = seconds
+        self.expires_at = expires_at
+
+
+#: How many expired waits a router remembers, to refuse their late answers with the reason.
+REMEMBERED_EXPIRIES = 4096
 
 
 @attrs.frozen(eq=False, repr=False)  # FieldValues: attrs' eq, hash and repr, shared
@@ -203,6 +224,7 @@ class PendingResponse:
     __slots__ = (
         "_task",
         "_woken",
+        "expires_at",
         "key",
         "machine",
         "payload",
@@ -236,6 +258,8 @@ class PendingResponse:
         self.machine = BoundMachine(APPROVAL, _APPROVAL_GUARDS, host=self)
         self._woken = False
         self._task: trio.lowlevel.Task | None = None
+        # When nobody's answer is taken any more (seconds since the epoch; None: never): a plain value to store.
+        self.expires_at: float | None = None
 
     def _valid(self, payload: Mapping[str, Any]) -> bool:
         try:
@@ -289,6 +313,23 @@ class PendingResponse:
         )
 
 
+_EXPIRES_AFTER = number(above=0, optional=True)
+
+
+def _expired_event(pending: PendingResponse, outcome: str) -> AgentEvent:
+    from orchestrator.events import WaitExpiredEvent  # an optional feature's event, built on first use
+
+    assert pending.expires_at is not None
+    return WaitExpiredEvent(
+        session_id=pending.session_id,
+        request_id=pending.request_id,
+        tool_call_id=pending.key,
+        awaited_event=pending.response_event,
+        expires_at=pending.expires_at,
+        outcome=outcome,
+    )
+
+
 def _copied(payload: Mapping[str, Any]) -> dict[str, Any] | Refusal:
     """A deep copy of an external payload, taken before anything reads it, or why it cannot be made.
 
@@ -309,6 +350,8 @@ class ResponseRouter:
         self.key_field = key_field
         self._lock = threading.Lock()
         self._waits: dict[tuple[str, str, str], PendingResponse] = {}
+        # Waits that expired, oldest first, with why a late answer to each is refused.
+        self._expired: collections.OrderedDict[tuple[str, str, str], str] = collections.OrderedDict()
 
     def accept(self, config: AgentRunConfig, event: ExternalEvent) -> bool:
         """Take ``event`` if it answers a waiting call of ``config.session_id``."""
@@ -329,6 +372,9 @@ class ResponseRouter:
         with self._lock:
             wait = self._waits.get((config.session_id, event.name, key))
             if wait is None:
+                expired = self._expired.get((config.session_id, event.name, key))
+                if expired is not None:
+                    return Refusal(expired)
                 return Refusal(f"no waiting call {self.key_field}={key!r} in session {config.session_id!r}")
             if config.request_id is not None and config.request_id != wait.request_id:
                 return Refusal(
@@ -356,14 +402,24 @@ class ResponseRouter:
         response_event: str,
         validate: Validator | None = None,
         announce: AgentEvent | None = None,
+        expires_after: float | None = None,
+        expired_outcome: str = "expired",
     ) -> dict[str, Any]:
         """Pause the request in awaiting_approval until ``response_event`` for ``key``.
 
         ``announce`` is emitted once the wait is registered and the request paused,
-        so an answer to it can never arrive before the wait exists.
+        so an answer to it can never arrive before the wait exists. With
+        ``expires_after`` (seconds), a wait nobody answered in time expires: a
+        ``wait_expired`` event (saying ``expired_outcome``) is emitted, the wait
+        raises ResponseExpired, and a later answer is refused saying it expired.
+        The deadline is the wait's ``expires_at`` (seconds since the epoch), a
+        plain value; one trio timer per waiting call fires it, nothing polls.
         """
         run = context._run
         pending = PendingResponse(context.session_id, context.request_id, response_event, key, validate, announce)
+        if expires_after is not None:
+            _EXPIRES_AFTER.check("expires_after", expires_after)
+            pending.expires_at = time.time() + expires_after
         slot = (pending.session_id, response_event, key)
         with self._lock:
             if slot in self._waits:
@@ -378,11 +434,17 @@ class ResponseRouter:
             try:
                 if announce is not None:
                     await run.emit(announce)
-                abort = pending.parked()
-                if abort is None:
-                    await trio.lowlevel.checkpoint()
+                if pending.expires_at is None:
+                    abort = pending.parked()
+                    if abort is None:
+                        await trio.lowlevel.checkpoint()
+                    else:
+                        await trio.lowlevel.wait_task_rescheduled(abort)
                 else:
-                    await trio.lowlevel.wait_task_rescheduled(abort)
+                    assert expires_after is not None
+                    await self._wait_until_expiry(pending, slot, expires_after)
+                    if pending.state == "expired":
+                        await run.emit(_expired_event(pending, expired_outcome))
             finally:
                 await run.resume()
         finally:
@@ -393,9 +455,36 @@ class ResponseRouter:
                 if pending.state == "waiting":
                     pending.machine.fire("withdraw")
             pending.machine.unbind()
+        if pending.state == "expired":
+            assert pending.expires_at is not None and expires_after is not None
+            raise ResponseExpired(key, response_event, expires_after, pending.expires_at)
         if pending.state != "answered":
             raise ResponseWithdrawn(f"{response_event} for {key!r} was withdrawn")
         return pending.payload
+
+    async def _wait_until_expiry(
+        self, pending: PendingResponse, slot: tuple[str, str, str], expires_after: float
+    ) -> None:
+        """Wait for the answer until ``pending.expires_at``; then, unless answered meanwhile, expire the wait."""
+        assert pending.expires_at is not None
+        seconds = pending.expires_at - time.time()
+        with trio.move_on_at(trio.current_time() + max(0.0, seconds)):
+            abort = pending.parked()
+            if abort is None:
+                await trio.lowlevel.checkpoint()
+            else:
+                await trio.lowlevel.wait_task_rescheduled(abort)
+        with self._lock:
+            if pending.state != "waiting":
+                return  # answered (or withdrawn) as the timer fired: that stands
+            pending.machine.fire("expire")
+            if self._waits.get(slot) is pending:
+                del self._waits[slot]
+            self._expired[slot] = (
+                f"call {self.key_field}={pending.key!r} expired: nobody answered it within {expires_after:g} s"
+            )
+            while len(self._expired) > REMEMBERED_EXPIRIES:
+                self._expired.popitem(last=False)
 
     def waiting(self, session_id: str | None = None) -> list[PendingResponse]:
         """Calls that still wait (optionally of one session)."""

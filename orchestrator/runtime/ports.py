@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 from machines.build import BoundMachine, Step
 from orchestrator.config import AgentRunConfig
+from orchestrator.errors import ValueMismatch
 from orchestrator.events import AgentEvent
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import (
     AssistantMessage,
     Message,
@@ -23,7 +25,9 @@ from orchestrator.messages import (
     ToolStatus,
     UserMessage,
 )
-from orchestrator.model import ModelRequest, StopReason, Usage
+from orchestrator.model import ModelRequest, ModelSettings, StopReason, Usage
+from orchestrator.output import OutputType
+from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.context import AgentRunContext, AgentView
 from orchestrator.runtime.hooks import AgentExtension
@@ -54,6 +58,18 @@ class AgentPort(AgentView, Protocol):
     @property
     def waiting(self) -> WaitingCalls: ...
 
+    @property
+    def usage_limits(self) -> UsageLimits | None: ...
+
+    @property
+    def tool_timeout(self) -> float | None: ...
+
+    @property
+    def model_settings(self) -> ModelSettings: ...
+
+    @property
+    def output_type(self) -> OutputType | None: ...
+
 
 class RunPort(Protocol):
     """What a request's parts (its edges, its tool runner, its handle and stream) use of the request."""
@@ -74,6 +90,11 @@ class RunPort(Protocol):
     error: BaseException | None
     restored: Restored | None
     abandoned: bool
+    budget: Budget | None
+    output_spec: OutputType | None
+    output: Any
+    output_error: ValueMismatch | None
+    output_attempts: int
 
     @property
     def agent(self) -> AgentPort: ...

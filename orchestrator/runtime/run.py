@@ -13,6 +13,7 @@ the checks a model's response passes are ``orchestrator.runtime.response_checks`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -27,7 +28,8 @@ from machines.frozen import constructor
 from machines.request import REQUEST
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
-from orchestrator.errors import MaxIterationsExceeded, ModelError
+from orchestrator.errors import MaxIterationsExceeded, ModelError, ValueMismatch
+from orchestrator.limits import RequestDeadlineExceeded, UsageLimitExceeded
 from orchestrator.messages import (
     AssistantMessage,
     Message,
@@ -47,6 +49,8 @@ from orchestrator.model import (
     TextDeltaEvent,
     Usage,
 )
+from orchestrator.output import OutputType, OutputValidationError, StructuredAnswer
+from orchestrator.runtime.budget import Budget, Deadline
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.runtime.edges import CALLBACKS, GUARDS, has_work
 from orchestrator.runtime.emission import _DROP, _heard_names, _new_text_delta
@@ -102,8 +106,10 @@ class RequestRun(SteeringPoints):
         "abandoned",
         "agent",
         "approvals",
+        "budget",
         "capabilities",
         "context",
+        "deadline",
         "ending",
         "error",
         "held_results",
@@ -112,6 +118,10 @@ class RequestRun(SteeringPoints):
         "left",
         "machine",
         "open_calls",
+        "output",
+        "output_attempts",
+        "output_error",
+        "output_spec",
         "parking",
         "raw_stop_reason",
         "request",
@@ -136,6 +146,12 @@ class RequestRun(SteeringPoints):
         if isinstance(input_message, UserMessage):
             input_message = clean_message(input_message)  # type: ignore[assignment]
         self.context = AgentRunContext(self, config, request_id, input_message)
+        self.context._model_settings = agent.model_settings.merged(config.model_settings)
+        # What the final answer must be (None: any text), and where its checks stand.
+        self.output_spec: OutputType | None = config.output_type or agent.output_type
+        self.output: Any = None
+        self.output_error: ValueMismatch | None = None
+        self.output_attempts = 0
         self._sink: EventSink = sink if sink is not None else _DROP
         profile = _profile_of(agent)
         # Without a consumer, only the events some on_event wants are built (None: every event).
@@ -187,6 +203,10 @@ class RequestRun(SteeringPoints):
         self.parking = False
         if restored is not None:
             self.seq = restored.last_seq
+        # What the request may spend (None: nothing counted), and its deadline's clock (None: no deadline).
+        limits = config.usage_limits if config.usage_limits is not None else profile.usage_limits
+        self.budget: Budget | None = Budget(limits) if limits is not None else None
+        self.deadline: Deadline | None = Deadline(config.deadline) if config.deadline is not None else None
 
     def mark_left(self) -> None:
         """The request has left its session: wake whoever waits in ``wait_left``."""
@@ -352,7 +372,7 @@ class RequestRun(SteeringPoints):
             raise error
         self.error = _unwrap(error)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self._end("fail")
+            await self._end(_FAIL_TRIGGERS.get(type(self.error), "fail"))
         raise self.error from None
 
     def _tear_down(self) -> None:
@@ -368,33 +388,41 @@ class RequestRun(SteeringPoints):
         request (thousands may wait at once) keeps one coroutine frame fewer.
         """
         self._enter_extensions()
+        deadline = self.deadline
         try:
-            if self.restored is None:
-                await self.step("start")
-            else:
-                await self.step("restore")
-                if self.machine.state() != "turn_settled":
-                    assert self.response is not None
-                    final = await self._finish_turn(self.response, resumed=True)
-                    if final is not None:
-                        return final
-                    await self.step("settle_turn")
-            await self._request_model()
-            while True:
-                response = await self._call_model()
-                self.request = None  # the next turn assembles its own; a waiting request keeps none
-                await self.step("respond" if response.tool_calls else "answer")
-                if response.tool_calls:
-                    # _finish_turn, unrolled: a request waiting in a tool call keeps one coroutine frame fewer.
-                    await ToolRunner(self).run(response.tool_calls)
-                    if self.steering is not None:
-                        await self.step("steer")
+            with _NO_DEADLINE if deadline is None else deadline.start():
+                if self.restored is None:
+                    await self.step("start")
                 else:
-                    final = await self._conclude(response)
-                    if final is not None:
-                        return final
-                await self.step("settle_turn")
+                    await self.step("restore")
+                    if self.machine.state() != "turn_settled":
+                        assert self.response is not None
+                        final = await self._finish_turn(self.response, resumed=True)
+                        if final is not None:
+                            return self._answer(final)
+                        await self.step("settle_turn")
                 await self._request_model()
+                while True:
+                    response = await self._call_model()
+                    self.request = None  # the next turn assembles its own; a waiting request keeps none
+                    await self.step("respond" if response.tool_calls else "answer")
+                    answered = not response.tool_calls
+                    if answered and self.output_spec is not None and not await self._settle_output(response):
+                        await self._request_model()  # the answer does not fit: asked again
+                        continue
+                    if response.tool_calls:
+                        # _finish_turn, unrolled: a request waiting in a tool call keeps one coroutine frame fewer.
+                        await ToolRunner(self).run(response.tool_calls)
+                        if self.steering is not None:
+                            await self.step("steer")
+                    else:
+                        final = await self._conclude(response)
+                        if final is not None:
+                            return self._answer(final)
+                    await self.step("settle_turn")
+                    await self._request_model()
+            assert deadline is not None  # only a deadline's scope ends the body without a return or an error
+            raise RequestDeadlineExceeded(deadline.seconds)
         except BaseException as error:
             await self._ended_by(error)
             raise  # not reached: _ended_by raises
@@ -414,6 +442,32 @@ class RequestRun(SteeringPoints):
             await self.step("steer")
         return None
 
+    async def _settle_output(self, response: AssistantMessage) -> bool:
+        """Leave ``validating_output``: True when the answer fits, False when the model is asked again.
+
+        OutputValidationError (carrying the last mismatch) once no retry is left.
+        """
+        if self.output_error is None:
+            await self.step("accept_output")
+            return True
+        if not self.machine.may("retry_output"):
+            raise OutputValidationError(self.output_error, response.content, self.output_attempts)
+        await self.step("retry_output")
+        return False
+
+    def _answer(self, final: AssistantMessage) -> AssistantMessage:
+        """The request's result: the final answer, with its typed value when the request has an output type."""
+        spec = self.output_spec
+        if spec is None:
+            return final
+        if self.output_error is None and self.output_attempts:
+            return StructuredAnswer.of(final, self.output)
+        # A run resumed after its final answer: the answer was accepted before its checkpoint.
+        try:
+            return StructuredAnswer.of(final, spec.parse(final.content))
+        except ValueMismatch as mismatch:
+            raise OutputValidationError(mismatch, final.content, self.output_attempts + 1) from None
+
     async def _conclude(self, response: AssistantMessage) -> AssistantMessage | None:
         """After an answer: take steering or internal input if any (None), else complete (the answer)."""
         if self.steering is None:
@@ -429,6 +483,13 @@ class RequestRun(SteeringPoints):
         return None
 
     async def _request_model(self) -> None:
+        budget = self.budget
+        if budget is not None and budget.before_request() is not None:
+            if budget.may_wrap_up:
+                await self.step("wrap_up")
+                return
+            await self._emit_new(ev.UsageLimitReachedEvent, limit=budget.exhausted, on_exhausted="fail")
+            raise budget.exceeded()
         try:
             await self.step("request_model")
         except GuardRefused as refused:
@@ -440,7 +501,7 @@ class RequestRun(SteeringPoints):
         if self.machine.is_final:
             return
         self.ending = True
-        reason = "request cancelled" if trigger == "cancel" else "request failed"
+        reason = "request cancelled" if trigger == "cancel" else _END_REASONS.get(trigger, "request failed")
         # A parked run keeps its open calls: the run that resumes it settles them. A result already
         # streamed but held for call order is recorded, in its place (parking: with the others held).
         for call in list(self.open_calls.values()):
@@ -455,6 +516,8 @@ class RequestRun(SteeringPoints):
             except Exception:
                 log.exception("could not settle call %s of request %s", call.id, self.context.request_id)
                 self.open_calls.pop(call.id, None)
+        if trigger in _END_REASONS and not self.machine.may(trigger):
+            trigger = "fail"  # an error of its own edge, raised where that edge does not lead (a hook's, say)
         try:
             await self.step(trigger)
         except Exception:
@@ -540,6 +603,8 @@ class RequestRun(SteeringPoints):
         self.response = message
         self.usage = usage
         self.stop_reason, self.raw_stop_reason = stop_reason, raw_stop_reason
+        if self.budget is not None:
+            self.budget.record_model_call(usage)
         return message
 
     @property
@@ -552,12 +617,20 @@ class RequestRun(SteeringPoints):
         if self.capabilities is not None and self.plan_mode_active:
             tools = tuple(t for t in tools if t.name in self.capabilities)
         server_tools = self.context._server_tools
-        return _model_request(self.context.messages, tools, tuple(server_tools) if server_tools else ())
+        return _model_request(
+            self.context.messages,
+            tools,
+            tuple(server_tools) if server_tools else (),
+            self.context.model_settings,
+            self.output_spec,
+        )
 
     # approvals and plan mode ------------------------------------------------
 
     async def pause(self) -> None:
         self.approvals += 1
+        if self.deadline is not None and self.approvals == 1:
+            self.deadline.pause()
         if type(self._sink) is StreamQueue:
             # A person may take hours: the consumer lets the stream's buffer go once it read it.
             self._sink.release_when_read(True)
@@ -565,6 +638,8 @@ class RequestRun(SteeringPoints):
 
     async def resume(self) -> None:
         self.approvals -= 1
+        if self.deadline is not None and not self.approvals:
+            self.deadline.resume()
         if not self.approvals and type(self._sink) is StreamQueue:
             self._sink.release_when_read(False)
         step, _ = self.machine.fire("resume")
@@ -609,12 +684,13 @@ class _AgentProfile:
     ``plans``: per edge (by its callback names), the callbacks with work to do.
     """
 
-    __slots__ = ("listened", "plans")
+    __slots__ = ("listened", "plans", "usage_limits")
 
     def __init__(self, agent: AgentPort) -> None:
         listeners = agent.hooks["on_event"]
         self.listened = _heard_names(listeners) if listeners else frozenset()
         self.plans: dict[tuple[str, ...], _Plan] = {}
+        self.usage_limits = agent.usage_limits
 
 
 _PROFILES: weakref.WeakKeyDictionary[AgentPort, _AgentProfile] = weakref.WeakKeyDictionary()
@@ -644,6 +720,14 @@ def _only_cancellation(error: BaseException) -> bool:
 
 
 _TEXT_DELTA = ev.TextDeltaEvent.kind
+
+#: Errors that end a request through an edge of their own (when its current phase has that edge).
+_FAIL_TRIGGERS: dict[type[BaseException], str] = {
+    UsageLimitExceeded: "limit_reached",
+    RequestDeadlineExceeded: "deadline_passed",
+}
+_END_REASONS = {"limit_reached": "usage limit reached", "deadline_passed": "request deadline passed"}
+_NO_DEADLINE = contextlib.nullcontext()
 
 #: A tool call's result message: its content is what tool_content made and its status a ToolStatus,
 #: the forms ToolMessage's converters would give them.

@@ -15,6 +15,7 @@ request of that session waits for it instead of failing with SessionBusy.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -126,7 +127,12 @@ class RunStream:
         self._outcome = _Outcome(run)
         self._queue = queue
         trio.lowlevel.spawn_system_task(
-            _drive, self._agent, self._outcome, queue.close, name=f"request {run.context.request_id}"
+            _drive,
+            self._agent,
+            self._outcome,
+            queue.close,
+            name=f"request {run.context.request_id}",
+            context=contextvars.copy_context(),  # the caller's: a span it opened is the parent of the request's
         )
         return queue
 

@@ -8,7 +8,9 @@ calls before it), so history and the next model request are the same every run. 
 the handler -> ``after_tool`` -> its one ToolMessage, then steering is polled.
 The calls of a response cut off at the output token limit (``max_tokens``)
 never run: each gets a failed result saying so (``before_tool`` and the
-middleware are not asked).
+middleware are not asked), and so do calls a usage limit refuses (the request's
+``Budget``, asked before each call). A handler that runs past its timeout (the
+tool's, else the agent's ``tool_timeout``) is cancelled and the call fails saying so.
 Whatever a tool or hook returns becomes text, or text and image parts, that
 encode as UTF-8 (``tool_content``); a value that cannot fails the call. When hooks
 of several concurrent calls fail, the request gets one plain exception: the
@@ -54,10 +56,12 @@ class ToolRunner:
     collector).
     """
 
-    __slots__ = ("run_of",)
+    __slots__ = ("admitted", "run_of")
 
     def __init__(self, run: RunPort) -> None:
         self.run_of = run
+        # The usage limits' verdicts on the calls of a concurrent batch, taken in call order before it starts.
+        self.admitted: dict[str, str | None] | None = None
 
     def run(self, calls: tuple[ToolCall, ...]) -> Coroutine[Any, Any, None]:
         """Run ``calls`` batch by batch until steering arrives; every call not run gets a skipped result.
@@ -81,6 +85,9 @@ class ToolRunner:
                 await self._run_call(batch[0])
                 continue
             order = tuple(call.id for call in batch)
+            budget = run.budget
+            if budget is not None and not run.cut_off:
+                self.admitted = {call.id: budget.before_call(call.name) for call in batch}
             try:
                 async with trio.open_nursery() as nursery:
                     for call in batch:
@@ -95,6 +102,13 @@ class ToolRunner:
         for call in skipped:
             await run.settle(call, ToolStatus.SKIPPED, SKIPPED)
 
+    def _limit_on(self, call: ToolCall) -> str | None:
+        """The usage limit that refuses ``call``, or None: its batch's verdict, else asked now."""
+        if self.admitted is not None and call.id in self.admitted:
+            return self.admitted.pop(call.id)
+        assert self.run_of.budget is not None
+        return self.run_of.budget.before_call(call.name)
+
     def _serial(self, call: ToolCall) -> bool:
         definition = self.run_of.context.tools.get(call.name)
         return definition is not None and definition.serial
@@ -106,8 +120,12 @@ class ToolRunner:
         call = _copied_call(requested.id, requested.name, dict(requested.arguments), requested.invalid_arguments)
         await run._emit(ev.ToolStartedEvent, call)
         error: BaseException | None = None
+        budget = run.budget
         if run.cut_off:
             result = ToolResult(CUT_OFF, "failed")
+        elif budget is not None and (limit := self._limit_on(call)) is not None:
+            await run._announce(run.machine.fire("call_over_limit")[0])
+            result = ToolResult(budget.refusal(limit, call.name), "failed")
         else:
             # before_tool runs in this frame (no _run_hook, no helper coroutine): a call waiting
             # there for an approval keeps no frame of its own besides this one.
@@ -152,11 +170,29 @@ class ToolRunner:
             return ToolResult(f"invalid arguments for {call.name}: not a valid JSON object: {quoted}", "failed")
         else:
             definition = context.tools[call.name]
+            timeout = definition.timeout if definition.timeout is not None else self.run_of.agent.tool_timeout
+            injected = {"context": context, "call": call}
             try:
-                value = await definition.invoke(call.arguments, {"context": context, "call": call})
+                if timeout is None:
+                    value = await definition.invoke(call.arguments, injected)
+                else:
+                    with trio.move_on_after(timeout) as scope:
+                        value = await definition.invoke(call.arguments, injected, abandon=True)
+                    if scope.cancelled_caught:
+                        return await self._timed_out(call, timeout, definition.idempotent)
             except ToolArgumentsError as invalid:
                 return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
         return value if isinstance(value, ToolResult) else _succeeded(value, "succeeded")
+
+
+    async def _timed_out(self, call: ToolCall, timeout: float, idempotent: bool) -> ToolResult:
+        """The failed result of a call cut off at its timeout (after the ``call_timed_out`` edge)."""
+        run = self.run_of
+        await run._announce(run.machine.fire("call_timed_out")[0])
+        said = f"timed out: {call.name} did not finish within {timeout:g} s"
+        if not idempotent:
+            said += "; it may or may not have taken effect"
+        return ToolResult(said, "failed")
 
 
 #: A copy of a checked call's fields (its arguments a dict) needs no second check.

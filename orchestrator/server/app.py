@@ -74,6 +74,7 @@ def create_app(
     retained_runs: int = DEFAULT_RETAINED_RUNS,
     allowed_hosts: Iterable[str] | None = None,
     allowed_origins: Iterable[str] = (),
+    metrics: object = False,
 ) -> ASGIApp:
     """The ASGI application for ``agent`` (an Agent or its client, or another Backend such as a web node's).
 
@@ -92,6 +93,10 @@ def create_app(
     another origin than the server's own is refused (403) unless its origin is
     in ``allowed_origins`` (``scheme://host[:port]``), which also get CORS
     answers. ValueError when a host or origin is malformed.
+
+    ``metrics=True`` serves ``GET /metrics`` from prometheus_client's default
+    registry (or from the ``CollectorRegistry`` given instead), behind the
+    token like the other routes; see docs/observability.md.
     """
     settings = ServerSettings(
         token,
@@ -121,6 +126,10 @@ def create_app(
         Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
         Route("/machines/{name}", service.machine, methods=["GET"]),
     ]
+    if metrics is not False:
+        from orchestrator.server.metrics import metrics_route
+
+        routes.append(metrics_route(metrics))
     if settings.console:
         static = resources.files("orchestrator.server") / "static"
         routes.append(Route("/", service.console, methods=["GET"]))

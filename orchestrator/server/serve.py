@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import os
 import secrets
-import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -275,32 +274,13 @@ def _web_node(options: ServeOptions) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
-    from orchestrator.cli.signals import INTERRUPTED_EXIT, Stopped, interrupted, run_until_signalled
+    from orchestrator.cli.signals import run_service
     from orchestrator.project.settings import ConfigError
-    from orchestrator.store.errors import StoreError, UnusableLocation
 
     options = parse(argv)
-    stopped = Stopped()
     try:
         config = None if options.app or _web_node(options) else project_config(options)
-        trio.run(run_until_signalled, lambda: serve(options, config=config), stopped)
     except ConfigError as error:  # a configuration file that cannot be used: said before anything starts
         print(f"serve: {error}", file=sys.stderr)
         return 2
-    except AppSpecError as error:
-        print(f"serve: {error}", file=sys.stderr)
-        return 2
-    except UnusableLocation as error:  # a SQLite file that cannot be made or opened
-        print(f"serve: {error}", file=sys.stderr)
-        return 2
-    except StoreError as error:  # the store named by --db cannot be opened
-        print(f"serve: {error}", file=sys.stderr)
-        return 1
-    except BaseException as error:  # Ctrl-C before the signal receiver was open
-        if not interrupted(error):
-            raise
-        stopped.signal = signal.SIGINT
-    if stopped.signal is not None:
-        print("serve: interrupted; stopped", file=sys.stderr)
-        return INTERRUPTED_EXIT
-    return 0
+    return run_service("serve", lambda: serve(options, config=config), (AppSpecError,))

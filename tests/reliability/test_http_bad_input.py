@@ -17,7 +17,7 @@ import pytest
 import trio
 from http_services import KINDS, service
 
-MAX_JSON_DEPTH = 100  # the nesting a body may have (README: Serving over HTTP)
+MAX_JSON_DEPTH = 100  # the nesting a body may have (docs/serving/http.md)
 
 JSON = {"content-type": "application/json"}
 NUL_ID = "a%00b"  # a path segment that decodes to "a\x00b"

@@ -83,16 +83,24 @@ def test_sigint_stops_worker_on_postgresql_with_one_line_and_130(postgres_dsn: s
 
 @pytest.mark.parametrize("command", ["serve", "worker"])
 def test_sigint_while_starting_ends_quietly_too(command: str, tmp_path: Path) -> None:
-    """A Ctrl-C that arrives before the command is ready (while it imports and opens its store)."""
+    """A Ctrl-C that arrives before the command is ready (while it loads its app and opens its store).
+
+    A Ctrl-C that arrives while Python itself is still importing the package (``<frozen runpy>``
+    on the traceback, before any of the command's code runs) is Python's to report; on a busy
+    machine 0.3 s can fall in that window, so the press is sent again later in a new process.
+    """
     db = f"sqlite:///{tmp_path / 'runs.db'}"
-    process = _start(command, "--port", "0", "--db", db) if command == "serve" else _start(command, "--db", db)
-    time.sleep(0.3)
-    process.send_signal(signal.SIGINT)
-    try:
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    for delay in (0.3, 1.0, 2.0):
+        process = _start(command, "--port", "0", "--db", db) if command == "serve" else _start(command, "--db", db)
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        try:
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        if "<frozen runpy>" not in stderr:
+            break
     assert "Traceback" not in stderr, stderr
     assert process.returncode == 130, stderr

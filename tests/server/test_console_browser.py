@@ -6,7 +6,7 @@ every event exactly once, approve the plan and see the answer streamed; decline
 a proposal; with a token, answer ask_user by its option buttons, steer a working
 run and cancel another. The screenshot is kept as a test artefact
 (``.artifacts/console.png``); ``ORCHESTRATOR_UPDATE_SCREENSHOT=1`` also writes
-README's ``docs/console.png``.
+the console page's ``docs/console.png``.
 """
 
 from __future__ import annotations

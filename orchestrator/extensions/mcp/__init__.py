@@ -1,7 +1,7 @@
 """Tools of Model Context Protocol servers, through the official ``mcp`` SDK (``pip install 'orchestrator[mcp]'``).
 
 ``MCPExtension([StdioServer(...), HttpServer(...)])`` offers each server's
-tools in every request; see its docstring and README's MCP section.
+tools in every request; see its docstring and docs/extensions/mcp.md.
 """
 
 from orchestrator.extensions.mcp.servers import HttpServer, MCPServer, StdioServer

@@ -1,24 +1,24 @@
-"""Tool definitions, the ``@tool`` decorator, schemas from type hints, and validation."""
+"""Tool definitions and the ``@tool`` decorator: a tool from a function's signature, hints and docstring."""
 
 from __future__ import annotations
 
-import enum
 import functools
 import inspect
 import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, overload
+from typing import Any, get_type_hints, overload
 
 import attrs
-import trio
 
 from machines.values import FieldRepr, FieldValues
-from orchestrator.checks import Check, flag, function, mapping, text
-from orchestrator.errors import ToolArgumentsError
+from orchestrator.checks import Check, flag, function, mapping, number, text
+from orchestrator.errors import ToolArgumentsError, ValueMismatch
 from orchestrator.messages import ToolStatus
 from orchestrator.tool_content import ToolResultContent
+from orchestrator.tool_threads import run_in_tool_thread
+from orchestrator.tools.schema import convert, schema_for, validate_arguments
 
 Handler = Callable[..., Any]
 
@@ -82,9 +82,17 @@ class ToolDefinition(FieldRepr):
     (the ToolCall being run). ``serial`` tools never run beside other calls.
     A plain ``def`` handler runs inline in the request's task, unless
     ``thread`` is set: then it runs in a worker thread, so it may block without
-    stalling other calls (a cancelled request waits for the thread to return).
+    stalling other calls (a cancelled call waits for the thread to return, unless the call has a
+    timeout: then the thread is abandoned and its late result dropped).
     ``idempotent`` tools may run twice for one call without harm: a run resumed
     after its worker stopped mid-call runs them again (others get a failed result).
+    ``timeout`` (seconds; None: the agent's ``tool_timeout``) bounds the handler: an
+    async one is cancelled, a thread one abandoned (its late result dropped), and
+    the call gets a failed result saying it timed out. Threads of tools run under a
+    limiter of their own (``TOOL_THREADS``), not trio's default one.
+    ``types`` maps the parameters typed as a structured type (a dataclass, attrs class, TypedDict,
+    enum or pydantic model, or a container of them) to their hints: their arguments are converted
+    into the type before the handler runs, and a value that does not fit fails the call naming its field.
     """
 
     name: str = attrs.field(validator=text(blank=False))
@@ -95,6 +103,8 @@ class ToolDefinition(FieldRepr):
     inject: tuple[tuple[str, str], ...] = attrs.field(default=(), validator=Check(lambda w, v: _check_inject(w, v)))
     thread: bool = attrs.field(default=False, validator=flag())
     idempotent: bool = attrs.field(default=False, validator=flag())
+    timeout: float | None = attrs.field(default=None, validator=number(above=0, optional=True))
+    types: Mapping[str, Any] = attrs.field(factory=dict, validator=mapping())
 
     def __attrs_post_init__(self) -> None:
         if not self.thread:
@@ -104,59 +114,29 @@ class ToolDefinition(FieldRepr):
         if any(kind == "context" for _, kind in self.inject):
             raise TypeError(f"tool {self.name!r}: a handler run in a thread cannot receive the request context")
 
-    async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
-        """Validate ``arguments`` and run the handler (sync ones inline, or in a thread with ``thread``)."""
+    async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any], *, abandon: bool = False) -> Any:
+        """Validate ``arguments`` and run the handler (sync ones inline, or in a thread with ``thread``).
+
+        A thread is waited for even when the call is cancelled, unless ``abandon`` (a call with a
+        timeout): then the call stops waiting for it, and its late result is dropped.
+        """
         if self.handler is None:
             raise ToolArgumentsError(f"tool {self.name!r} has no local handler")
         values = validate_arguments(self.parameters, arguments)
+        for name, hint in self.types.items():
+            if name in values:
+                try:
+                    values[name] = convert(hint, values[name], name)
+                except ValueMismatch as mismatch:
+                    raise ToolArgumentsError(str(mismatch), field=mismatch.path) from None
         for name, kind in self.inject:
             values[name] = injected[kind]
         if self.thread:
-            return await trio.to_thread.run_sync(functools.partial(self.handler, **values))
+            return await run_in_tool_thread(functools.partial(self.handler, **values), self.name, abandon=abandon)
         produced = self.handler(**values)
         if type(produced) is types.CoroutineType or inspect.isawaitable(produced):
             return await produced
         return produced
-
-
-_JSON_TYPES: dict[type, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    dict: "object",
-    list: "array",
-    tuple: "array",
-}
-
-
-def schema_for(annotation: Any) -> dict[str, Any]:
-    """JSON schema for one Python type hint."""
-    if annotation is Any or annotation is inspect.Parameter.empty:
-        return {}
-    origin = get_origin(annotation)
-    if origin is Literal:
-        values = list(get_args(annotation))
-        return {"enum": values}
-    if origin in (Union, types.UnionType):
-        members = [arg for arg in get_args(annotation) if arg is not type(None)]
-        inner = schema_for(members[0]) if len(members) == 1 else {"anyOf": [schema_for(m) for m in members]}
-        if len(members) < len(get_args(annotation)):
-            return {"anyOf": [inner, {"type": "null"}]}
-        return inner
-    if origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
-        args = get_args(annotation)
-        schema: dict[str, Any] = {"type": "array"}
-        if args and args[0] is not Ellipsis:
-            schema["items"] = schema_for(args[0])
-        return schema
-    if origin in (dict, typing.Mapping) or annotation is dict:
-        return {"type": "object"}
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return {"enum": [member.value for member in annotation]}
-    if isinstance(annotation, type) and annotation in _JSON_TYPES:
-        return {"type": _JSON_TYPES[annotation]}
-    raise TypeError(f"no JSON schema for type hint {annotation!r}")
 
 
 #: An argument line of a docstring's Args section (compiled by ``re`` on first use, not at import).
@@ -223,6 +203,7 @@ def build_tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> ToolDefinition:
     """Build a ToolDefinition from a function's signature, hints and docstring."""
     signature = inspect.signature(fn)
@@ -231,6 +212,7 @@ def build_tool(
     properties: dict[str, Any] = {}
     required: list[str] = []
     inject: list[tuple[str, str]] = []
+    typed: dict[str, Any] = {}
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"tool {fn.__name__!r}: *args/**kwargs are not supported")
@@ -239,7 +221,12 @@ def build_tool(
         if kind is not None:
             inject.append((param.name, kind))
             continue
-        prop = schema_for(hint)
+        try:
+            prop = schema_for(hint)
+        except TypeError as unsupported:
+            raise TypeError(f"tool {fn.__name__!r}, parameter {param.name!r}: {unsupported}") from None
+        if _structured(hint):
+            typed[param.name] = hint
         if param.name in arg_docs:
             prop["description"] = arg_docs[param.name]
         if param.default is not param.empty:
@@ -263,7 +250,22 @@ def build_tool(
         inject=tuple(inject),
         thread=thread,
         idempotent=idempotent,
+        timeout=timeout,
+        types=typed,
     )
+
+
+def _structured(hint: Any) -> bool:
+    """Whether an argument for ``hint`` must be converted: its checked JSON value is not yet a value of the hint
+    (a float given as an integer, an enum's value, an object for a class, an array for a tuple)."""
+    if hint in (str, int, bool, list, dict, Any, None, type(None), object, inspect.Parameter.empty):
+        return False
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return False
+    if origin in (typing.Union, types.UnionType, list, dict):
+        return any(_structured(arg) for arg in typing.get_args(hint))
+    return True
 
 
 @overload
@@ -278,6 +280,7 @@ def tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[Handler], ToolDefinition]: ...
 
 
@@ -290,84 +293,24 @@ def tool(
     serial: bool = False,
     thread: bool = False,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> ToolDefinition | Callable[[Handler], ToolDefinition]:
     """Turn a function (sync or async) into a ToolDefinition.
 
-    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True)``.
+    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True, timeout=30)``.
     """
     if fn is not None:
         return build_tool(fn)
 
     def decorate(inner: Handler) -> ToolDefinition:
         return build_tool(
-            inner, name=name, description=description, serial=serial, thread=thread, idempotent=idempotent
+            inner,
+            name=name,
+            description=description,
+            serial=serial,
+            thread=thread,
+            idempotent=idempotent,
+            timeout=timeout,
         )
 
     return decorate
-
-
-def _check(schema: Mapping[str, Any], value: Any, path: str) -> Any:
-    if not schema:
-        return value
-    if "anyOf" in schema:
-        errors: list[str] = []
-        for option in schema["anyOf"]:
-            try:
-                return _check(option, value, path)
-            except ToolArgumentsError as err:
-                errors.append(str(err))
-        raise ToolArgumentsError(f"{path}: {value!r} matches none of the allowed types")
-    if "enum" in schema:
-        if value not in schema["enum"]:
-            raise ToolArgumentsError(f"{path}: {value!r} is not one of {schema['enum']!r}")
-        return value
-    kind = schema.get("type")
-    if kind == "null":
-        if value is not None:
-            raise ToolArgumentsError(f"{path}: expected null")
-        return value
-    if kind == "boolean":
-        if not isinstance(value, bool):
-            raise ToolArgumentsError(f"{path}: expected a boolean, got {type(value).__name__}")
-        return value
-    if kind == "integer":
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ToolArgumentsError(f"{path}: expected an integer, got {value!r}")
-        return value
-    if kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ToolArgumentsError(f"{path}: expected a number, got {value!r}")
-        return value
-    if kind == "string":
-        if not isinstance(value, str):
-            raise ToolArgumentsError(f"{path}: expected a string, got {type(value).__name__}")
-        return value
-    if kind == "array":
-        if not isinstance(value, list):
-            raise ToolArgumentsError(f"{path}: expected an array, got {type(value).__name__}")
-        items = schema.get("items", {})
-        return [_check(items, item, f"{path}[{i}]") for i, item in enumerate(value)]
-    if kind == "object":
-        if not isinstance(value, dict):
-            raise ToolArgumentsError(f"{path}: expected an object, got {type(value).__name__}")
-        return value
-    return value
-
-
-def validate_arguments(schema: Mapping[str, Any], arguments: Any) -> dict[str, Any]:
-    """Check model-supplied arguments against a tool schema; return the values."""
-    if type(arguments) is not dict and not isinstance(arguments, Mapping):
-        raise ToolArgumentsError(f"arguments must be an object, got {type(arguments).__name__}")
-    if not arguments and not schema.get("required"):
-        return {}
-    properties: Mapping[str, Any] = schema.get("properties", {})
-    missing = [name for name in schema.get("required", ()) if name not in arguments]
-    if missing:
-        raise ToolArgumentsError(f"missing required argument(s): {', '.join(missing)}")
-    if schema.get("additionalProperties") is False:
-        unknown = sorted(set(arguments) - set(properties))
-        if unknown:
-            raise ToolArgumentsError(f"unknown argument(s): {', '.join(unknown)}")
-    return {key: _check(properties.get(key, {}), value, key) for key, value in arguments.items()}
