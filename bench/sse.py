@@ -32,10 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "bench" / "README.md"
 BEGIN = "<!-- sse results: written by `python -m bench --only sse --readme`; do not edit by hand -->"
 END = "<!-- end of sse results -->"
-TRANSPORTS = ("inprocess", "sse")
+TRANSPORTS = ("inprocess", "sse", "sse-uvicorn")
 LABELS = {
     "inprocess": "in-process: client.start + handle.events()",
     "sse": "SSE: hypercorn on 127.0.0.1, httpx readers",
+    "sse-uvicorn": "SSE: uvicorn + AgentHost on 127.0.0.1, httpx readers",
 }
 
 
@@ -98,7 +99,7 @@ def uptime() -> str:
 
 
 def measure(plan: SsePlan, progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Every cell, the two transports taking turns, so a slow phase of the machine hits both."""
+    """Every cell, the transports taking turns, so a slow phase of the machine hits each."""
     rows: list[dict[str, Any]] = [{"workload": "machine", "uptime_before": uptime(), "plan": attrs.asdict(plan)}]
     for transport in TRANSPORTS:
         progress(f"sse: one run of {plan.words} deltas, {transport}")

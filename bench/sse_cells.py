@@ -203,7 +203,7 @@ def stream(words: int, repeats: int, transport: str, timeout: float = 240.0) -> 
     async def main() -> list[dict[str, Any]]:
         if transport == "inprocess":
             return await measure(read_inprocess, await build(shape), None)
-        with ServerProcess(shape) as server:
+        with ServerProcess(shape, server=SERVER_OF[transport]) as server:
             async with _http(server.url) as http:
                 return await measure(read_sse, http, server)
 
@@ -216,7 +216,7 @@ def concurrent(
 ) -> dict[str, Any]:
     """``runs`` runs started at once, each read by its own reader (its own SSE stream over HTTP)."""
     shape = Shape(words=words, latency=latency, tool_turns=tool_turns)
-    note = raise_fd_limit(2 * runs + 256) if transport == "sse" else None
+    note = raise_fd_limit(2 * runs + 256) if transport in SERVER_OF else None
 
     async def measure(read: Any, target: Any, server: ServerProcess | None) -> dict[str, Any]:
         tallies: list[Tally] = []
@@ -238,7 +238,7 @@ def concurrent(
     async def main() -> dict[str, Any]:
         if transport == "inprocess":
             return await measure(read_inprocess, await build(shape), None)
-        with ServerProcess(shape) as server:
+        with ServerProcess(shape, server=SERVER_OF[transport]) as server:
             return await measure(connected_reader(server.url), None, server)
 
     _check(transport)
@@ -256,9 +256,13 @@ def concurrent(
     }
 
 
+SERVER_OF = {"sse": "hypercorn", "sse-uvicorn": "uvicorn"}
+"""The server of each SSE transport."""
+
+
 def _check(transport: str) -> None:
-    if transport not in ("sse", "inprocess"):
-        raise ValueError(f"transport must be 'sse' or 'inprocess', not {transport!r}")
+    if transport not in (*SERVER_OF, "inprocess"):
+        raise ValueError(f"transport must be 'sse', 'sse-uvicorn' or 'inprocess', not {transport!r}")
 
 
 CELLS: dict[str, Callable[..., dict[str, Any]]] = {"stream": stream, "concurrent": concurrent}

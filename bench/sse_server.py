@@ -1,8 +1,9 @@
 """The service in a process of its own, on the loopback interface, with its CPU time readable.
 
 ``ServerProcess(shape)`` runs ``python -m orchestrator serve --app
-bench.sse_app:agent --host 127.0.0.1 --port 0`` and waits until it announces
-its address; ``cpu_seconds()`` reads the process's user + system time from
+bench.sse_app:agent --host 127.0.0.1 --port 0`` (hypercorn's trio worker), or with
+``server="uvicorn"`` ``uvicorn bench.sse_asgi_app:app`` (the agent in an
+AgentHost), and waits until it announces its address; ``cpu_seconds()`` reads the process's user + system time from
 ``/proc/PID/stat``. Leaving the context stops the process (SIGINT, then kill).
 """
 
@@ -23,7 +24,8 @@ from bench.sse_app import ENVIRONMENT, Shape
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
-ANNOUNCED = re.compile(r"serving on (http://127\.0\.0\.1:\d+)")
+ANNOUNCED = re.compile(r"(?:serving on|Uvicorn running on) (http://127\.0\.0\.1:\d+)")
+SERVERS = ("hypercorn", "uvicorn")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -54,9 +56,12 @@ def raise_fd_limit(needed: int) -> str | None:
 
 
 class ServerProcess:
-    """``python -m orchestrator serve`` for the shaped scripted agent, bound to 127.0.0.1 only."""
+    """The service of the shaped scripted agent on ``server`` (hypercorn or uvicorn), bound to 127.0.0.1 only."""
 
-    def __init__(self, shape: Shape, *, startup_timeout: float = 60.0) -> None:
+    def __init__(self, shape: Shape, *, server: str = "hypercorn", startup_timeout: float = 60.0) -> None:
+        if server not in SERVERS:
+            raise ValueError(f"server must be one of {SERVERS}, not {server!r}")
+        self.server = server
         self.shape = shape
         self.startup_timeout = startup_timeout
         self.url = ""
@@ -77,8 +82,22 @@ class ServerProcess:
         self._stderr.seek(0)
         return self._stderr.read().decode("utf-8", "replace")
 
-    def __enter__(self) -> ServerProcess:
-        command = [
+    def _command(self) -> list[str]:
+        if self.server == "uvicorn":
+            return [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bench.sse_asgi_app:app",
+                "--host",
+                LOOPBACK,
+                "--port",
+                "0",
+                "--no-access-log",
+                "--log-level",
+                "info",
+            ]
+        return [
             sys.executable,
             "-m",
             "orchestrator",
@@ -93,6 +112,9 @@ class ServerProcess:
             self._workspace.name,
             "--no-token",
         ]
+
+    def __enter__(self) -> ServerProcess:
+        command = self._command()
         environment = {**os.environ, ENVIRONMENT: self.shape.to_json()}
         environment.pop("ORCHESTRATOR_TOKEN", None)
         self._stderr = tempfile.TemporaryFile()

@@ -6,6 +6,44 @@ import sys
 
 INTERRUPTED_EXIT = 130
 """The exit code of a command Ctrl-C ended (128 + SIGINT, as a shell reports it)."""
+COMMANDS = {
+    "demo": "run a scripted request and print its events and state machine path",
+    "run": "answer one prompt with a model, in the terminal",
+    "chat": "talk with an agent in the terminal, session by session",
+    "sessions": "list, show, title, export, fork or delete the terminal's stored sessions",
+    "config": "print the configuration in force here and where each value came from",
+    "serve": "serve the HTTP service and its browser console (hypercorn)",
+    "worker": "carry the runs of a run store for web nodes (serve --db)",
+    "diagrams": "write (or --check) the committed state machine diagrams",
+    "schema": "write (or --check) the JSON Schema of the wire format",
+}
+"""Each subcommand and its line in ``--help``."""
+
+EXTRA_OF_MODULE = {
+    "starlette": "server",
+    "hypercorn": "server",
+    "uvicorn": "asgi",
+    "rich": "cli",
+    "httpx": "providers",
+    "psycopg": "postgres",
+    "mcp": "mcp",
+}
+"""The optional modules a subcommand may need, and the extra that installs each."""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {line}" for name, line in COMMANDS.items()]
+    return "\n".join(
+        [
+            "usage: python -m orchestrator COMMAND [options]",
+            "",
+            "commands:",
+            *lines,
+            "",
+            "python -m orchestrator COMMAND --help describes a command's options.",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C before the command handles it (while it starts)
         print(f"{command}: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT
+    except ModuleNotFoundError as missing:
+        module = (missing.name or "").partition(".")[0]
+        if module not in EXTRA_OF_MODULE:
+            raise
+        extra = EXTRA_OF_MODULE[module]
+        print(f"{command} needs {module}, which is not installed: pip install 'orchestrator[{extra}]'", file=sys.stderr)
+        return 2
 
 
 def _command(command: str, args: list[str]) -> int:
@@ -48,9 +93,11 @@ def _command(command: str, args: list[str]) -> int:
         from orchestrator.cli import command as cli
 
         return cli(command, args[1:])
-    commands = "demo,diagrams,schema,run,chat,sessions,config,serve,worker"
-    print(f"usage: python -m orchestrator {{{commands}}} [options]", file=sys.stderr)
-    return 0 if command in ("help", "-h", "--help") else 2
+    if command in ("help", "-h", "--help"):
+        print(usage())
+        return 0
+    print(f"unknown command {command!r}\n{usage()}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ from orchestrator.errors import SessionBusy
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.extensions.steering import SteeringExtension
-from orchestrator.history import InMemoryHistory, SessionHistory
+from orchestrator.history import InMemoryHistory, SessionHistory, session_messages
 from orchestrator.limits import RunUsage, UsageLimits
-from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
+from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMessage
 from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, check_settings
 from orchestrator.output import OutputType
 from orchestrator.output import output_type as _output_type
@@ -378,6 +378,10 @@ class AgentClient:
     def attach(self, request_id: str) -> RunHandle:
         """The handle of a live or recently finished run started with ``start`` (else UnknownRun)."""
         return self.agent.runs.get(request_id)
+
+    async def history(self, session_id: str) -> list[Message]:
+        """The session's messages, from the agent's history or its store extension (empty when none knows it)."""
+        return await session_messages(self.agent, session_id) or []
 
     async def run(
         self,

@@ -44,7 +44,7 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
-from orchestrator.messages import AssistantMessage, ContentPart, UserMessage
+from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMessage
 from orchestrator.runtime.handle import READ_BATCH, RETAINED_EVENTS, EventFollower, RunHandle
 from orchestrator.runtime.pending import PendingCall
 
@@ -295,17 +295,33 @@ class AgentHost:
         return HostedRun(self, handle.request_id, handle.session_id)
 
     def events(self, request_id: str, *, after: int = 0) -> AsyncIterator[AgentEvent]:
-        """The run's events after ``after``, replayed then live, fetched as the consumer reads."""
+        """The run's events after ``after``, replayed then live, fetched as the consumer reads.
+
+        Lazy: an unknown run or expired events raise at the first event; ``follow`` raises them up front.
+        """
         return self._events(request_id, after)
 
     async def _events(self, request_id: str, after: int) -> AsyncIterator[AgentEvent]:
+        async for event in await self.follow(request_id, after=after):
+            yield event
+
+    async def follow(self, request_id: str, *, after: int = 0) -> AsyncIterator[AgentEvent]:
+        """The run's events after ``after`` (as ``events``), its reader opened now.
+
+        Raises UnknownRun or EventsExpired here, before any event is read: a route can answer
+        404 or 410 before it starts its response. Leaving the iterator affects only this reader.
+        """
         follower = await self.call(self._follow, request_id, after)
-        while True:
-            batch = await self.call(follower.batch, READ_BATCH)
-            if not batch:
-                return
+        return self._read(follower)
+
+    async def _read(self, follower: EventFollower) -> AsyncIterator[AgentEvent]:
+        while batch := await self.call(follower.batch, READ_BATCH):
             for event in batch:
                 yield event
+
+    async def history(self, session_id: str) -> list[Message]:
+        """The session's messages, from the agent's history or its store extension (empty when none knows it)."""
+        return await self.call(self._history, session_id)
 
     async def run(self, user_input: UserInput, *, config: AgentRunConfig | None = None) -> AssistantMessage:
         """Run one request to its end; cancelling the awaiting task cancels the request."""
@@ -349,6 +365,9 @@ class AgentHost:
 
     async def _cancel(self, request_id: str) -> None:
         self.client.attach(request_id).cancel()
+
+    async def _history(self, session_id: str) -> list[Message]:
+        return await self.client.history(session_id)
 
     # closing ------------------------------------------------------------------------
 
@@ -410,6 +429,10 @@ class HostedRun:
     def events(self, after: int = 0) -> AsyncIterator[AgentEvent]:
         return self.host.events(self.request_id, after=after)
 
+    async def follow(self, after: int = 0) -> AsyncIterator[AgentEvent]:
+        """``host.follow`` for this run: UnknownRun or EventsExpired raised here, not at the first event."""
+        return await self.host.follow(self.request_id, after=after)
+
     async def result(self) -> AssistantMessage:
         return await self.host.result(self.request_id)
 
@@ -452,3 +475,6 @@ class BlockingHost:
 
     def cancel(self, request_id: str) -> None:
         self._host.call_blocking(self._host._cancel, request_id)
+
+    def history(self, session_id: str) -> list[Message]:
+        return self._host.call_blocking(self._host._history, session_id)

@@ -20,28 +20,31 @@ def test_every_workload_reads_every_event_over_sse_and_in_process() -> None:
     rows = sse.measure(TINY, lambda _: None)
     assert not [row for row in rows if "failed" in row], [row for row in rows if "failed" in row]
     streams = {row["transport"]: row for row in rows if row["workload"] == "stream"}
-    assert set(streams) == {"inprocess", "sse"}
+    assert set(streams) == {"inprocess", "sse", "sse-uvicorn"}
     for row in streams.values():
         (sample,) = row["samples"]
         assert sample["problems"] == []
         assert sample["deltas"] == 40
-    assert streams["sse"]["samples"][0]["server_cpu_seconds"] is not None
-    assert streams["sse"]["samples"][0]["events"] == streams["inprocess"]["samples"][0]["events"]
+    for served in ("sse", "sse-uvicorn"):
+        assert streams[served]["samples"][0]["server_cpu_seconds"] is not None
+        assert streams[served]["samples"][0]["events"] == streams["inprocess"]["samples"][0]["events"]
     concurrent = {row["transport"]: row for row in rows if row["workload"] == "concurrent"}
     for row in concurrent.values():
         assert row["failed_runs"] == 0, row["problems"]
         assert row["deltas"] == 4 * 3
         assert len(row["run_seconds"]) == 4
         assert row["ideal_seconds"] == pytest.approx(3 * 0.001)
-    assert concurrent["sse"]["events"] == concurrent["inprocess"]["events"]
+    assert concurrent["sse"]["events"] == concurrent["sse-uvicorn"]["events"] == concurrent["inprocess"]["events"]
     tables = sse.render(rows)
     assert "SSE: hypercorn on 127.0.0.1" in tables and "in-process: client.start" in tables
+    assert "SSE: uvicorn + AgentHost on 127.0.0.1" in tables
     assert "4 of 4" in tables
     assert "failed" not in tables
 
 
-def test_the_server_binds_loopback_and_reports_its_cpu() -> None:
-    with ServerProcess(Shape(words=1)) as server:
+@pytest.mark.parametrize("server_name", ["hypercorn", "uvicorn"])
+def test_the_server_binds_loopback_and_reports_its_cpu(server_name: str) -> None:
+    with ServerProcess(Shape(words=1), server=server_name) as server:
         assert server.url.startswith(f"http://{LOOPBACK}:")
         assert process_cpu_seconds(server.pid) > 0
         assert server.failure() is None

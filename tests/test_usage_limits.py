@@ -21,7 +21,7 @@ from orchestrator import (
     tool,
 )
 from orchestrator.events import AgentEvent, UsageLimitReachedEvent
-from orchestrator.model import ResponseCompletedEvent
+from orchestrator.model import ModelSettings, ResponseCompletedEvent
 
 
 def ledger_tool(ledger: list[str], name: str = "work") -> Any:
@@ -178,6 +178,21 @@ async def test_wrap_up_makes_one_last_call_offering_no_tools_and_ends_with_its_a
     history = client.agent.history.load("s")
     assert history[-1] == AssistantMessage("partial answer: did 1 of 2")
     assert not any(isinstance(m, SystemMessage) for m in history)  # the note is the wrap-up request's only
+
+
+async def test_the_wrap_up_call_sets_tool_choice_none_whatever_the_agent_asks() -> None:
+    model = ScriptedModel([calls(1), AssistantMessage("done as far as the budget went")])
+    client = await create_agent(
+        model,
+        tools=[ledger_tool([])],
+        usage_limits=UsageLimits(requests=1, on_exhausted="wrap_up"),
+        model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False),
+    )
+    await client.run("go", config=AgentRunConfig(session_id="s"))
+    assert model.requests[0].settings.tool_choice == "required"
+    wrap_up = model.requests[1]
+    assert wrap_up.tools == ()
+    assert wrap_up.settings.tool_choice == "none" and wrap_up.settings.parallel_tool_calls is None
 
 
 async def test_tool_calls_in_the_wrap_up_answer_are_refused_and_the_request_fails() -> None:

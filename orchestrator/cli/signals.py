@@ -68,20 +68,32 @@ async def run_until_signalled(
 
 
 def run_service(
-    name: str, body: Callable[[], Awaitable[None]], usage_errors: tuple[type[Exception], ...] = ()
+    name: str,
+    body: Callable[[], Awaitable[None]],
+    usage_errors: tuple[type[Exception], ...] = (),
+    *,
+    stopped: Stopped | None = None,
+    signals: Iterable[int] = (signal.SIGINT,),
 ) -> int:
-    """Run a long-lived command (``serve``, ``worker``) in trio until it ends or Ctrl-C stops it; its exit status.
+    """Run a long-lived command (``serve``, ``worker``) in trio until it ends or a signal stops it; its exit status.
 
     Every way it can end is one line on stderr, never a traceback: an error of ``usage_errors``
     (bad arguments, an ``--app`` that does not load) or a location that cannot be used, exit 2;
-    a store that cannot be opened, exit 1; SIGINT, ``NAME: interrupted; stopped`` and exit 130.
+    a store that cannot be opened, exit 1; SIGINT, ``NAME: interrupted; stopped`` and exit 130
+    (another signal: ``NAME: stopped by SIGNAME`` and 128 + its number). ``signals`` cancel the
+    body; a body that handles its signals itself (``signals=()``) notes the one that stopped it
+    in ``stopped``.
     """
     from orchestrator.store.errors import StoreError, UnusableLocation
 
     refused: tuple[type[Exception], ...] = (*usage_errors, UnusableLocation)
-    stopped = Stopped()
+    stopped = Stopped() if stopped is None else stopped
+    watched = tuple(signals)
     try:
-        trio.run(run_until_signalled, body, stopped)
+        if watched:
+            trio.run(run_until_signalled, body, stopped, watched)
+        else:
+            trio.run(body)
     except refused as error:
         print(f"{name}: {error}", file=sys.stderr)
         return 2
@@ -92,10 +104,13 @@ def run_service(
         if not interrupted(error):
             raise
         stopped.signal = signal.SIGINT
-    if stopped.signal is not None:
+    if stopped.signal is None:
+        return 0
+    if stopped.signal == signal.SIGINT:
         print(f"{name}: interrupted; stopped", file=sys.stderr)
         return INTERRUPTED_EXIT
-    return 0
+    print(f"{name}: stopped by {signal.Signals(stopped.signal).name}", file=sys.stderr)
+    return 128 + stopped.signal
 
 
 def interrupted(error: BaseException) -> bool:

@@ -3,7 +3,8 @@
 The session's history (in the store, written by the same fenced commits) holds
 the messages; the checkpoint holds the rest: the request machine's states, the
 iteration count, the calls that recorded an intent (started and not yet
-settled), the calls that wait for an answer (with the question asked), the
+settled), the calls that wait for an answer (with the question asked), each
+open call's phase in the call ledger and the answer it consumed, the
 session's Plan Mode state and why the last response ended. ``restored`` reads both back into the point where
 the request loop resumes.
 """
@@ -16,11 +17,21 @@ from typing import Any
 import attrs
 
 from orchestrator.errors import AgentError
-from orchestrator.messages import AssistantMessage, Message, ToolMessage
+from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolStatus
 from orchestrator.model import STOP_REASONS, StopReason
 from orchestrator.runtime.restored import Restored
 
 VERSION = 1
+
+PHASES = ("waiting", "answered", "executing")
+"""The call ledger's phases of an open call, as a checkpoint records them.
+
+- ``waiting``: its question was asked and no answer consumed;
+- ``answered``: an answer was consumed (in the commit that records this phase) and its tool body
+  was not entered after it: a resumed run gives it that answer again when it asks, never a person;
+- ``executing``: its tool body was entered (committed before the body runs): a resumed run treats
+  it as cut off mid-way unless its tool is idempotent.
+"""
 
 
 @attrs.frozen
@@ -50,6 +61,8 @@ class Checkpoint:
     waiting: tuple[Waiting, ...]
     plan_mode: str | None
     stop_reason: StopReason = "end_turn"  # why the last response ended (max_tokens: its calls never run)
+    phases: Mapping[str, str] | None = None  # call id -> PHASES; None in a checkpoint written before the ledger
+    answers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)  # call id -> the answer it consumed
 
     def json(self) -> dict[str, Any]:
         return {
@@ -61,7 +74,17 @@ class Checkpoint:
             "waiting": [w.json() for w in self.waiting],
             "plan_mode": self.plan_mode,
             "stop_reason": self.stop_reason,
+            "phases": dict(self.phases or {}),
+            "answers": {call_id: dict(answer) for call_id, answer in self.answers.items()},
         }
+
+    def phase(self, call_id: str) -> str | None:
+        """The ledger phase of open call ``call_id`` (None: only its intent is recorded, or no ledger)."""
+        return (self.phases or {}).get(call_id)
+
+    def unanswered(self) -> tuple[Waiting, ...]:
+        """The waits whose question has no answer consumed yet (what a person may still answer)."""
+        return tuple(w for w in self.waiting if self.phase(w.tool_call_id) in (None, "waiting"))
 
 
 class UnreadableCheckpoint(AgentError):
@@ -94,7 +117,17 @@ def _checkpoint(data: Mapping[str, Any]) -> Checkpoint:
         ),
         plan_mode=data.get("plan_mode"),
         stop_reason=_stop_reason(data.get("stop_reason")),
+        phases=_phases(data["phases"]) if "phases" in data else None,
+        answers={str(k): dict(v) for k, v in dict(data.get("answers", {})).items()},
     )
+
+
+def _phases(value: Any) -> dict[str, str]:
+    phases = {str(call_id): str(phase) for call_id, phase in dict(value).items()}
+    for call_id, phase in phases.items():
+        if phase not in PHASES:
+            raise ValueError(f"call {call_id!r} has the phase {phase!r}, not one of {', '.join(PHASES)}")
+    return phases
 
 
 def _stop_reason(value: object) -> StopReason:
@@ -105,8 +138,39 @@ def _stop_reason(value: object) -> StopReason:
     return "end_turn"
 
 
-def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
-    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
+CANCELLED_BEFORE_RUN = "not completed: request cancelled"
+CANCELLED_MID_CALL = (
+    "not completed: request cancelled while this call ran, so it may or may not have taken effect;"
+    " check before calling it again"
+)
+
+
+def open_calls(history: Sequence[Message]) -> list[ToolCall]:
+    """The calls of the last assistant message of ``history`` still without a result, in call order."""
+    response, open_ids = _open(history)
+    return [c for c in response.tool_calls if c.id in open_ids] if response is not None else []
+
+
+def cancelled_results(checkpoint: Checkpoint | None, history: Sequence[Message]) -> list[ToolMessage]:
+    """A cancelled result for each open call of a run ended while nobody ran it, in call order.
+
+    A call whose body was entered (or, in a checkpoint from before the ledger, whose intent is
+    recorded and which did not wait) may or may not have taken effect, and says so.
+    """
+    results = []
+    for call in open_calls(history):
+        if checkpoint is None:
+            cut = False
+        elif checkpoint.phases is None:
+            cut = call.id in checkpoint.started and call.id not in {w.tool_call_id for w in checkpoint.waiting}
+        else:
+            cut = checkpoint.phase(call.id) == "executing"
+        text = CANCELLED_MID_CALL if cut else CANCELLED_BEFORE_RUN
+        results.append(ToolMessage(call.id, call.name, text, ToolStatus.CANCELLED))
+    return results
+
+
+def _open(history: Sequence[Message]) -> tuple[AssistantMessage | None, tuple[str, ...]]:
     response: AssistantMessage | None = None
     settled: set[str] = set()
     for message in reversed(history):
@@ -117,7 +181,13 @@ def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str,
             break
         else:
             break  # the turn ended with a user message (input or steering): the next model call is due
-    open_calls = tuple(c.id for c in response.tool_calls if c.id not in settled) if response is not None else ()
-    if response is not None and response.tool_calls and not open_calls:
+    open_ids = tuple(c.id for c in response.tool_calls if c.id not in settled) if response is not None else ()
+    if response is not None and response.tool_calls and not open_ids:
         response = None  # every call settled: between turns
-    return Restored(worker, last_seq, checkpoint.iterations, response, open_calls, checkpoint.stop_reason)
+    return response, open_ids
+
+
+def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
+    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
+    response, open_ids = _open(history)
+    return Restored(worker, last_seq, checkpoint.iterations, response, open_ids, checkpoint.stop_reason)

@@ -6,8 +6,16 @@ history), the streamed events (numbered, in order), the checkpoint, the inbox
 items consumed. A commit happens before the request goes on whenever a message
 is appended (the input, each model response, each tool result, steering),
 when a tool call starts (its intent), when a call starts to wait for an
-answer, and when the run ends or parks; streamed text between those is flushed
-by the worker every ``FLUSH_SECONDS``.
+answer, before a tool body is entered, and when the run ends or parks; streamed
+text between those is flushed by the worker every ``FLUSH_SECONDS``.
+
+The checkpoint keeps each open call's phase (``checkpoint.PHASES``). An answer
+taken from the inbox moves its call to ``answered`` in the same moment it is
+marked consumed, so every commit that consumes it records the phase too; the
+commit made before a tool body is entered records ``executing``. A resumed run
+therefore never asks a person again for an answer it consumed, and never runs
+again a call whose body was entered: that call gets ``STOPPED_MID_CALL``
+unless its tool is idempotent.
 
 A lost lease (another worker took the run) makes every later commit a no-op
 and cancels the run: nothing of it is written twice.
@@ -58,6 +66,8 @@ class DurableRun:
         input_recorded: bool = False,
         started: tuple[str, ...] = (),
         waiting: tuple[Waiting, ...] = (),
+        phases: Mapping[str, str] | None = None,
+        answers: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -71,12 +81,20 @@ class DurableRun:
         # marking one consumed may still return it, and it must not be offered (or consumed) twice.
         self.used: set[int] = set()
         self.input_recorded = input_recorded
-        # Calls that recorded an intent in an earlier process and have no result: not run blindly again.
-        self.stopped_mid_call = set(started) - {w.tool_call_id for w in waiting}
+        # Each open call's ledger phase, and the answers consumed for calls without a result.
+        self.phases: dict[str, str] = dict(phases or {})
+        self.answers: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (answers or {}).items()}
+        waiting_ids = {w.tool_call_id for w in waiting}
+        # Calls of an earlier process cut off mid-way (their body was entered): not run blindly again.
+        # A checkpoint written before the ledger knows only intents: each one not waiting counts as cut off.
+        if phases is None:
+            self.stopped_mid_call = set(started) - waiting_ids
+        else:
+            self.stopped_mid_call = {c for c in started if self.phases.get(c) == "executing"}
         self.started: set[str] = set(started)
         self.waiting: dict[str, Waiting] = {w.tool_call_id: w for w in waiting}
         # Waits of an earlier process whose question was not asked again yet: their answers must wait.
-        self.expected = set(self.waiting)
+        self.expected = {c for c in waiting_ids if self.phases.get(c, "waiting") == "waiting"}
         # Waiting calls whose answer was delivered (the call goes on; nothing to park for).
         self.answered: set[str] = set()
         self.run: Any = None  # the RequestRun, once made
@@ -111,6 +129,8 @@ class DurableRun:
             waiting=tuple(self.waiting.values()),
             plan_mode=plan_mode,
             stop_reason=run.stop_reason if run is not None else "end_turn",
+            phases=dict(self.phases),
+            answers=dict(self.answers),
         )
 
     async def commit(self, status: str = "running") -> None:
@@ -176,14 +196,26 @@ class DurableRun:
             return True
         call_id = item.payload.get("tool_call_id") if isinstance(item.payload, Mapping) else None
         if self._deliver(ExternalEvent(item.name, dict(item.payload)), self.config):
+            # Consumed and answered together: whichever commit consumes the item records the phase.
             self._use(item)
             if isinstance(call_id, str):
                 self.answered.add(call_id)
+                if call_id in self.waiting:
+                    self.phases[call_id] = "answered"
+                    self.answers[call_id] = dict(item.payload)
             return True
         if call_id in self.expected:
             return False  # the resumed call has not asked again yet
         log.warning("inbox item %s (%s) of run %s refused; dropped", item.id, item.name, self.lease.request_id)
         self._use(item)
+        return True
+
+    def redeliver(self, waiting: Waiting, answer: Mapping[str, Any]) -> bool:
+        """Give ``waiting`` the answer its call consumed in an earlier process; whether it took it."""
+        if not self._deliver(ExternalEvent(waiting.response_event, dict(answer)), self.config):
+            log.warning("run %s: call %s refused its stored answer", self.lease.request_id, waiting.tool_call_id)
+            return False
+        self.answered.add(waiting.tool_call_id)
         return True
 
     def _use(self, item: InboxItem) -> None:
@@ -220,6 +252,8 @@ class DurableRun:
         self.started.discard(call_id)
         self.waiting.pop(call_id, None)
         self.answered.discard(call_id)
+        self.phases.pop(call_id, None)
+        self.answers.pop(call_id, None)
 
     def unanswered(self) -> set[str]:
         return set(self.waiting) - self.answered
@@ -296,6 +330,11 @@ class DurableExtension(AgentExtension):
         waiting = Waiting(call_id, event.name, payload, str(event.payload["response_event"]))
         durable.waiting[call_id] = waiting
         durable.expected.discard(call_id)
+        stored = durable.answers.get(call_id)
+        # Asked again after a resume: the answer it consumed before is given, no person is asked.
+        if stored is not None and call_id not in durable.answered and durable.redeliver(waiting, stored):
+            return
+        durable.phases[call_id] = "waiting"
         await durable.commit()
         if call_id not in durable.answered and not await durable.take_answer(waiting):
             durable.park_if_idle()
@@ -304,9 +343,18 @@ class DurableExtension(AgentExtension):
         self, context: AgentRunContext, call: ToolCall, call_next: Callable[[ToolCall], Awaitable[ToolResult]]
     ) -> ToolResult:
         durable = self._durable(context)
-        if durable is not None and call.id in durable.stopped_mid_call:
+        if durable is None:
+            return await call_next(call)
+        if call.id in durable.stopped_mid_call:
             durable.stopped_mid_call.discard(call.id)
             definition = context.tools.get(call.name)
             if definition is None or not getattr(definition, "idempotent", False):
                 return ToolResult(STOPPED_MID_CALL, "failed")
+        # The body is entered only once the ledger says so (with any answer it consumed): a run resumed
+        # after this commit never runs the call again.
+        durable.phases[call.id] = "executing"
+        await durable.commit()
+        if durable.lost:
+            await trio.lowlevel.checkpoint()  # the run is being cancelled: the body is not entered
+            return ToolResult(STOPPED_MID_CALL, "failed")
         return await call_next(call)

@@ -25,20 +25,21 @@ import trio
 from machines.build import Step
 from machines.request import REQUEST
 from orchestrator import wire
-from orchestrator.cluster.checkpoint import read
+from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, read
 from orchestrator.config import ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent
 from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
-from orchestrator.messages import UserMessage
+from orchestrator.messages import Message, UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import UnknownRun
 from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, RunExists, RunView
+from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.errors import StoreError, StoreUnavailable
-from orchestrator.store.runs import NewInboxItem, RunRecord, RunStore, StoredEvent
+from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
 
 POLL_SECONDS = 0.1
 """How often a web node looks for new events of a run it streams."""
@@ -147,7 +148,7 @@ class StoreBackend:
             event = RunCancelledEvent(session_id=record.session_id, request_id=request_id, seq=seq, ts=time.time())
             return StoredEvent(request_id, seq, event.name, wire.encode_event(event))
 
-        changed: RunRecord = await self._call(self.store.cancel, request_id, final_event)
+        changed: RunRecord = await self._call(self.store.cancel, request_id, final_event, settle_open_calls)
         return self._view(changed), not record.final
 
     async def transitions(self, request_id: str) -> list[Step]:
@@ -182,6 +183,8 @@ class StoreBackend:
             await self._call(self.store.post, item, lambda locked: self._problem(locked, event))
         except StoreUnavailable:
             raise  # a 503: the client retries, with its Idempotency-Key if it sent one
+        except InboxKeyReused as reused:
+            raise HTTPRefusal(422, "IdempotencyKeyReused", str(reused)) from None
         except StoreError as ended:
             return _refused(event, str(ended))
         return Delivery(event.name, (INBOX,), {})
@@ -207,7 +210,7 @@ class StoreBackend:
             return f"no extension takes {event.name!r} events"
         key = payload.get("tool_call_id") if isinstance(payload, Mapping) else None
         checkpoint = read(record.checkpoint)
-        waiting = {w.tool_call_id: w for w in checkpoint.waiting} if checkpoint else {}
+        waiting = {w.tool_call_id: w for w in checkpoint.unanswered()} if checkpoint else {}
         wait = waiting.get(key) if isinstance(key, str) else None
         if wait is None or wait.response_event != event.name:
             return f"no waiting call tool_call_id={key!r} in session {record.session_id!r}"
@@ -218,7 +221,7 @@ class StoreBackend:
         calls: list[dict[str, Any]] = []
         for record in active:
             checkpoint = read(record.checkpoint)
-            for wait in checkpoint.waiting if checkpoint else ():
+            for wait in checkpoint.unanswered() if checkpoint else ():
                 calls.append(
                     {
                         "session_id": record.session_id,
@@ -271,6 +274,15 @@ class StoreBackend:
 
     def running(self) -> int | None:
         return None
+
+
+def settle_open_calls(record: RunRecord, history: list[Message]) -> list[Message]:
+    """A cancelled result for each open call of a run cancelled while nobody runs it (``RunStore.cancel``)."""
+    try:
+        checkpoint = read(record.checkpoint)
+    except UnreadableCheckpoint:
+        checkpoint = None
+    return list(cancelled_results(checkpoint, history))
 
 
 def keyed_request_id(session_id: str, idempotency_key: str) -> str:

@@ -23,13 +23,13 @@ import attrs
 import trio
 
 from orchestrator.agent import AgentClient
-from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, read, restored
+from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
 from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
-from orchestrator.events import RunFailedEvent
-from orchestrator.messages import UserMessage
+from orchestrator.events import RunCancelledEvent, RunFailedEvent
+from orchestrator.messages import Message, UserMessage
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
 from orchestrator.wire.format import WireFormatError, decode_message, encode_event
@@ -42,6 +42,8 @@ POLL_SECONDS = 1.0
 """Longest wait between looks for runnable runs (a PostgreSQL NOTIFY wakes a worker sooner)."""
 INBOX_SECONDS = 0.1
 """How often a worker looks at the inboxes of the runs it holds."""
+BUSY_RETRY_SECONDS = 1.0
+"""How long a run its worker could not run (its session runs here already) waits before it may be claimed again."""
 RETENTION_SECONDS = 7 * 24 * 3600.0
 """Ended runs, with their events and inbox, are pruned this long after their last change (7 days)."""
 
@@ -153,6 +155,9 @@ class Worker:
             await self._fail_unreadable(lease, unreadable)
             return
         history = await trio.to_thread.run_sync(self.store.history, lease.session_id)
+        if lease.cancel_requested:
+            await self._cancel_claimed(lease, checkpoint, history)
+            return
         durable = DurableRun(
             self.store,
             lease,
@@ -160,6 +165,8 @@ class Worker:
             input_recorded=checkpoint.input_recorded if checkpoint else False,
             started=checkpoint.started if checkpoint else (),
             waiting=checkpoint.waiting if checkpoint else (),
+            phases=checkpoint.phases if checkpoint else {},
+            answers=checkpoint.answers if checkpoint else {},
         )
         self.active[lease.request_id] = durable
         config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)
@@ -172,8 +179,10 @@ class Worker:
         try:
             run = await self.agent._open_run(config, message, durable, resume)
         except SessionBusy:
+            # Given back as it was (no checkpoint: the stored one is kept), not to be claimed again at once.
             log.warning("session %s already runs here; run %s given back", lease.session_id, lease.request_id)
-            await durable.commit("queued")
+            give_back = RunCommit(status="queued", retry_after=BUSY_RETRY_SECONDS)
+            await trio.to_thread.run_sync(self.store.commit, lease, give_back)
             return
         durable.run = run
         self.durable.attach(durable)
@@ -192,6 +201,19 @@ class Worker:
         finally:
             self.durable.detach(durable)
             self.agent._close_run(run)
+
+    async def _cancel_claimed(self, lease: Lease, checkpoint: Checkpoint | None, history: list[Message]) -> None:
+        """End a run claimed with its cancel flag set instead of resuming it: a cancelled result for each
+        open call, then run_cancelled, in one fenced commit."""
+        log.info("run %s was cancelled while nobody ran it; it ends cancelled", lease.request_id)
+        event = RunCancelledEvent(
+            session_id=lease.session_id, request_id=lease.request_id, seq=lease.last_seq + 1, ts=time.time()
+        )
+        stored = StoredEvent(lease.request_id, event.seq, event.name, encode_event(event))
+        results = tuple(cancelled_results(checkpoint, history))
+        await trio.to_thread.run_sync(
+            self.store.commit, lease, RunCommit(messages=results, events=(stored,), status="cancelled")
+        )
 
     async def _fail_unreadable(self, lease: Lease, unreadable: UnreadableCheckpoint) -> None:
         """End a run that cannot be resumed as failed, once, with a run_failed event saying why.
@@ -248,8 +270,8 @@ class Worker:
                 durable.lease, expires=renewed.expires, cancel_requested=renewed.cancel_requested
             )
             if durable.lease.cancel_requested and durable.run is not None:
+                # The run ends cancelled; the lease is kept renewed until it has (a thread tool may outlast it).
                 durable.scope.cancel()
-                return
 
     async def _poll_inbox(self, durable: DurableRun) -> None:
         while True:

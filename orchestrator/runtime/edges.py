@@ -130,12 +130,21 @@ async def assemble_request(run: RunPort) -> None:
 
 
 async def assemble_wrap_up(run: RunPort) -> None:
-    """The wrap-up call's request: the conversation and a note that the budget is spent, no tools offered."""
+    """The wrap-up call's request: the conversation and a note that the budget is spent, no tools offered.
+
+    Its ``tool_choice`` is ``none`` whatever the settings say; a request whose answer has an output
+    type leaves it unset instead, so a provider that forces its output through a tool may still do so.
+    """
     assert run.budget is not None
     run.budget.wrapped_up = True
     request = run.assemble()
+    choice = None if request.output is not None else "none"
     run.request = attrs.evolve(
-        request, messages=(*request.messages, SystemMessage(WRAP_UP_NOTE)), tools=(), server_tools=()
+        request,
+        messages=(*request.messages, SystemMessage(WRAP_UP_NOTE)),
+        tools=(),
+        server_tools=(),
+        settings=attrs.evolve(request.settings, tool_choice=choice, parallel_tool_calls=None),
     )
     await run._emit_new(ev.UsageLimitReachedEvent, limit=run.budget.exhausted or "", on_exhausted="wrap_up")
 

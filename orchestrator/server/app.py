@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
 
 import attrs
+import sniffio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.agent import Agent, AgentClient
+from orchestrator.host import AgentHost
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
-from orchestrator.server.errors import HTTPRefusal
+from orchestrator.server.errors import HTTPRefusal, send_refusal
 from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PATH, TokenGuard
+from orchestrator.server.hosted import HostBackend
 from orchestrator.server.hosts import HostGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
 from orchestrator.server.origins import OriginGuard
 from orchestrator.server.routes import Service
+from orchestrator.server.streams import StopReason, asgi_server_stopping
 from orchestrator.store.errors import StoreUnavailable
 
 
@@ -64,8 +68,32 @@ async def _method_not_allowed(request: Request, error: Exception) -> Response:
     return JSONResponse({"error": {"type": "MethodNotAllowed", "message": message}}, status_code=405)
 
 
+class TrioLoopOnly:
+    """Answers 500 with the reason when an agent that lives in the serving trio loop is served by another loop.
+
+    An Agent or AgentClient given to ``create_app`` runs its requests in the loop
+    that serves it, which must be trio's; under asyncio an ``AgentHost`` carries it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" or sniffio.current_async_library() == "trio":
+            await self.app(scope, receive, send)
+            return
+        message = (
+            "this app serves an Agent in the serving trio loop, and this server runs another loop: "
+            "give create_app an AgentHost (orchestrator.host) to serve under asyncio"
+        )
+        if scope["type"] == "http":
+            await send_refusal(send, 500, "WrongEventLoop", message)
+            return
+        raise RuntimeError(message)
+
+
 def create_app(
-    agent: Agent | AgentClient | Backend,
+    agent: Agent | AgentClient | AgentHost | Backend,
     *,
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -75,11 +103,19 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     allowed_origins: Iterable[str] = (),
     metrics: object = False,
+    stop_streams: Callable[[], str | None] | None = None,
 ) -> ASGIApp:
-    """The ASGI application for ``agent`` (an Agent or its client, or another Backend such as a web node's).
+    """The ASGI application for ``agent``: an Agent or its client, an AgentHost, or a Backend (a web node's).
 
-    Serve it with hypercorn's trio worker (``hypercorn.trio.serve``) or mount
-    it in a trio ASGI application: its requests run in the serving trio loop.
+    Given an Agent or AgentClient, serve it with hypercorn's trio worker
+    (``hypercorn.trio.serve``) or mount it in a trio ASGI application: its
+    requests run in the serving trio loop. Given an ``AgentHost``, serve it
+    with any ASGI server (uvicorn, hypercorn's asyncio worker) or mount it in a
+    FastAPI or Starlette application: the routes run on the server's loop and
+    the agent in the host's thread. Nothing depends on the app's lifespan, and
+    under a mount the console and the links it answers follow the mount's prefix.
+    Open event streams end with an ``event: closing`` frame when the server
+    shuts down or the host closes (see docs/asyncio.md).
     ``token`` guards every route but ``/health`` and the console's page and
     files (which hold no data); ``max_body_bytes`` caps
     request bodies; ``idempotency_keys`` bounds the remembered answers;
@@ -97,6 +133,9 @@ def create_app(
     ``metrics=True`` serves ``GET /metrics`` from prometheus_client's default
     registry (or from the ``CollectorRegistry`` given instead), behind the
     token like the other routes; see docs/observability.md.
+    ``stop_streams`` says why open event streams must end now (a server's
+    shutdown), or None while they may go on; it is asked a few times a second.
+    uvicorn's shutdown and an AgentHost's closing end them without it.
     """
     settings = ServerSettings(
         token,
@@ -107,11 +146,18 @@ def create_app(
         tuple(allowed_origins),
     )
     backend: Backend
+    stop_reasons: list[StopReason] = [asgi_server_stopping]
+    if stop_streams is not None:
+        stop_reasons.append(stop_streams)
     if isinstance(agent, (Agent, AgentClient)):
         backend = LocalBackend(_client(agent), retained_runs=retained_runs)
+    elif isinstance(agent, AgentHost):
+        hosted = HostBackend(agent, retained_runs=retained_runs)
+        stop_reasons.append(hosted.closing)
+        backend = hosted
     else:
         backend = agent
-    service = Service(backend, settings.max_body_bytes, settings.idempotency_keys)
+    service = Service(backend, settings.max_body_bytes, settings.idempotency_keys, stop_reasons)
     routes: list[BaseRoute] = [
         Route("/health", service.health, methods=["GET"]),
         Route("/openapi.json", service.openapi, methods=["GET"]),
@@ -147,6 +193,8 @@ def create_app(
     open_prefixes = CONSOLE_PREFIXES if settings.console else ()
     open_paths = {HEALTH_PATH, *(CONSOLE_PATHS if settings.console else ())}
     guarded: ASGIApp = TokenGuard(app, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
+    if isinstance(backend, LocalBackend):
+        guarded = TrioLoopOnly(guarded)
     guarded = OriginGuard(guarded, settings.allowed_origins)
     if settings.allowed_hosts is not None:
         guarded = HostGuard(guarded, settings.allowed_hosts)

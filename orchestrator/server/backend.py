@@ -23,8 +23,8 @@ from orchestrator.errors import AgentError
 from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import RunHandle, UnknownRun
-from orchestrator.runtime.pending import PendingCall
 from orchestrator.server import sessions
+from orchestrator.wire.sse import encode_pending
 
 
 class RunExists(AgentError):
@@ -47,8 +47,7 @@ class RunView:
         return attrs.asdict(self)
 
 
-def pending_json(call: PendingCall) -> dict[str, Any]:
-    return {**attrs.asdict(call, recurse=False), "payload": dict(call.payload)}
+pending_json = encode_pending
 
 
 class Backend(Protocol):

@@ -17,6 +17,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.server.errors import send_refusal
 
+
+def route_path(scope: Scope) -> str:
+    """The request's path inside this app: without the ``root_path`` of a mount it is served under."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root) :] or "/"
+    return path
+
+
 HEALTH_PATH = "/health"
 CONSOLE_PATHS = frozenset({"/"})
 CONSOLE_PREFIXES = ("/static/",)
@@ -42,7 +52,7 @@ class TokenGuard:
         return path in self.open_paths or path.startswith(self.open_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token is None or scope["type"] != "http" or self._open(scope["path"]):
+        if self.token is None or scope["type"] != "http" or self._open(route_path(scope)):
             await self.app(scope, receive, send)
             return
         problem = self._problem(scope)

@@ -245,7 +245,8 @@ def _document() -> dict[str, Any]:
                     "the run's events as Server-Sent Events (id: seq, event: type, data: wire JSON), "
                     "replayed after Last-Event-ID, then live; ends with the terminal event, or with an "
                     "`event: error` frame ({type: error, error: {type, message}}) when the reader fell "
-                    "behind the retained events",
+                    "behind the retained events, or with an `event: closing` frame ({type: closing, reason}) "
+                    "when the server shuts down (reconnect with Last-Event-ID)",
                     {
                         "200": {
                             "description": "event stream",

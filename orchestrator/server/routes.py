@@ -7,15 +7,14 @@ with a 4xx status (see ``orchestrator.server.openapi`` for every route).
 from __future__ import annotations
 
 import functools
-import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 
 from machines.definition import MachineDefinition
 from machines.diagrams import composed_diagram, graphviz_available, machine_diagram
@@ -29,20 +28,16 @@ from orchestrator.server.errors import HTTPRefusal, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
 from orchestrator.server.ids import checked_id
 from orchestrator.server.openapi import openapi_document
+from orchestrator.server.streams import SSE_HEADERS, EventStreamResponse, StopReason, first_reason
+from orchestrator.wire.sse import sse_error_frame, sse_frame
+
+__all__ = ["SSE_HEADERS", "Service", "sse_error_frame", "sse_frame"]
 
 logger = logging.getLogger(__name__)
-
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _path_id(request: Request, name: str) -> str:
     return checked_id(request.path_params[name], name)
-
-
-def sse_frame(event: Mapping[str, Any]) -> str:
-    """One Server-Sent Event: ``id`` the event's seq, ``event`` its type, ``data`` its wire JSON."""
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-    return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
 
 
 def _after(request: Request) -> int:
@@ -69,18 +64,18 @@ def _idempotent(method: Callable[[Service, Request, dict[str, Any]], Awaitable[A
         self.idempotency.check_key(key)
         scope = f"{request.method} {request.url.path}"
         fingerprint = self.idempotency.fingerprint(body)
-        answer_or_none = self.idempotency.recall(scope, key, fingerprint)
-        if answer_or_none is None:
-            answer_or_none = await method(self, request, body)
-            self.idempotency.remember(scope, key, fingerprint, answer_or_none)
-        return JSONResponse(answer_or_none.body, status_code=answer_or_none.status, headers={"Idempotent-Replay": key})
+        answer = await self.idempotency.once(scope, key, fingerprint, lambda: method(self, request, body))
+        return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replay": key})
 
     return handler
 
 
 class Service:
-    def __init__(self, backend: Backend, max_body_bytes: int, idempotency_keys: int) -> None:
+    def __init__(
+        self, backend: Backend, max_body_bytes: int, idempotency_keys: int, stop_reasons: Iterable[StopReason] = ()
+    ) -> None:
         self.backend = backend
+        self.stop_reasons = tuple(stop_reasons)
         self.max_body_bytes = max_body_bytes
         self.idempotency = IdempotencyCache(idempotency_keys)
         self._diagrams: dict[str, tuple[str, str]] = {}
@@ -144,7 +139,8 @@ class Service:
             raise HTTPRefusal(409, "RunExists", str(exists)) from None
         except IdempotencyKeyReused as reused:
             raise HTTPRefusal(422, "IdempotencyKeyReused", str(reused)) from None
-        return Answer(202, {"request_id": started, "session_id": session_id, "events": f"/runs/{started}/events"})
+        events = f"{request.scope.get('root_path', '')}/runs/{started}/events"  # under a mount, its prefix too
+        return Answer(202, {"request_id": started, "session_id": session_id, "events": events})
 
     @_idempotent
     async def post_event(self, request: Request, body: dict[str, Any]) -> Answer:
@@ -180,7 +176,11 @@ class Service:
             raise not_found(f"no live or recent run {request_id!r}") from None
         except EventsExpired as expired:
             raise HTTPRefusal(410, "EventsExpired", str(expired)) from None
-        return StreamingResponse(_frames(batches), media_type="text/event-stream", headers=SSE_HEADERS)
+        return EventStreamResponse(batches, self.stopping)
+
+    def stopping(self) -> str | None:
+        """Why open event streams must end now (the server or the backend is stopping), else None."""
+        return first_reason(self.stop_reasons)
 
     async def cancel_run(self, request: Request) -> Response:
         request_id = _path_id(request, "request_id")
@@ -233,34 +233,12 @@ class Service:
         return self._diagrams[stem]
 
 
-def sse_error_frame(error: Exception) -> str:
-    """The last frame of a stream that cannot go on: ``event: error`` with the reason, no ``id``."""
-    data = json.dumps({"type": "error", "error": {"type": type(error).__name__, "message": str(error)}})
-    return f"event: error\ndata: {data}\n\n"
-
-
 async def _after_first(
     first: list[dict[str, Any]], rest: AsyncIterator[list[dict[str, Any]]]
 ) -> AsyncIterator[list[dict[str, Any]]]:
     yield first
     async for batch in rest:
         yield batch
-
-
-async def _frames(batches: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[str]:
-    """SSE frames of a run's events, as many per chunk as are ready; ends after the terminal event.
-
-    A stream that cannot reach it (its reader fell behind the retained events,
-    or the backend failed) ends with an error frame instead of a cut response.
-    """
-    try:
-        async for batch in batches:
-            yield "".join(sse_frame(event) for event in batch)
-    except EventsExpired as expired:
-        yield sse_error_frame(expired)
-    except Exception as error:
-        logger.exception("the event stream failed")
-        yield sse_error_frame(error)
 
 
 def _definition_json(definition: MachineDefinition) -> dict[str, Any]:

@@ -14,7 +14,9 @@ import argparse
 import contextlib
 import os
 import secrets
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -52,6 +54,8 @@ class ServeOptions:
     token_generated: bool = False
     project: str | None = None
     trust_project: bool = False
+    stopped: list[int] = attrs.field(factory=list, eq=False, repr=False)
+    """The signal that stopped the server, once one did (SIGINT or SIGTERM)."""
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -245,12 +249,26 @@ async def _serve(
         )
         backend = LocalBackend(built.client, retained_runs=options.retained_runs)
     config = hypercorn_config(options)
+    stopped = options.stopped
     app = create_app(
-        backend, token=options.token, allowed_hosts=options.hosts, allowed_origins=options.allowed_origins
+        backend,
+        token=options.token,
+        allowed_hosts=options.hosts,
+        allowed_origins=options.allowed_origins,
+        stop_streams=lambda: "the server is shutting down" if stopped else None,
     )
 
+    async def on_signal() -> None:
+        """Returns at SIGINT or SIGTERM: hypercorn then ends gracefully, its open streams with ``event: closing``."""
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for number in signals:
+                stopped.append(number)
+                return
+
+    trigger = on_signal if threading.current_thread() is threading.main_thread() else None
+
     async def announce(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await hypercorn_serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+        await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)  # type: ignore[arg-type]
 
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(announce)
@@ -274,7 +292,7 @@ def _web_node(options: ServeOptions) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
-    from orchestrator.cli.signals import run_service
+    from orchestrator.cli.signals import Stopped, run_service
     from orchestrator.project.settings import ConfigError
 
     options = parse(argv)
@@ -283,4 +301,13 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as error:  # a configuration file that cannot be used: said before anything starts
         print(f"serve: {error}", file=sys.stderr)
         return 2
-    return run_service("serve", lambda: serve(options, config=config), (AppSpecError,))
+    stopped = Stopped()
+
+    async def body() -> None:
+        await serve(options, config=config)
+        if options.stopped:  # hypercorn ended gracefully at this signal
+            stopped.signal = options.stopped[0]
+
+    # serve handles SIGINT and SIGTERM itself (hypercorn's graceful end, its open streams closed
+    # with ``event: closing``); a press before its receiver is open still ends it in one line.
+    return run_service("serve", body, (AppSpecError,), stopped=stopped, signals=())

@@ -22,7 +22,7 @@ it ``queued`` again, in the same transaction), and the final ``completed``,
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -35,6 +35,7 @@ __all__ = [
     "FINAL",
     "AnswerWaiting",
     "InboxItem",
+    "InboxKeyReused",
     "InboxRefused",
     "Lease",
     "LeaseLost",
@@ -75,6 +76,15 @@ class InboxRefused(StoreError):
         self.request_id = request_id
         self.reason = reason
         super().__init__(reason)
+
+
+class InboxKeyReused(StoreError):
+    """Idempotency key ``key`` was used in session ``session_id`` with another body: a key names one item."""
+
+    def __init__(self, session_id: str, key: str) -> None:
+        self.session_id = session_id
+        self.key = key
+        super().__init__(f"the idempotency key {key!r} was used in session {session_id!r} with another body")
 
 
 class UnknownRunRow(StoreError, KeyError):
@@ -168,6 +178,10 @@ class RunCommit:
     - ``consumed``: inbox items this write used up (an item is consumed once);
     - ``status``: ``running`` keeps the lease; ``parked``, ``queued`` or a final status
       releases it (a parked run with unconsumed items is queued at once).
+
+    A ``checkpoint`` of None keeps the stored one. ``retry_after`` (seconds, with ``queued``) keeps the
+    run from being claimed again before then, on the database's clock: a give-back of a run its
+    carrier could not run.
     """
 
     messages: tuple[Message, ...] = ()
@@ -175,6 +189,7 @@ class RunCommit:
     checkpoint: Mapping[str, Any] | None = None
     consumed: tuple[int, ...] = ()
     status: str = "running"
+    retry_after: float | None = None
 
 
 class RunStore(abc.ABC):
@@ -197,8 +212,9 @@ class RunStore(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
-        """Lease up to ``limit`` runnable runs: ``queued`` ones, and ``running`` ones whose lease
-        expired (their worker stopped). Claimed runs are ``running``; a new token each."""
+        """Lease up to ``limit`` runnable runs: ``queued`` ones past their ``retry_after``, and ``running``
+        ones whose lease expired (their worker stopped), both judged on the store's own clock. Claimed
+        runs are ``running``; a new token each; a lease keeps the run's cancel flag."""
 
     @abc.abstractmethod
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
@@ -220,8 +236,9 @@ class RunStore(abc.ABC):
     def post(
         self, item: NewInboxItem, check: Callable[[RunRecord], str | None] | None = None
     ) -> tuple[InboxItem, bool]:
-        """Add ``item`` to the run's inbox; with an idempotency key already used, the earlier item
-        and False (also when another post of that key wins a race). A parked run becomes queued in
+        """Add ``item`` to the run's inbox; with an idempotency key already used in its session, the
+        earlier item and False (also when another post of that key wins a race), or InboxKeyReused
+        when that item had another name or payload. A parked run becomes queued in
         the same transaction. UnknownRunRow when the run does not exist; StoreError when it is
         final; AnswerWaiting when the item answers a call (``tool_call_id``) whose answer already
         waits unconsumed; InboxRefused with its reason when ``check`` finds one in the run as it is
@@ -232,11 +249,17 @@ class RunStore(abc.ABC):
         """The run's unconsumed inbox items with id > ``after_id``, oldest first."""
 
     @abc.abstractmethod
-    def cancel(self, request_id: str, final_event: Callable[[int], StoredEvent]) -> RunRecord:
-        """Ask the run to stop. A run no worker holds (queued, parked) ends ``cancelled`` at once,
-        ``final_event(seq)`` (its run_cancelled, numbered after the log's last) appended; a
-        running one is flagged (``cancel_requested``) for its worker, which sees it when it
-        renews its lease. UnknownRunRow when there is no such run."""
+    def cancel(
+        self,
+        request_id: str,
+        final_event: Callable[[int], StoredEvent],
+        settle: Callable[[RunRecord, list[Message]], Sequence[Message]] | None = None,
+    ) -> RunRecord:
+        """Ask the run to stop. A run no worker holds (queued, parked) ends ``cancelled`` at once, in one
+        transaction: ``settle(run, history)``'s messages (a result for each open call) appended to the
+        session's history, then ``final_event(seq)`` (its run_cancelled, numbered after the log's last).
+        A running one is flagged (``cancel_requested``) for its worker, which sees it when it renews its
+        lease; the flag outlives a give-back and a lease expiry. UnknownRunRow when there is no such run."""
 
     @abc.abstractmethod
     def history(self, session_id: str) -> list[Message]:

@@ -11,6 +11,7 @@ own message table, so one database holds a deployment.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import secrets
 import sqlite3
@@ -33,6 +34,7 @@ from orchestrator.store.runs import (
     FINAL,
     AnswerWaiting,
     InboxItem,
+    InboxKeyReused,
     InboxRefused,
     Lease,
     LeaseLost,
@@ -71,6 +73,7 @@ class Dialect:
     placeholder: str
     real: str
     columns_of: str  # the column names of the table given as the one parameter
+    now: str  # the database's clock, in seconds since the epoch (leases are judged on it, never a carrier's)
 
     def sql(self, statement: str) -> str:
         return statement if self.placeholder == "?" else statement.replace("?", self.placeholder)
@@ -91,7 +94,8 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             lease_expires {real},
             cancel_requested INTEGER NOT NULL DEFAULT 0,
             created {real} NOT NULL,
-            updated {real} NOT NULL
+            updated {real} NOT NULL,
+            not_before {real}
         )""",
         f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
         f" WHERE status IN {_ACTIVE_SQL}",
@@ -104,18 +108,25 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             created {real} NOT NULL,
             PRIMARY KEY (request_id, seq)
         )""",
-        f"""CREATE TABLE IF NOT EXISTS orchestrator_inbox (
+        _inbox_table("orchestrator_inbox", real, serial),
+        "CREATE INDEX IF NOT EXISTS orchestrator_inbox_run ON orchestrator_inbox (request_id, consumed, id)",
+        "CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_inbox_key ON orchestrator_inbox (session_id, idempotency_key)",
+    )
+
+
+def _inbox_table(name: str, real: str, serial: str) -> str:
+    """The inbox table (schema version 2: an idempotency key is unique per session, with its body's digest)."""
+    return f"""CREATE TABLE IF NOT EXISTS {name} (
             id {serial},
             session_id TEXT NOT NULL,
             request_id TEXT NOT NULL,
             name TEXT NOT NULL,
             payload TEXT NOT NULL,
-            idempotency_key TEXT UNIQUE,
+            idempotency_key TEXT,
             consumed INTEGER NOT NULL DEFAULT 0,
-            created {real} NOT NULL
-        )""",
-        "CREATE INDEX IF NOT EXISTS orchestrator_inbox_run ON orchestrator_inbox (request_id, consumed, id)",
-    )
+            created {real} NOT NULL,
+            body_digest TEXT
+        )"""
 
 
 SQLITE = Dialect(
@@ -126,6 +137,7 @@ SQLITE = Dialect(
     placeholder="?",
     real="REAL",
     columns_of="SELECT name FROM pragma_table_info(?)",
+    now="((julianday('now') - 2440587.5) * 86400.0)",
 )
 POSTGRES = Dialect(
     "postgresql",
@@ -136,15 +148,18 @@ POSTGRES = Dialect(
     real="DOUBLE PRECISION",
     columns_of="SELECT column_name FROM information_schema.columns"
     " WHERE table_schema = current_schema() AND table_name = ?",
+    now="CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
 )
 
 # schema versions -------------------------------------------------------------
 
-RUN_SCHEMA_VERSION = 1
+RUN_SCHEMA_VERSION = 2
 """The version of the run store's tables this library writes; ``orchestrator_run_schema`` holds a database's own.
 
 Version 0 is a run store from before the version was recorded (no such table): its tables may
-lack columns added since, which opening it adds with their defaults.
+lack columns added since, which opening it adds with their defaults. Version 2 adds a run's
+``not_before`` (a give-back's back-off) and makes an inbox idempotency key unique per session
+instead of across the database, with the digest of the body it was first used with.
 """
 _SCHEMA_TABLE = "orchestrator_run_schema"
 _SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
@@ -176,7 +191,7 @@ _COLUMNS = {
         "created",
     ),
 }
-"""Every column of each table of the current version."""
+"""Every column of each table of version 1."""
 
 
 def _late_columns(real: str) -> dict[str, dict[str, str]]:
@@ -208,13 +223,38 @@ def _from_unversioned(dialect: Dialect, db: _Cursor, where: str) -> None:
             raise SchemaUnrecognised(
                 where,
                 f"table {table} has no column {', '.join(unknown)} (its columns: {', '.join(sorted(present))})",
-                f"the run store's tables of schema version {RUN_SCHEMA_VERSION} or an earlier one",
+                "the run store's tables of schema version 1 or an earlier one",
             )
         for column in missing:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {late[table][column]}")
 
 
-_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned,)
+def _to_version_2(dialect: Dialect, db: _Cursor, where: str) -> None:
+    """Version 1 to 2: runs get ``not_before``; the inbox's key becomes unique per session, with a body digest.
+
+    SQLite cannot drop a column's UNIQUE constraint, so its inbox is copied into a table of the new shape.
+    """
+    db.execute(dialect.columns_of, ("orchestrator_runs",))
+    if {str(row[0]).lower() for row in db.fetchall()}:
+        db.execute(f"ALTER TABLE orchestrator_runs ADD COLUMN not_before {dialect.real}")
+    db.execute(dialect.columns_of, ("orchestrator_inbox",))
+    if not {str(row[0]).lower() for row in db.fetchall()}:
+        return  # made by the DDL
+    if dialect.name == "sqlite":
+        db.execute(_inbox_table("orchestrator_inbox_v2", dialect.real, "INTEGER PRIMARY KEY AUTOINCREMENT"))
+        db.execute(
+            "INSERT INTO orchestrator_inbox_v2 (id, session_id, request_id, name, payload, idempotency_key, consumed,"
+            " created) SELECT id, session_id, request_id, name, payload, idempotency_key, consumed, created"
+            " FROM orchestrator_inbox"
+        )
+        db.execute("DROP TABLE orchestrator_inbox")
+        db.execute("ALTER TABLE orchestrator_inbox_v2 RENAME TO orchestrator_inbox")
+    else:
+        db.execute("ALTER TABLE orchestrator_inbox ADD COLUMN body_digest TEXT")
+        db.execute("ALTER TABLE orchestrator_inbox DROP CONSTRAINT IF EXISTS orchestrator_inbox_idempotency_key_key")
+
+
+_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2)
 """``_UPGRADES[n]`` migrates version n to n + 1; a new version appends its upgrade."""
 assert len(_UPGRADES) == RUN_SCHEMA_VERSION
 
@@ -279,6 +319,12 @@ def _record(row: Sequence[Any]) -> RunRecord:
         updated=row[11],
         unreadable="; ".join(problems) or None,
     )
+
+
+def _body_digest(item: NewInboxItem) -> str:
+    """What an idempotency key is held to: the digest of the item's name and payload."""
+    body = _dumps({"name": item.name, "payload": dict(item.payload)})
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _inbox_item(row: Sequence[Any]) -> InboxItem:
@@ -451,13 +497,17 @@ class SQLRunStore(RunStore):
     # leases -----------------------------------------------------------------
 
     def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
+        """Expiry and back-off are judged on the database's clock, inside the statements (never this process's)."""
         now = time.time()
+        clock = self.dialect.now
         leases: list[Lease] = []
         with self._transaction() as db:
             db.execute(
-                "SELECT request_id, status FROM orchestrator_runs WHERE status = 'queued'"
-                " OR (status = 'running' AND lease_expires < ?) ORDER BY updated LIMIT ?" + self.dialect.lock_rows,
-                (now, limit),
+                f"SELECT request_id, status FROM orchestrator_runs"
+                f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
+                f" OR (status = 'running' AND lease_expires < {clock})"
+                " ORDER BY updated LIMIT ?" + self.dialect.lock_rows,
+                (limit,),
             )
             for request_id, status in db.fetchall():
                 trigger = "claim" if status == "queued" else "take_over"
@@ -465,11 +515,11 @@ class SQLRunStore(RunStore):
                 token = secrets.token_hex(16)
                 db.execute(
                     "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
-                    " lease_expires = ?, version = version + 1, updated = ? WHERE request_id = ?"
-                    " RETURNING session_id, version, last_seq, cancel_requested",
-                    (new_status, owner, token, now + lease_seconds, now, request_id),
+                    f" lease_expires = {clock} + ?, not_before = NULL, version = version + 1, updated = ?"
+                    " WHERE request_id = ? RETURNING session_id, version, last_seq, cancel_requested, lease_expires",
+                    (new_status, owner, token, lease_seconds, now, request_id),
                 )
-                session_id, version, last_seq, cancel = db.fetchone()
+                session_id, version, last_seq, cancel, expires = db.fetchone()
                 leases.append(
                     Lease(
                         request_id,
@@ -477,7 +527,7 @@ class SQLRunStore(RunStore):
                         owner,
                         token,
                         int(version),
-                        now + lease_seconds,
+                        float(expires),
                         int(last_seq),
                         bool(cancel),
                     )
@@ -495,17 +545,16 @@ class SQLRunStore(RunStore):
         return LeaseLost(lease.request_id, f"version {row.version} is not {lease.version}")
 
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
-        now = time.time()
         with self._transaction() as db:
             db.execute(
-                "UPDATE orchestrator_runs SET lease_expires = ? WHERE request_id = ? AND lease_token = ?"
-                " AND status = 'running' RETURNING cancel_requested",
-                (now + lease_seconds, lease.request_id, lease.token),
+                f"UPDATE orchestrator_runs SET lease_expires = {self.dialect.now} + ? WHERE request_id = ?"
+                " AND lease_token = ? AND status = 'running' RETURNING cancel_requested, lease_expires",
+                (lease_seconds, lease.request_id, lease.token),
             )
             row = db.fetchone()
             if row is None:
                 raise self._lost(db, lease)
-        return attrs.evolve(lease, expires=now + lease_seconds, cancel_requested=bool(row[0]))
+        return attrs.evolve(lease, expires=float(row[1]), cancel_requested=bool(row[0]))
 
     def commit(self, lease: Lease, change: RunCommit) -> Lease:
         now = time.time()
@@ -551,12 +600,14 @@ class SQLRunStore(RunStore):
                     status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
             held = status == "running"
+            back_off = change.retry_after if status == "queued" else None
             db.execute(
                 "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint), version = version + 1,"
                 " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
                 " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
-                " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END WHERE request_id = ?",
-                (status, checkpoint, last_seq, now, held, held, held, lease.request_id),
+                " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
+                f" not_before = {self.dialect.now} + ? WHERE request_id = ?",
+                (status, checkpoint, last_seq, now, held, held, held, back_off, lease.request_id),
             )
             if status == "queued":
                 self._notify(db)
@@ -591,10 +642,11 @@ class SQLRunStore(RunStore):
         commits) take turns; a key another run's post holds is settled by the insert itself
         (``ON CONFLICT``), which then reads the winner's item in the same transaction."""
         now = time.time()
+        digest = _body_digest(item)
         with self._transaction() as db:
             row = self._row(db, item.request_id, lock=True)
             if item.idempotency_key is not None:
-                found = self._inbox_by_key(db, item.idempotency_key)
+                found = self._inbox_by_key(db, item.session_id, item.idempotency_key, digest)
                 if found is not None:
                     return found, False
             if row is None:
@@ -606,14 +658,23 @@ class SQLRunStore(RunStore):
                 raise InboxRefused(item.request_id, problem)
             self._refuse_second_answer(db, item)
             db.execute(
-                "INSERT INTO orchestrator_inbox (session_id, request_id, name, payload, idempotency_key, consumed,"
-                " created) VALUES (?, ?, ?, ?, ?, 0, ?) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
-                (item.session_id, item.request_id, item.name, _dumps(dict(item.payload)), item.idempotency_key, now),
+                "INSERT INTO orchestrator_inbox (session_id, request_id, name, payload, idempotency_key, body_digest,"
+                " consumed, created) VALUES (?, ?, ?, ?, ?, ?, 0, ?)"
+                " ON CONFLICT (session_id, idempotency_key) DO NOTHING RETURNING id",
+                (
+                    item.session_id,
+                    item.request_id,
+                    item.name,
+                    _dumps(dict(item.payload)),
+                    item.idempotency_key,
+                    digest if item.idempotency_key is not None else None,
+                    now,
+                ),
             )
             inserted = db.fetchone()
             if inserted is None:
                 assert item.idempotency_key is not None  # only a key can conflict
-                winner = self._inbox_by_key(db, item.idempotency_key)
+                winner = self._inbox_by_key(db, item.session_id, item.idempotency_key, digest)
                 if winner is None:
                     raise StoreError(f"idempotency key {item.idempotency_key!r} conflicted but its item is gone")
                 return winner, False
@@ -644,14 +705,19 @@ class SQLRunStore(RunStore):
             if isinstance(earlier, dict) and earlier.get("tool_call_id") == call_id:
                 raise AnswerWaiting(item.request_id, call_id)
 
-    def _inbox_by_key(self, db: _Cursor, key: str) -> InboxItem | None:
+    def _inbox_by_key(self, db: _Cursor, session_id: str, key: str, digest: str) -> InboxItem | None:
+        """The item ``key`` posted in ``session_id``, or None; InboxKeyReused when it was posted with another body."""
         db.execute(
-            "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
-            " WHERE idempotency_key = ?",
-            (key,),
+            "SELECT id, session_id, request_id, name, payload, idempotency_key, created, body_digest"
+            " FROM orchestrator_inbox WHERE session_id = ? AND idempotency_key = ?",
+            (session_id, key),
         )
         row = db.fetchone()
-        return _inbox_item(row) if row is not None else None
+        if row is None:
+            return None
+        if row[7] is not None and row[7] != digest:
+            raise InboxKeyReused(session_id, key)
+        return _inbox_item(row)
 
     def inbox(self, request_id: str, *, after_id: int = 0) -> list[InboxItem]:
         with self._transaction() as db:
@@ -662,7 +728,12 @@ class SQLRunStore(RunStore):
             )
             return [_inbox_item(row) for row in db.fetchall()]
 
-    def cancel(self, request_id: str, final_event: Callable[[int], StoredEvent]) -> RunRecord:
+    def cancel(
+        self,
+        request_id: str,
+        final_event: Callable[[int], StoredEvent],
+        settle: Callable[[RunRecord, list[Message]], Sequence[Message]] | None = None,
+    ) -> RunRecord:
         now = time.time()
         with self._transaction() as db:
             row = self._row(db, request_id, lock=True)
@@ -676,6 +747,10 @@ class SQLRunStore(RunStore):
                     (now, request_id),
                 )
             else:
+                if settle is not None:
+                    settled = settle(row, self._history(db, row.session_id))
+                    if settled:
+                        self._append_messages(db, row.session_id, settled, now)
                 event = final_event(row.last_seq + 1)
                 db.execute(
                     "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created) VALUES (?, ?, ?, ?, ?)",
@@ -692,10 +767,13 @@ class SQLRunStore(RunStore):
         return changed
 
     def history(self, session_id: str) -> list[Message]:
-        table = self.dialect.messages_table
         with self._transaction() as db:
-            db.execute(f"SELECT position, body FROM {table} WHERE session_id = ? ORDER BY position", (session_id,))
-            rows = db.fetchall()
+            return self._history(db, session_id)
+
+    def _history(self, db: _Cursor, session_id: str) -> list[Message]:
+        table = self.dialect.messages_table
+        db.execute(f"SELECT position, body FROM {table} WHERE session_id = ? ORDER BY position", (session_id,))
+        rows = db.fetchall()
         messages: list[Message] = []
         for position, body in rows:
             try:

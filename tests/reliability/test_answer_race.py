@@ -149,22 +149,18 @@ INBOX_INSERT = (
 )
 
 
-@pytest.mark.parametrize("same_run", [True, False], ids=["same run", "another run"])
-def test_a_key_inserted_by_a_concurrent_transaction_gives_the_winners_item(postgres_dsn: str, same_run: bool) -> None:
+def test_a_key_inserted_by_a_concurrent_transaction_gives_the_winners_item(postgres_dsn: str) -> None:
     """Another node's transaction inserts the key while this post is under way: no UniqueViolation, the winner's item.
 
-    The other node holds the run's row (as its post does) and commits its item while this post waits;
-    for a key raced on two runs, this post's insert meets the other's uncommitted row."""
+    The other node holds the run's row (as its post does) and commits its item while this post waits."""
     store = postgres_run_store(postgres_dsn)
     try:
         store.create_run("s1", "r1", {"role": "user", "content": "one"})
-        store.create_run("s2", "r2", {"role": "user", "content": "two"})
         with psycopg.connect(postgres_dsn) as other:
-            held = "r1" if same_run else "r2"
-            other.execute("SELECT 1 FROM orchestrator_runs WHERE request_id = %s FOR UPDATE", (held,))
-            row = other.execute(INBOX_INSERT, (f"s{held[1]}", held, "answer-1")).fetchone()
+            other.execute("SELECT 1 FROM orchestrator_runs WHERE request_id = 'r1' FOR UPDATE")
+            row = other.execute(INBOX_INSERT, ("s1", "r1", "answer-1")).fetchone()
             assert row is not None
-            posted = NewInboxItem("s1", "r1", "ask_user_response", {"answer": "b"}, "answer-1")
+            posted = NewInboxItem("s1", "r1", "ask_user_response", {"answer": "first"}, "answer-1")
             thread, outcome = _post_in_thread(store, posted)
             _wait_for_a_lock_wait(postgres_dsn)
             other.commit()
@@ -172,8 +168,25 @@ def test_a_key_inserted_by_a_concurrent_transaction_gives_the_winners_item(postg
         [result] = outcome
         assert not isinstance(result, Exception), repr(result)
         item, created = result
-        assert (created, item.id, item.request_id, dict(item.payload)) == (False, row[0], held, {"answer": "first"})
-        assert store.inbox("r1") == ([item] if same_run else [])
+        assert (created, item.id, item.request_id, dict(item.payload)) == (False, row[0], "r1", {"answer": "first"})
+        assert store.inbox("r1") == [item]
+    finally:
+        store.close()
+
+
+def test_a_key_another_session_holds_uncommitted_does_not_hold_up_a_post(postgres_dsn: str) -> None:
+    """Keys belong to their session: another session's transaction with the same key neither blocks nor wins."""
+    store = postgres_run_store(postgres_dsn)
+    try:
+        store.create_run("s1", "r1", {"role": "user", "content": "one"})
+        store.create_run("s2", "r2", {"role": "user", "content": "two"})
+        with psycopg.connect(postgres_dsn) as other:
+            other.execute("SELECT 1 FROM orchestrator_runs WHERE request_id = 'r2' FOR UPDATE")
+            assert other.execute(INBOX_INSERT, ("s2", "r2", "answer-1")).fetchone() is not None
+            item, created = store.post(NewInboxItem("s1", "r1", "ask_user_response", {"answer": "b"}, "answer-1"))
+            other.commit()
+        assert (created, item.request_id, dict(item.payload)) == (True, "r1", {"answer": "b"})
+        assert store.inbox("r1") == [item]
     finally:
         store.close()
 

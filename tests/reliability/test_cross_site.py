@@ -28,7 +28,7 @@ from orchestrator import AgentClient, AssistantMessage, ScriptedModel, create_ag
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.server import create_app
 from orchestrator.server.origins import normalized_origin, same_origin
-from tests.server.support import ServerThread, serving
+from tests.server.support import HOSTS, ServerThread, Serving, serving_on
 from tests.server.test_serve_command import served
 from tests.support import asks, call
 
@@ -75,7 +75,11 @@ async def _wait_for_question(http: httpx.AsyncClient, base: str, request_id: str
     raise AssertionError("the run ended without asking")
 
 
-async def test_a_text_plain_post_is_refused_and_starts_no_run(http: httpx.AsyncClient, tmp_path: Path) -> None:
+@pytest.mark.parametrize("host", HOSTS)
+async def test_a_text_plain_post_is_refused_and_starts_no_run(
+    host: str, http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    serving: Serving = serving_on(host)
     client = await plan_mode_client(tmp_path)
     with trio.fail_after(20):
         async with serving(client) as base:
@@ -92,9 +96,11 @@ async def test_a_text_plain_post_is_refused_and_starts_no_run(http: httpx.AsyncC
             assert charset.status_code == 202, charset.text
 
 
+@pytest.mark.parametrize("host", HOSTS)
 async def test_a_cross_site_approval_is_refused_and_the_question_stays_open(
-    http: httpx.AsyncClient, tmp_path: Path
+    host: str, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
+    serving: Serving = serving_on(host)
     client = await plan_mode_client(tmp_path)
     approval = json.dumps({"name": "enter_plan_mode_response", "payload": {"tool_call_id": "c1", "approved": True}})
     with trio.fail_after(20):
@@ -121,9 +127,11 @@ async def test_a_cross_site_approval_is_refused_and_the_question_stays_open(
             assert own.status_code == 202, own.text
 
 
+@pytest.mark.parametrize("host", HOSTS)
 async def test_a_host_the_server_does_not_answer_to_is_refused_before_any_route(
-    http: httpx.AsyncClient, tmp_path: Path
+    host: str, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
+    serving: Serving = serving_on(host)
     client = await plan_mode_client(tmp_path)
     with trio.fail_after(20):
         async with serving(client, allowed_hosts=LOOPBACK_HOSTS) as base:
@@ -138,9 +146,11 @@ async def test_a_host_the_server_does_not_answer_to_is_refused_before_any_route(
                 assert (await http.get(f"{base}/sessions", headers={"Host": host})).status_code == 200, host
 
 
+@pytest.mark.parametrize("host", HOSTS)
 async def test_an_allowed_origin_gets_cors_answers_and_its_json_post_works(
-    http: httpx.AsyncClient, tmp_path: Path
+    host: str, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
+    serving: Serving = serving_on(host)
     client = await plan_mode_client(tmp_path)
     settings = {"token": "t0k", "allowed_hosts": LOOPBACK_HOSTS, "allowed_origins": [ALLOWED_ORIGIN]}
     with trio.fail_after(20):

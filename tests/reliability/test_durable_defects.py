@@ -47,7 +47,6 @@ async def _wait_for_status(store: Any, request_id: str, status: str) -> None:
             await trio.sleep(0.02)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{DESIGN}: a give-back writes an empty checkpoint")
 async def test_a_run_given_back_unrun_keeps_its_checkpoint(tmp_path: Path) -> None:
     path = str(tmp_path / "runs.db")
     store = sqlite_run_store(path)
@@ -78,7 +77,6 @@ async def test_a_run_given_back_unrun_keeps_its_checkpoint(tmp_path: Path) -> No
     assert record.checkpoint["iterations"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason=f"{DESIGN}: a run its carrier cannot run is claimed and given back in a loop")
 async def test_a_run_its_carrier_cannot_run_is_not_claimed_again_at_once(tmp_path: Path) -> None:
     path = str(tmp_path / "runs.db")
     store = sqlite_run_store(path)
@@ -98,7 +96,6 @@ async def test_a_run_its_carrier_cannot_run_is_not_claimed_again_at_once(tmp_pat
     assert record.version <= 6, f"claimed and given back {record.version // 2} times in one second"
 
 
-@pytest.mark.xfail(strict=True, reason=f"{DESIGN}: cancelling a parked run leaves its call without a result")
 async def test_cancelling_a_parked_run_gives_its_open_call_a_result(tmp_path: Path) -> None:
     path = str(tmp_path / "runs.db")
     store = sqlite_run_store(path)
@@ -118,7 +115,6 @@ async def test_cancelling_a_parked_run_gives_its_open_call_a_result(tmp_path: Pa
     assert results == calls, "the session keeps a tool call without a result; a strict provider refuses it"
 
 
-@pytest.mark.xfail(strict=True, reason=f"{DESIGN}: inbox idempotency keys are unique across the whole database")
 def test_one_idempotency_key_answers_runs_of_two_sessions(tmp_path: Path) -> None:
     store = sqlite_run_store(str(tmp_path / "runs.db"))
     store.create_run("s1", "r1", {"role": "user", "content": "one"})
@@ -131,7 +127,6 @@ def test_one_idempotency_key_answers_runs_of_two_sessions(tmp_path: Path) -> Non
     assert [item.request_id for item in store.inbox("r2")] == ["r2"]
 
 
-@pytest.mark.xfail(strict=True, reason=f"{DESIGN}: lease expiry is judged on each worker's own wall clock")
 def test_a_worker_whose_clock_runs_ahead_takes_no_live_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = str(tmp_path / "runs.db")
     live, ahead = sqlite_run_store(path), sqlite_run_store(path)
@@ -152,7 +147,6 @@ def cluster(postgres_dsn: str, tmp_path: Path) -> Any:
         yield running
 
 
-@pytest.mark.xfail(strict=True, reason=f"{DESIGN}: an approved call runs again after its worker is killed")
 async def test_an_approved_call_runs_at_most_once_when_its_worker_is_killed_mid_call(cluster: Cluster) -> None:
     app = "tests.reliability.durable_apps:charge_agent"
     ledger = cluster.marks / durable_apps.LEDGER.name

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
 
 import httpx
 import trio
@@ -14,7 +15,17 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from orchestrator import AgentClient
+from orchestrator.host import AgentHost
 from orchestrator.server import create_app
+
+HOSTS = ("hypercorn", "uvicorn")
+"""The two ways the app is served: hypercorn's trio worker, and uvicorn on asyncio with the agent in an AgentHost."""
+
+
+class Serving(Protocol):
+    """``serving(client, **create_app settings)``: an async context manager yielding the served app's base URL."""
+
+    def __call__(self, client: Any, **settings: Any) -> AbstractAsyncContextManager[str]: ...
 
 
 def _config() -> Config:
@@ -40,6 +51,69 @@ async def serving(client: AgentClient, **settings: Any) -> AsyncIterator[str]:
             yield binds[0]
         finally:
             nursery.cancel_scope.cancel()
+
+
+class UvicornThread:
+    """``app`` served by uvicorn on an asyncio loop in a thread of its own (under ``prefix``: mounted in Starlette)."""
+
+    def __init__(self, app: Any, prefix: str = "") -> None:
+        import uvicorn
+
+        if prefix:
+            from starlette.applications import Starlette
+            from starlette.routing import Mount
+
+            app = Starlette(routes=[Mount(prefix, app)])
+        self.prefix = prefix
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", timeout_graceful_shutdown=5
+            )
+        )
+        self.url = ""
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
+        self._started = threading.Event()
+
+    async def _serve(self) -> None:
+        serving = asyncio.ensure_future(self.server.serve())
+        while not self.server.started and not serving.done():
+            await asyncio.sleep(0.01)
+        if self.server.started:
+            port = self.server.servers[0].sockets[0].getsockname()[1]
+            self.url = f"http://127.0.0.1:{port}{self.prefix}"
+        self._started.set()
+        await serving
+
+    def start(self) -> str:
+        self._thread.start()
+        if not self._started.wait(30) or not self.url:
+            raise RuntimeError("uvicorn did not start")
+        return self.url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(10)
+
+
+@asynccontextmanager
+async def serving_uvicorn(client: Any, prefix: str = "", **settings: Any) -> AsyncIterator[str]:
+    """The app for ``client`` (an AgentClient, served through an AgentHost) under uvicorn; yields its base URL.
+
+    A Backend given instead is served as it is.
+    """
+    host = AgentHost(client) if isinstance(client, AgentClient) else None
+    server = UvicornThread(create_app(host if host is not None else client, **settings), prefix)
+    try:
+        yield await trio.to_thread.run_sync(server.start)
+    finally:
+        await trio.to_thread.run_sync(server.stop)
+        if host is not None:
+            await trio.to_thread.run_sync(host.close)
+
+
+def serving_on(name: str) -> Serving:
+    """The ``serving`` of one host (see HOSTS)."""
+    return serving if name == "hypercorn" else serving_uvicorn
 
 
 class ServerThread:
@@ -132,3 +206,34 @@ async def read_sse(
                     return got
         assert buffer == "", f"the stream ended inside a frame: {buffer!r}"
     return got
+
+
+class UvicornServer:
+    """An AgentHost building its client with ``make_client``, its app under uvicorn (mounted under ``prefix``)."""
+
+    def __init__(self, make_client: Callable[[], Awaitable[AgentClient]], prefix: str = "", **settings: Any) -> None:
+        self.make_client = make_client
+        self.prefix = prefix
+        self.settings = settings
+        self.url = ""
+        self.host: AgentHost | None = None
+        self._server: UvicornThread | None = None
+
+    def __enter__(self) -> UvicornServer:
+        self.host = AgentHost(self.make_client)
+        self._server = UvicornThread(create_app(self.host, **self.settings), self.prefix)
+        self.url = self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.stop()
+        if self.host is not None:
+            self.host.close()
+
+
+def server_on(
+    name: str, make_client: Callable[[], Awaitable[AgentClient]], **settings: Any
+) -> ServerThread | UvicornServer:
+    """The app served in a thread of its own by one host (see HOSTS), for synchronous clients."""
+    return ServerThread(make_client, **settings) if name == "hypercorn" else UvicornServer(make_client, **settings)

@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator import AssistantMessage, ScriptedModel, create_agent
 from orchestrator.extensions.plan_mode import PlanModeExtension
-from tests.server.support import ServerThread
+from tests.server.support import ServerThread, UvicornServer
 from tests.support import asks, call
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +45,18 @@ def _chromium() -> str:
     )
 
 
+# The console served by hypercorn's trio worker at the root, and by uvicorn mounted under a prefix.
+CONSOLE_HOSTS = [("hypercorn", ""), ("uvicorn", "/agent")]
+
+
+def _console_server(host: tuple[str, str], make_client, **settings):  # type: ignore[no-untyped-def]
+    name, prefix = host
+    if name == "hypercorn":
+        return ServerThread(make_client, **settings)
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e '.[test]')")
+    return UvicornServer(make_client, prefix, **settings)
+
+
 @pytest.fixture
 def browser_page():  # type: ignore[no-untyped-def]
     executable = _chromium()
@@ -58,9 +70,11 @@ def browser_page():  # type: ignore[no-untyped-def]
             browser.close()
 
 
+@pytest.mark.parametrize("host", CONSOLE_HOSTS, ids=["hypercorn", "uvicorn-mounted"])
 def test_the_console_runs_a_plan_mode_request_highlights_the_machine_and_survives_a_reload(
     browser_page,
     tmp_path: Path,  # type: ignore[no-untyped-def]
+    host: tuple[str, str],
 ) -> None:
     async def make_client():  # type: ignore[no-untyped-def]
         model = ScriptedModel(
@@ -76,7 +90,7 @@ def test_the_console_runs_a_plan_mode_request_highlights_the_machine_and_survive
 
     page = browser_page
     page.set_default_timeout(15_000)
-    with ServerThread(make_client) as server:
+    with _console_server(host, make_client) as server:
         page.goto(server.url + "/")
         page.fill("#session-input", "browser-session")
         page.fill("#prompt-input", "Refactor the parser")
@@ -117,9 +131,11 @@ def test_the_console_runs_a_plan_mode_request_highlights_the_machine_and_survive
         }
 
 
+@pytest.mark.parametrize("host", CONSOLE_HOSTS, ids=["hypercorn", "uvicorn-mounted"])
 def test_the_console_with_a_token_answers_by_option_steers_a_working_run_and_cancels_one(
     browser_page,
     tmp_path: Path,  # type: ignore[no-untyped-def]
+    host: tuple[str, str],
 ) -> None:
     import threading
 
@@ -165,7 +181,7 @@ def test_the_console_with_a_token_answers_by_option_steers_a_working_run_and_can
 
     page = browser_page
     page.set_default_timeout(15_000)
-    with ServerThread(make_client, token="browser token") as server:
+    with _console_server(host, make_client, token="browser token") as server:
         page.goto(server.url + "/?access_token=browser%20token")
         page.fill("#session-input", "b2")
         page.fill("#prompt-input", "Paint it")
@@ -358,3 +374,37 @@ def test_the_console_names_the_tool_a_tool_approval_asks_about(browser_page) -> 
         page.click(f"{card} button.approve")
         page.locator(".notice.end", has_text="run completed").wait_for()
     assert ran == ["blue"]
+
+
+def test_the_console_says_why_the_server_closed_its_stream_and_resumes_after_its_last_event(
+    browser_page,  # type: ignore[no-untyped-def]
+) -> None:
+    from orchestrator.extensions.ask_user import AskUserExtension
+
+    async def make_client():  # type: ignore[no-untyped-def]
+        model = ScriptedModel(
+            [asks(call("q1", "ask_user", question="Which colour?", options=["red", "blue"])), AssistantMessage("blue")]
+        )
+        return await create_agent(model, extensions=[AskUserExtension()])
+
+    closing: list[str] = []
+    page = browser_page
+    page.set_default_timeout(15_000)
+    resumed: list[str] = []
+    page.on("request", lambda request: resumed.append(request.headers.get("last-event-id", "")))
+    with ServerThread(make_client, stop_streams=lambda: closing[0] if closing else None) as server:
+        page.goto(server.url + "/")
+        page.fill("#session-input", "closing-session")
+        page.fill("#prompt-input", "Paint it")
+        page.click("#start-button")
+        question = '.question[data-event="ask_user"]'
+        page.wait_for_selector(question)
+        seen = int(page.inner_text("#event-count"))
+        closing.append("the server is shutting down")
+        page.locator(".notice.stream-closing", has_text="the server is shutting down").wait_for()
+        closing.clear()
+        page.click(f'{question} button:text-is("blue")')
+        page.locator(".notice.end", has_text="run completed").wait_for()
+    reconnects = [header for header in resumed if header]
+    assert reconnects and all(header.isdigit() for header in reconnects), resumed
+    assert str(seen) in reconnects

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator import AssistantMessage, ScriptedModel, create_agent
 from orchestrator.server.openapi import openapi_document
-from tests.server.support import ServerThread
+from tests.server.support import HOSTS, server_on
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (pip install -e '.[test]')")
 hypothesis = pytest.importorskip("hypothesis")
@@ -52,12 +52,13 @@ def _exercise(operation, url: str, problems: list[str], calls: list[int]) -> Non
     check()
 
 
-def test_no_generated_request_gets_a_server_error_or_an_undocumented_status() -> None:
+@pytest.mark.parametrize("host", HOSTS)
+def test_no_generated_request_gets_a_server_error_or_an_undocumented_status(host: str) -> None:
     schema = schemathesis.openapi.from_dict(openapi_document())
     problems: list[str] = []
     calls: list[int] = []
     operations = [result.ok() for result in schema.get_all_operations()]
-    with ServerThread(_answering_client) as server:
+    with server_on(host, _answering_client) as server:
         for operation in operations:
             _exercise(operation, server.url, problems, calls)
     assert not problems, "\n".join(problems[:20])

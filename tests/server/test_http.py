@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.server import create_app
-from tests.server.support import SSE, read_sse, serving
+from tests.server.support import SSE, Serving, read_sse
 from tests.support import asks, call
 
 TERMINAL = ("run_completed", "run_failed", "run_cancelled")
@@ -83,7 +84,7 @@ def phases(got: SSE) -> list[str]:
 
 
 async def test_a_plan_mode_run_is_approved_over_post_and_its_stream_ends_with_completion(
-    http: httpx.AsyncClient, tmp_path: Path
+    serving: Serving, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     client = await plan_mode_client(tmp_path)
     with trio.fail_after(20):
@@ -112,7 +113,7 @@ async def test_a_plan_mode_run_is_approved_over_post_and_its_stream_ends_with_co
     assert all(data["seq"] == int(i) and data["type"] == kind for i, kind, data in got.frames)
 
 
-async def test_an_ask_user_question_is_answered_by_option(http: httpx.AsyncClient) -> None:
+async def test_an_ask_user_question_is_answered_by_option(serving: Serving, http: httpx.AsyncClient) -> None:
     client = await ask_user_client()
     with trio.fail_after(20):
         async with serving(client) as base:
@@ -131,7 +132,9 @@ async def test_an_ask_user_question_is_answered_by_option(http: httpx.AsyncClien
     assert "You chose blue." in json.dumps(got.events[-1])
 
 
-async def test_stale_duplicate_and_malformed_answers_are_refused_with_their_reason(http: httpx.AsyncClient) -> None:
+async def test_stale_duplicate_and_malformed_answers_are_refused_with_their_reason(
+    serving: Serving, http: httpx.AsyncClient,
+) -> None:
     client = await ask_user_client()
     with trio.fail_after(20):
         async with serving(client) as base:
@@ -170,7 +173,9 @@ async def test_stale_duplicate_and_malformed_answers_are_refused_with_their_reas
     assert "You chose red." in json.dumps(got.events[-1])
 
 
-async def test_a_retried_post_with_the_same_idempotency_key_is_answered_once(http: httpx.AsyncClient) -> None:
+async def test_a_retried_post_with_the_same_idempotency_key_is_answered_once(
+    serving: Serving, http: httpx.AsyncClient,
+) -> None:
     client = await ask_user_client()
     with trio.fail_after(20):
         async with serving(client) as base:
@@ -193,7 +198,7 @@ async def test_a_retried_post_with_the_same_idempotency_key_is_answered_once(htt
 
 
 async def test_last_event_id_replays_after_a_dropped_connection_with_every_event_exactly_once(
-    http: httpx.AsyncClient, tmp_path: Path
+    serving: Serving, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     client = await plan_mode_client(tmp_path)
     with trio.fail_after(20):
@@ -219,7 +224,7 @@ async def test_last_event_id_replays_after_a_dropped_connection_with_every_event
     assert [e["seq"] for e in everything.events] == seqs
 
 
-async def test_a_busy_session_refuses_a_second_run_with_the_reason(http: httpx.AsyncClient) -> None:
+async def test_a_busy_session_refuses_a_second_run_with_the_reason(serving: Serving, http: httpx.AsyncClient) -> None:
     client = await ask_user_client()
     with trio.fail_after(20):
         async with serving(client) as base:
@@ -234,7 +239,9 @@ async def test_a_busy_session_refuses_a_second_run_with_the_reason(http: httpx.A
     assert got.types[-1] == "run_cancelled"
 
 
-async def test_a_failing_run_ends_its_stream_with_a_clean_failed_event(http: httpx.AsyncClient) -> None:
+async def test_a_failing_run_ends_its_stream_with_a_clean_failed_event(
+    serving: Serving, http: httpx.AsyncClient,
+) -> None:
     def explode(request: ModelRequest) -> AssistantMessage:
         raise RuntimeError("the model fell over")
 
@@ -247,9 +254,11 @@ async def test_a_failing_run_ends_its_stream_with_a_clean_failed_event(http: htt
     assert got.events[-1]["error"] == {"type": "RuntimeError", "message": "the model fell over"}
 
 
-async def test_steering_during_a_tool_batch_skips_the_rest_and_answers_the_new_input(http: httpx.AsyncClient) -> None:
-    started = trio.Event()
-    release = trio.Event()
+async def test_steering_during_a_tool_batch_skips_the_rest_and_answers_the_new_input(
+    serving: Serving, http: httpx.AsyncClient,
+) -> None:
+    started = threading.Event()  # the tool runs in the serving loop, which is another thread under uvicorn
+    release = threading.Event()
 
     @tool(serial=True)
     async def slow(n: int) -> str:
@@ -259,7 +268,7 @@ async def test_steering_during_a_tool_batch_skips_the_rest_and_answers_the_new_i
             n: which piece
         """
         started.set()
-        await release.wait()
+        await trio.to_thread.run_sync(release.wait, 20)
         return f"piece {n}"
 
     def after_steering(request: ModelRequest) -> AssistantMessage:
@@ -274,7 +283,7 @@ async def test_steering_during_a_tool_batch_skips_the_rest_and_answers_the_new_i
 
             async def steer(event: dict[str, Any]) -> None:
                 if event["type"] == "tool_started" and event["call"]["id"] == "t1":
-                    await started.wait()
+                    await trio.to_thread.run_sync(started.wait, 20)
                     response = await answer(http, base, "s8", "steering_message", {"content": "stop, do this instead"})
                     assert response.status_code == 202, response.text
                     release.set()
@@ -288,7 +297,7 @@ async def test_steering_during_a_tool_batch_skips_the_rest_and_answers_the_new_i
     assert accepted < got.types.index("steering_applied") < len(got.types) - 1
 
 
-async def test_without_the_token_every_route_but_health_is_refused(http: httpx.AsyncClient) -> None:
+async def test_without_the_token_every_route_but_health_is_refused(serving: Serving, http: httpx.AsyncClient) -> None:
     client = await ask_user_client()
     with trio.fail_after(20):
         async with serving(client, token="s3cret") as base:
@@ -311,7 +320,7 @@ async def test_without_the_token_every_route_but_health_is_refused(http: httpx.A
             assert posted_via_query.status_code == 401  # only a GET (an event stream) may carry it in the URL
 
 
-async def test_bad_input_is_a_400_and_an_oversized_body_a_413(http: httpx.AsyncClient) -> None:
+async def test_bad_input_is_a_400_and_an_oversized_body_a_413(serving: Serving, http: httpx.AsyncClient) -> None:
     client = await ask_user_client()
     with trio.fail_after(20):
         async with serving(client, max_body_bytes=1000) as base:
@@ -326,7 +335,7 @@ async def test_bad_input_is_a_400_and_an_oversized_body_a_413(http: httpx.AsyncC
             assert (await http.get(f"{base}/runs/nope/events")).status_code == 404
 
 
-async def test_sessions_history_trace_and_machines_are_served(http: httpx.AsyncClient) -> None:
+async def test_sessions_history_trace_and_machines_are_served(serving: Serving, http: httpx.AsyncClient) -> None:
     client = await ask_user_client()
     with trio.fail_after(20):
         async with serving(client) as base:
@@ -356,7 +365,7 @@ async def test_sessions_history_trace_and_machines_are_served(http: httpx.AsyncC
             await http.post(f"{base}/runs/{request_id}/cancel")
 
 
-async def test_the_openapi_document_lists_every_route(http: httpx.AsyncClient) -> None:
+async def test_the_openapi_document_lists_every_route(serving: Serving, http: httpx.AsyncClient) -> None:
     client = await ask_user_client()
     async with serving(client) as base:
         document = (await http.get(f"{base}/openapi.json")).json()
@@ -389,7 +398,9 @@ def _api_routes(client: AgentClient) -> list[tuple[str, str]]:
     ]
 
 
-async def test_the_openapi_document_documents_every_route_the_app_serves(http: httpx.AsyncClient) -> None:
+async def test_the_openapi_document_documents_every_route_the_app_serves(
+    serving: Serving, http: httpx.AsyncClient,
+) -> None:
     client = await ask_user_client()
     routes = _api_routes(client)
     assert len(routes) >= 10
@@ -402,7 +413,9 @@ async def test_the_openapi_document_documents_every_route_the_app_serves(http: h
         assert operation["summary"] and operation["responses"], (method, path)
 
 
-async def test_with_a_token_every_route_of_the_app_but_health_answers_401(http: httpx.AsyncClient) -> None:
+async def test_with_a_token_every_route_of_the_app_but_health_answers_401(
+    serving: Serving, http: httpx.AsyncClient,
+) -> None:
     client = await ask_user_client()
     routes = [*_api_routes(client), ("GET", "/openapi.json")]
     with trio.fail_after(20):
@@ -420,7 +433,7 @@ async def test_with_a_token_every_route_of_the_app_but_health_answers_401(http: 
 
 
 async def test_with_a_token_the_console_page_and_its_files_load_and_its_data_needs_the_token(
-    http: httpx.AsyncClient,
+    serving: Serving, http: httpx.AsyncClient,
 ) -> None:
     import re
 
@@ -449,7 +462,7 @@ def test_the_console_draws_the_committed_request_diagram() -> None:
 
 
 async def test_a_machine_diagram_is_served_as_svg_where_graphviz_is_installed_and_refused_with_the_reason_elsewhere(
-    http: httpx.AsyncClient,
+    serving: Serving, http: httpx.AsyncClient,
 ) -> None:
     from orchestrator.observe.diagrams import dot_program
 

@@ -11,7 +11,7 @@ import trio
 from orchestrator import AgentClient, AssistantMessage, ScriptedModel, create_agent
 from orchestrator.runtime.handle import RETAINED_RUNS
 from orchestrator.server import create_app
-from tests.server.support import read_sse, serving
+from tests.server.support import Serving, read_sse
 
 
 @pytest.fixture
@@ -37,7 +37,9 @@ async def _finish_runs(http: httpx.AsyncClient, base: str, count: int) -> list[s
     return request_ids
 
 
-async def test_by_default_more_finished_runs_than_an_agent_keeps_stay_readable(http: httpx.AsyncClient) -> None:
+async def test_by_default_more_finished_runs_than_an_agent_keeps_stay_readable(
+    serving: Serving, http: httpx.AsyncClient
+) -> None:
     count = RETAINED_RUNS + 6
     client = await _answering(count)
     with trio.fail_after(120):
@@ -50,7 +52,9 @@ async def test_by_default_more_finished_runs_than_an_agent_keeps_stay_readable(h
     assert run.status_code == 200 and run.json()["done"] is True
 
 
-async def test_retained_runs_bounds_the_finished_runs_kept_reachable(http: httpx.AsyncClient) -> None:
+async def test_retained_runs_bounds_the_finished_runs_kept_reachable(
+    serving: Serving, http: httpx.AsyncClient
+) -> None:
     client = await _answering(4)
     with trio.fail_after(60):
         async with serving(client, retained_runs=3) as base:

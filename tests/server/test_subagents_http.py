@@ -9,11 +9,11 @@ import trio
 
 from orchestrator import AssistantMessage, ScriptedModel, agent_tool, create_agent
 from orchestrator.extensions.ask_user import AskUserExtension
-from tests.server.support import read_sse, serving
+from tests.server.support import Serving, read_sse
 from tests.support import asks, call
 
 
-async def test_a_childs_question_streams_on_the_parent_run_and_is_answered_on_the_child_session() -> None:
+async def test_a_childs_question_streams_on_the_parent_run_and_is_answered_on_the_child_session(serving: Serving) -> None:
     child = await create_agent(
         ScriptedModel(
             [

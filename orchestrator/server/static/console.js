@@ -177,8 +177,10 @@ async function connect() {
         const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
         if (!data || requestId !== run.id) continue;
         const event = JSON.parse(data);
-        if (event.type === "error" && event.seq === undefined) streamError(event.error);
-        else apply(event, true);
+        if (event.seq === undefined) { // a stream's last word, not a run's event
+          if (event.type === "error") streamError(event.error);
+          else if (event.type === "closing") streamClosing(event.reason);
+        } else apply(event, true);
       }
     }
   } catch (error) {
@@ -197,6 +199,11 @@ async function connect() {
 function streamError(error) {
   const why = error ? `${error.type}: ${error.message}` : "unknown error";
   $("transcript").append(el("div", { class: "notice error stream-error" }, `event stream ended early: ${why}`));
+}
+
+// The server ends its streams as it shuts down; the run may go on, and the reconnect resumes after lastSeq.
+function streamClosing(reason) {
+  $("transcript").append(el("div", { class: "notice stream-closing" }, `event stream closed by the server: ${reason || "no reason given"}`));
 }
 
 // ---- applying events (each seq exactly once) --------------------------------
@@ -318,6 +325,19 @@ function renderChild(event) {
 
 // ---- questions: approvals and ask_user ------------------------------------------
 
+// The Idempotency-Key of an answer: one per question (its request, its call id, the question's seq when
+// known) and payload, so a retried click replays and a later question reusing a call id gets a new key.
+function answerKey(requestId, event, payload) {
+  const text = [requestId, event.tool_call_id, event.seq ?? "", event.response_event, JSON.stringify(payload)].join("\u0000");
+  let a = 0x811c9dc5, b = 0x01000193 ^ text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193) >>> 0;
+    b = Math.imul(b ^ c, 0x5bd1e995) >>> 0;
+  }
+  return `answer-${a.toString(16).padStart(8, "0")}${b.toString(16).padStart(8, "0")}`;
+}
+
 function ask(event) {
   const session = event.session_id || run.session;
   if (findQuestion(event.tool_call_id, session)) return;
@@ -325,7 +345,7 @@ function ask(event) {
   const refusal = el("p", { class: "refusal" });
   const send = async (payload) => {
     for (const b of card.querySelectorAll("button")) b.disabled = true;
-    const key = `${event.response_event}:${event.tool_call_id}:${JSON.stringify(payload)}`;
+    const key = answerKey(event.request_id || run.id, event, payload);
     const result = await api("POST", `sessions/${encodeURIComponent(session)}/events`,
       { name: event.response_event, payload: { tool_call_id: event.tool_call_id, ...payload }, request_id: event.request_id || run.id },
       { "Idempotency-Key": key });

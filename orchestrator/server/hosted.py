@@ -1,0 +1,90 @@
+"""``HostBackend``: the routes served on an asyncio loop, from an agent running in an ``AgentHost``'s trio thread.
+
+Every call crosses into the host's thread and runs there on the same
+``LocalBackend`` a trio server uses, so the routes cannot tell the two hosts
+apart. An event stream reads one batch per crossing, only as the response
+wants more; a reader that leaves (or is cut off) stops reading and nothing
+else: the run goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from machines.build import Step
+from orchestrator import wire
+from orchestrator.config import ExternalEvent
+from orchestrator.delivery import Delivery
+from orchestrator.host import AgentHost
+from orchestrator.messages import UserMessage
+from orchestrator.observe.trace import NestedTrace
+from orchestrator.runtime.handle import READ_BATCH, EventFollower
+from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, LocalBackend, RunView
+
+
+class HostBackend:
+    """The ``Backend`` of an agent in an ``AgentHost``, for routes served on an asyncio (or any anyio) loop."""
+
+    def __init__(self, host: AgentHost, *, retained_runs: int = DEFAULT_RETAINED_RUNS) -> None:
+        self.host = host
+        self.local = LocalBackend(host.client, retained_runs=retained_runs)
+
+    def closing(self) -> str | None:
+        """Why open event streams must end now (the host is closing or closed), else None."""
+        return host_closing(self.host)
+
+    async def start(
+        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+    ) -> str:
+        return await self.host.call(self.local.start, session_id, message, request_id, idempotency_key)
+
+    async def run(self, request_id: str) -> RunView:
+        return await self.host.call(self.local.run, request_id)
+
+    async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
+        follower = await self.host.call(self._follow, request_id, after)  # UnknownRun, EventsExpired: here
+        return self._batches(follower)
+
+    async def _follow(self, request_id: str, after: int) -> EventFollower:
+        return self.local.client.attach(request_id).events(after)
+
+    async def _batches(self, follower: EventFollower) -> AsyncIterator[list[dict[str, Any]]]:
+        while batch := await self.host.call(_encoded_batch, follower):
+            yield batch
+
+    async def deliver(
+        self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
+    ) -> Delivery:
+        return await self.host.call(self.local.deliver, session_id, request_id, event, idempotency_key)
+
+    async def pending(self, session_id: str | None) -> list[dict[str, Any]]:
+        return await self.host.call(self.local.pending, session_id)
+
+    async def cancel(self, request_id: str) -> tuple[RunView, bool]:
+        return await self.host.call(self.local.cancel, request_id)
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        return await self.host.call(self.local.sessions)
+
+    async def session(self, session_id: str) -> dict[str, Any] | None:
+        return await self.host.call(self.local.session, session_id)
+
+    async def transitions(self, request_id: str) -> list[Step]:
+        return await self.host.call(self.local.transitions, request_id)
+
+    async def child_traces(self, request_id: str) -> list[NestedTrace]:
+        return await self.host.call(self.local.child_traces, request_id)
+
+    def running(self) -> int | None:
+        return len(self.local.agent.running()) if self.host.state == "serving" else 0
+
+
+def host_closing(host: AgentHost) -> str | None:
+    """Why streams of ``host``'s runs must end now (it is closing or closed), else None."""
+    return None if host.state == "serving" else f"the agent host is {host.state}"
+
+
+async def _encoded_batch(follower: EventFollower) -> list[dict[str, Any]]:
+    """The follower's next batch as wire JSON (in the host's thread); empty once the run has ended."""
+    return [wire.encode_event(event) for event in await follower.batch(READ_BATCH)]

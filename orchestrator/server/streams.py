@@ -1,0 +1,166 @@
+"""The response of an event stream, and how it learns that it must end before its run does.
+
+A stream ends with its run's terminal event. It ends early, with a last
+``event: closing`` frame saying why, when the server shuts down (uvicorn's
+Ctrl-C or SIGTERM) or the backend stops (an ``AgentHost`` closing): within a
+second, so that a server never waits on a reader of a run that waits for an
+answer. The run is not cancelled by that; a reader reconnects with
+``Last-Event-ID`` and misses nothing. A reader that disconnects only stops
+reading.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+import anyio
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from orchestrator.events import AgentEvent
+from orchestrator.host import AgentHost
+from orchestrator.runtime.handle import EventsExpired
+from orchestrator.server.hosted import host_closing
+from orchestrator.wire.format import encode_event
+from orchestrator.wire.sse import CLOSING_EVENT, sse_closing_frame, sse_error_frame, sse_frame
+
+__all__ = ["CLOSING_EVENT", "EventStreamResponse", "asgi_server_stopping", "sse_response"]
+
+logger = logging.getLogger(__name__)
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+CLOSING_POLL_SECONDS = 0.25
+"""How often an open stream asks whether it must end (so it ends within a second of a shutdown)."""
+
+StopReason = Callable[[], "str | None"]
+"""Why open streams must end now, or None while they may go on."""
+
+
+def asgi_server_stopping() -> str | None:
+    """The serving process's ASGI server is shutting down (uvicorn, seen through the signal handlers it installs).
+
+    uvicorn installs them when it runs in the main thread, as its command does.
+    """
+    for number in (signal.SIGINT, signal.SIGTERM):
+        owner = getattr(signal.getsignal(number), "__self__", None)
+        if owner is None or not any(kind.__module__.startswith("uvicorn") for kind in type(owner).__mro__):
+            continue
+        if getattr(owner, "should_exit", False) or getattr(owner, "force_exit", False):
+            return "the server is shutting down"
+    return None
+
+
+def first_reason(reasons: Iterable[StopReason]) -> str | None:
+    for reason in reasons:
+        found = reason()
+        if found is not None:
+            return found
+    return None
+
+
+class EventStreamResponse(Response):
+    """SSE frames of a run's event batches, ending after the terminal event, or early with ``event: closing``."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason) -> None:
+        super().__init__(headers=SSE_HEADERS, media_type=self.media_type)
+        self.raw_headers = [(name, value) for name, value in self.raw_headers if name != b"content-length"]
+        self.batches = batches
+        self.stop = stop
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        reason: str | None = None
+        gone = ended = False
+
+        async with anyio.create_task_group() as group:
+
+            async def pump() -> None:
+                nonlocal gone, ended
+                try:
+                    async for frames in _frames(self.batches, self.stop):
+                        await send({"type": "http.response.body", "body": frames.encode(), "more_body": True})
+                    ended = True
+                except OSError:  # the reader is gone; the run goes on
+                    gone = True
+                group.cancel_scope.cancel()
+
+            async def watch() -> None:
+                nonlocal reason
+                while (reason := self.stop()) is None:
+                    await anyio.sleep(CLOSING_POLL_SECONDS)
+                group.cancel_scope.cancel()
+
+            async def listen() -> None:
+                nonlocal gone
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                gone = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(pump)
+            group.start_soon(watch)
+            group.start_soon(listen)
+        aclose = getattr(self.batches, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await aclose()
+        if gone:
+            return
+        with anyio.move_on_after(1), _suppress_os_error():
+            tail = sse_closing_frame(reason).encode() if reason is not None and not ended else b""
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+class _suppress_os_error:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> bool:
+        return kind is not None and issubclass(kind, OSError)
+
+
+async def _frames(batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason) -> AsyncIterator[str]:
+    """SSE frames of a run's events, as many per chunk as are ready; ends after the terminal event.
+
+    A stream that cannot reach it (its reader fell behind the retained events,
+    or the backend failed) ends with an error frame instead of a cut response;
+    one whose backend is closing ends with the closing frame.
+    """
+    try:
+        async for batch in batches:
+            yield "".join(sse_frame(event) for event in batch)
+    except EventsExpired as expired:
+        yield sse_error_frame(expired)
+    except Exception as error:
+        reason = stop()
+        if reason is not None:
+            yield sse_closing_frame(reason)
+            return
+        logger.exception("the event stream failed")
+        yield sse_error_frame(error)
+
+
+
+def sse_response(events: AsyncIterator[AgentEvent], host: AgentHost | None = None) -> Response:
+    """A Server-Sent Events response of ``events`` (such as ``await host.follow(request_id, after=seq)``).
+
+    Each event is a frame (``sse_frame``). The response ends after the run's last
+    event, or early with an ``event: closing`` frame when the ASGI server shuts
+    down or ``host`` closes; a reader that disconnects only stops reading.
+    """
+
+    def stop() -> str | None:
+        return (host_closing(host) if host is not None else None) or asgi_server_stopping()
+
+    return EventStreamResponse(_single_batches(events), stop)
+
+
+async def _single_batches(events: AsyncIterator[AgentEvent]) -> AsyncIterator[list[dict[str, Any]]]:
+    async for event in events:
+        yield [encode_event(event)]
