@@ -240,3 +240,13 @@ def test_serve_and_worker_read_project_files_only_from_an_explicit_project(repo:
 def test_app_excludes_project(repo: Path) -> None:
     result = cli("worker", "--db", "sqlite:///x.db", "--app", "m:a", "--project", str(repo), cwd=repo)
     assert result.returncode == 2 and "--project and --trust-project do not apply" in result.stderr
+
+
+async def test_the_default_agent_carries_the_fingerprint_of_its_configuration(repo: Path) -> None:
+    from orchestrator.project.agent import open_default_agent
+
+    (repo / "AGENTS.md").write_text("Use tabs.\n")
+    config = load_config(Flags(), repo / "src")
+    async with open_default_agent(config, ScriptedModel([]), root=str(repo), surface="service") as built:
+        assert built.fingerprint == config.fingerprint() == load_config(Flags(), repo / "src").fingerprint()
+        assert built.approvals is None  # a service asks only when a settings file gives permissions

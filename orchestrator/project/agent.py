@@ -64,6 +64,11 @@ class DefaultAgent:
     mcp: MCPExtension | None
     config: ProjectConfig
 
+    @property
+    def fingerprint(self) -> str:
+        """The digest of the configuration this agent was built with (``ProjectConfig.fingerprint``), for its runs."""
+        return self.config.fingerprint()
+
 
 @contextlib.asynccontextmanager
 async def open_default_agent(
