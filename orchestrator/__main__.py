@@ -1,4 +1,4 @@
-"""``python -m orchestrator {demo,diagrams,schema,run,chat,sessions,serve,worker}``."""
+"""``python -m orchestrator {demo,diagrams,schema,run,chat,sessions,config,serve,worker}``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ COMMANDS = {
     "demo": "run a scripted request and print its events and state machine path",
     "run": "answer one prompt with a model, in the terminal",
     "chat": "talk with an agent in the terminal, session by session",
-    "sessions": "list, show or delete the terminal's stored sessions",
+    "sessions": "list, show, title, export, fork or delete the terminal's stored sessions",
+    "config": "print the configuration in force here and where each value came from",
     "serve": "serve the HTTP service and its browser console (hypercorn)",
     "worker": "carry the runs of a run store for web nodes (serve --db)",
     "diagrams": "write (or --check) the committed state machine diagrams",
@@ -84,6 +85,10 @@ def _command(command: str, args: list[str]) -> int:
         from orchestrator.cluster.cli import main as worker
 
         return worker(args[1:])
+    if command == "config":
+        from orchestrator.cli.show_config import main as show_config
+
+        return show_config(args[1:])
     if command in ("run", "chat", "sessions"):
         from orchestrator.cli import command as cli
 

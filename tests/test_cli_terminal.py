@@ -31,6 +31,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "NO_COLOR"))}
     env.update(PYTHONPATH=str(REPO), XDG_DATA_HOME=str(tmp_path / "data"), TERM="xterm-256color", **extra)
+    env.setdefault("XDG_CONFIG_HOME", str(tmp_path / "config"))
     return env
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import logging
 import os
 import sys
@@ -13,45 +12,36 @@ from typing import IO
 
 import attrs
 
-from orchestrator.agent import AgentClient, create_agent
-from orchestrator.cli.args import DEFAULT_TOOLS_TO_ASK, Options
+from orchestrator.agent import AgentClient
+from orchestrator.cli.args import Options
 from orchestrator.cli.conversation import Conversation
 from orchestrator.cli.lines import LineRouter, LineSource, ReadLine, StreamLines, TerminalLines, read_stdin_line
 from orchestrator.cli.render import Screen, Write, WriteFile
 from orchestrator.cli.sessions import last_session, remember_last
 from orchestrator.config import AgentRunConfig
-from orchestrator.extensions.ask_user import AskUserExtension
-from orchestrator.extensions.base import AgentExtension
-from orchestrator.extensions.compaction import CompactionExtension
-from orchestrator.extensions.files.bash import BashExtension
-from orchestrator.extensions.files.filesystem import FilesystemExtension
 from orchestrator.extensions.files.sandbox import Sandbox
-from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
-from orchestrator.extensions.steering import SteeringExtension
-from orchestrator.extensions.tool_approval import ToolApprovalExtension, ToolPolicy, Verdict
+from orchestrator.extensions.tool_approval import ToolApprovalExtension
 from orchestrator.model import Model
+from orchestrator.project.agent import DefaultAgent, open_default_agent
+from orchestrator.project.config import Flags, ProjectConfig, load_config
 from orchestrator.providers.scripted import PLAN_REQUEST, scripted_tools
 from orchestrator.tools import ToolDefinition
-
-SYSTEM_PROMPT = "You are a helpful assistant working in a terminal. Be concise."
-PLAN_FILES = ("PLAN.md", "plans/**")
 
 
 class NoSuchSession(Exception):
     """-c with no stored session."""
 
 
-def tool_policy(options: Options) -> ToolPolicy:
-    """Ask before write_file, edit_file and bash unless --yes; --allow and --deny (names or patterns) override."""
-    chosen = (*options.allow, *options.deny)
-    asked = [name for name in DEFAULT_TOOLS_TO_ASK if not any(fnmatch.fnmatchcase(name, p) for p in chosen)]
-    rules: dict[str, Verdict] = {} if options.yes else {name: "ask" for name in asked}
-    for name in options.allow:
-        rules[name] = "allow"
-    for name in options.deny:
-        rules[name] = "deny"
-    return ToolPolicy(rules)
+def flags_of(options: Options) -> Flags:
+    """What the command line says about the configuration."""
+    return Flags(
+        model=options.model,
+        allow=options.allow,
+        deny=options.deny,
+        yes=options.yes,
+        trust_project=options.trust_project,
+    )
 
 
 def plan_request(task: str) -> str:
@@ -70,6 +60,9 @@ class App:
     terminal: TerminalLines | None
     scripted: bool
     db: str
+    built: DefaultAgent
+    model_spec: str = "scripted"
+    permission_sources: dict[str, str] = attrs.field(factory=dict)  # changed in this session
 
     @property
     def session_id(self) -> str:
@@ -125,31 +118,52 @@ async def open_app(
     read_line: ReadLine | None = None,
     write: Write | None = None,
     interactive: bool | None = None,
+    project_config: ProjectConfig | None = None,
 ) -> AsyncIterator[App]:
     """Everything one command needs; the terminal is restored and the store closed afterwards."""
+    async with contextlib.AsyncExitStack() as stack_async, _open_app(
+        options, stack_async, model, scripted, chat, tools, read_line, write, interactive, project_config
+    ) as app:
+        yield app
+
+
+@contextlib.asynccontextmanager
+async def _open_app(
+    options: Options,
+    stack_async: contextlib.AsyncExitStack,
+    model: Model,
+    scripted: bool,
+    chat: bool,
+    tools: tuple[ToolDefinition, ...],
+    read_line: ReadLine | None,
+    write: Write | None,
+    interactive: bool | None,
+    project_config: ProjectConfig | None,
+) -> AsyncIterator[App]:
     store = SQLiteSessionStore(options.db)  # UnusableLocation when its file cannot be made or opened
     retry_log = logging.getLogger("orchestrator.providers")
     with contextlib.ExitStack() as stack:
         stack.callback(store.close)
         screen, json_out = _screen(options, write)
-        approvals = ToolApprovalExtension(tool_policy(options))
         sandbox = Sandbox(options.sandbox, network=options.sandbox_network)
-        extensions: list[AgentExtension] = [
-            store,
-            SteeringExtension(),
-            AskUserExtension(),
-            FilesystemExtension(options.root, sandbox=sandbox),
-            BashExtension(options.root, sandbox=sandbox),
-            CompactionExtension(threshold_tokens=0, keep_last=4),
-            approvals,
-        ]
-        if chat or options.plan_mode:
-            extensions.append(PlanModeExtension(root=options.root, writable=PLAN_FILES, sandbox=sandbox))
         if scripted:
             tools = (*tools, *scripted_tools(options.scripted_delay))
-        client = await create_agent(
-            model, extensions=extensions, tools=tools, history=None, system_prompt=SYSTEM_PROMPT
+        project = project_config if project_config is not None else load_config(flags_of(options), options.project)
+        built = await stack_async.enter_async_context(
+            open_default_agent(
+                project,
+                model,
+                root=options.root,
+                surface="terminal",
+                store=store,
+                sandbox=sandbox,
+                plan_mode=chat or options.plan_mode,
+                tools=tools,
+            )
         )
+        client = built.client
+        assert built.approvals is not None
+        approvals = built.approvals
         config = AgentRunConfig(_session_id(options, store))
         stdin_tty = read_line is None and sys.stdin.isatty()
         is_interactive = (stdin_tty and not options.json) if interactive is None else interactive
@@ -169,7 +183,19 @@ async def open_app(
         previous_level = retry_log.level
         retry_log.setLevel(logging.INFO)
         try:
-            yield App(client, store, screen, router, conversation, approvals, terminal, scripted, options.db)
+            yield App(
+                client,
+                store,
+                screen,
+                router,
+                conversation,
+                approvals,
+                terminal,
+                scripted,
+                options.db,
+                built,
+                model_spec=project.model.value or "scripted",
+            )
         finally:
             retry_log.removeHandler(handler)
             retry_log.setLevel(previous_level)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import attrs
 
@@ -11,7 +12,6 @@ from orchestrator.extensions.files.sandbox import DEFAULT_LEVEL, SANDBOX_LEVELS,
 from orchestrator.providers.choice import MODEL_SPECS, default_db, names_a_provider
 
 MODEL_HELP = f"{MODEL_SPECS} (default: the scripted model, which needs no key)"
-DEFAULT_TOOLS_TO_ASK = ("write_file", "edit_file", "bash")
 
 
 @attrs.frozen
@@ -33,6 +33,8 @@ class Options:
     scripted_delay: float = 3.0
     sandbox: SandboxLevel = DEFAULT_LEVEL
     sandbox_network: bool = False
+    project: str | None = None  # the folder whose project files are read (None: none)
+    trust_project: bool = False
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +58,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sandbox-network", action="store_true", help="let bash reach the network inside its sandbox"
+    )
+    parser.add_argument(
+        "--trust-project",
+        action="store_true",
+        help="start the MCP servers the project's .mcp.json names (untrusted, they are listed but not started)",
     )
     parser.add_argument(
         "--scripted-delay",
@@ -101,6 +108,8 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: 
         scripted_delay=args.scripted_delay,
         sandbox=args.sandbox,
         sandbox_network=args.sandbox_network,
+        project=os.getcwd(),
+        trust_project=args.trust_project,
     )
 
 
@@ -110,6 +119,9 @@ def parse(argv: list[str]) -> Options:
     parser.add_argument("prompt", help="the user input")
     _common(parser)
     args = parser.parse_args(argv)
+    if not args.prompt.strip():
+        sys.stderr.write("run: error: the prompt is empty; give the request to send as PROMPT\n")
+        raise SystemExit(2)
     return _options(parser, args, args.prompt)
 
 
@@ -128,6 +140,8 @@ class SessionsCommand:
     action: str
     session: str | None
     db: str
+    argument: str | None = None  # export's FILE, title's TEXT, fork's new id
+    turn: int | None = None  # fork: up to this turn
 
 
 def parse_sessions(argv: list[str]) -> SessionsCommand:
@@ -136,10 +150,28 @@ def parse_sessions(argv: list[str]) -> SessionsCommand:
     actions = parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="the stored sessions, latest first")
     listing.add_argument("--db", dest="sub_db", help=argparse.SUPPRESS)
-    for name, text in (("show", "one session's messages"), ("delete", "delete one session")):
-        sub = actions.add_parser(name, help=text)
+    subs = {}
+    for name, text in (
+        ("show", "one session's messages"),
+        ("delete", "delete one session"),
+        ("title", "show a session's title, or set it"),
+        ("export", "write a session to a file: .html for a web page, else Markdown"),
+        ("fork", "copy a session into a new one (up to --turn N)"),
+    ):
+        sub = subs[name] = actions.add_parser(name, help=text)
         sub.add_argument("session", help="the session id")
         sub.add_argument("--db", dest="sub_db", help=argparse.SUPPRESS)
+    subs["title"].add_argument("argument", nargs="?", metavar="TEXT", help="the new title")
+    subs["export"].add_argument("argument", metavar="FILE", help="where to write it (.md or .html)")
+    subs["fork"].add_argument("--as", dest="argument", metavar="NEW_ID", help="the new session's id (default: made)")
+    subs["fork"].add_argument("--turn", type=int, help="copy only the first N turns")
     args = parser.parse_args(argv)
     _check_session_id(parser, getattr(args, "session", None))
-    return SessionsCommand(args.action, getattr(args, "session", None), args.sub_db or args.db or default_db())
+    _check_session_id(parser, getattr(args, "argument", None) if args.action == "fork" else None)
+    return SessionsCommand(
+        args.action,
+        getattr(args, "session", None),
+        args.sub_db or args.db or default_db(),
+        getattr(args, "argument", None),
+        getattr(args, "turn", None),
+    )

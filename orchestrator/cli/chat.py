@@ -7,7 +7,7 @@ import trio
 from orchestrator.cli.app import App, NoSuchSession, open_app, plan_request
 from orchestrator.cli.args import Options
 from orchestrator.cli.commands import run_command
-from orchestrator.cli.launch import choose_model, introduce, write_stderr
+from orchestrator.cli.launch import choose_model, configure, introduce, write_stderr
 from orchestrator.cli.lines import ReadLine
 from orchestrator.cli.render import Write
 from orchestrator.cli.signals import watch_interrupts
@@ -71,7 +71,10 @@ async def chat(
     interactive: bool | None = None,
 ) -> int:
     """The interactive session; the exit code (0, or 2 for unusable options)."""
-    chosen = choose_model(options, model, err)
+    config = configure(options, err)
+    if config is None:
+        return 2
+    chosen = choose_model(options, model, err, config)
     if chosen is None:
         return 2
     try:
@@ -84,6 +87,7 @@ async def chat(
             read_line=read_line,
             write=write,
             interactive=interactive,
+            project_config=config,
         ) as app:
             introduce(app, options)
             app.screen.say("type /help for commands", style="dim")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from machines.request import REQUEST
+from orchestrator.cli import session_commands
 from orchestrator.cli.app import App, plan_request
 from orchestrator.cli.sessions import list_sessions
 
@@ -14,9 +15,12 @@ HELP = """\
 /sessions    list the stored sessions
 /new         start a new session
 /diagram     the request machine and the path of the last run
+{session}
 /help        this list
 /quit        leave (also Ctrl-D, or Ctrl-C twice at the prompt)
-A line typed while the agent works steers it; a line typed while it asks answers it."""
+A line typed while the agent works steers it; a line typed while it asks answers it.""".replace(
+    "{session}", session_commands.HELP
+)
 
 
 async def run_command(app: App, line: str) -> bool:
@@ -45,6 +49,24 @@ async def run_command(app: App, line: str) -> bool:
         else:
             app.conversation.approve_plan_entry = True
             await app.conversation.turn(plan_request(rest))
+    elif name == "/title":
+        session_commands.title(app, rest)
+    elif name == "/fork":
+        session_commands.fork(app, rest)
+    elif name == "/export":
+        session_commands.export(app, rest)
+    elif name == "/usage":
+        session_commands.usage(app)
+    elif name == "/context":
+        session_commands.context(app)
+    elif name == "/model":
+        session_commands.model(app, rest)
+    elif name == "/permissions":
+        session_commands.permissions(app, rest)
+    elif name == "/mcp":
+        session_commands.mcp(app)
+    elif name == "/resume":
+        await session_commands.resume(app, rest)
     else:
         screen.say(f"unknown command {name} (try /help)", style="yellow")
     return True

@@ -53,6 +53,7 @@ class Conversation:
         self.approve_plan_entry = False  # /plan: the user already asked for Plan Mode
         self.outcome = "unknown"
         self.usage: list[Usage | None] = []
+        self.turn_usage: list[tuple[str, list[Usage | None]]] = []  # (input, each model call's usage) per turn
 
     # one turn -------------------------------------------------------------------
 
@@ -89,6 +90,7 @@ class Conversation:
             self.outcome = "failed"
             self.screen.say(f"* failed: {failure}", style="red")
         self._finish(time.monotonic() - started)
+        self.turn_usage.append((prompt, self.usage))
         return self.outcome
 
     def _finish(self, elapsed: float) -> None:

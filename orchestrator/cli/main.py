@@ -94,6 +94,15 @@ def _sessions(parsed: object) -> int:
         assert parsed.session is not None
         if parsed.action == "show":
             return show_session(store, screen, parsed.session, parsed.db)
+        if parsed.action in ("title", "export", "fork"):
+            from orchestrator.cli.sessions import export_session, fork_stored, title_session
+
+            if parsed.action == "title":
+                return title_session(store, screen, parsed.session, parsed.db, parsed.argument)
+            if parsed.action == "export":
+                assert parsed.argument is not None
+                return export_session(store, screen, parsed.session, parsed.db, parsed.argument)
+            return fork_stored(store, screen, parsed.session, parsed.db, parsed.argument, parsed.turn)
         return delete_session(store, screen, parsed.session, parsed.db)
     finally:
         store.close()

@@ -6,7 +6,7 @@ import trio
 
 from orchestrator.cli.app import NoSuchSession, open_app
 from orchestrator.cli.args import Options
-from orchestrator.cli.launch import choose_model, introduce, write_stderr
+from orchestrator.cli.launch import choose_model, configure, introduce, write_stderr
 from orchestrator.cli.lines import ReadLine
 from orchestrator.cli.render import Write
 from orchestrator.cli.signals import watch_interrupts
@@ -33,7 +33,10 @@ async def run(
     ``read_line``/``write`` replace the terminal (tests); ``interactive`` says
     whether typed lines may steer (default: stdin is a terminal).
     """
-    chosen = choose_model(options, model, err)
+    config = configure(options, err)
+    if config is None:
+        return 2
+    chosen = choose_model(options, model, err, config)
     if chosen is None:
         return 2
     try:
@@ -46,6 +49,7 @@ async def run(
             read_line=read_line,
             write=write,
             interactive=interactive,
+            project_config=config,
         ) as app:
             introduce(app, options)
             conversation = app.conversation

@@ -11,6 +11,7 @@ import os
 import attrs
 
 from orchestrator.cli.render import Screen, call_line, result_line, shorten
+from orchestrator.cli.titles import set_title, set_titles, title_of
 from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from orchestrator.store import SessionChange, SessionLocked
@@ -20,7 +21,7 @@ from orchestrator.store import SessionChange, SessionLocked
 class SessionSummary:
     session_id: str
     messages: int
-    title: str  # the first input
+    title: str  # the one set, else the first input
 
 
 def _last_file(db: str) -> str:
@@ -46,18 +47,18 @@ def last_session(store: SessionStoreExtension, db: str) -> str | None:
     return stored[-1] if stored else None
 
 
-def summaries(store: SessionStoreExtension) -> list[SessionSummary]:
-    """Stored sessions, newest first."""
+def summaries(store: SessionStoreExtension, db: str) -> list[SessionSummary]:
+    """Stored sessions, newest first, with their titles."""
     found = []
+    titles = set_titles(db)
     for session_id in reversed(store.sessions()):
         messages = store.messages(session_id)
-        title = next((m.text for m in messages if isinstance(m, UserMessage)), "")
-        found.append(SessionSummary(session_id, len(messages), title))
+        found.append(SessionSummary(session_id, len(messages), title_of(db, session_id, messages, titles)))
     return found
 
 
 def list_sessions(store: SessionStoreExtension, screen: Screen, db: str, current: str | None = None) -> int:
-    listed = summaries(store)
+    listed = summaries(store, db)
     if not listed:
         screen.say(f"no stored sessions in {db}")
         return 0
@@ -108,4 +109,53 @@ def delete_session(store: SessionStoreExtension, screen: Screen, session_id: str
     if last_session(store, db) is None and os.path.exists(_last_file(db)):
         os.remove(_last_file(db))
     screen.say(f"deleted session {session_id}")
+    return 0
+
+
+def title_session(store: SessionStoreExtension, screen: Screen, session_id: str, db: str, text: str | None) -> int:
+    """Show ``session_id``'s title, or set it to ``text``."""
+    messages = store.messages(session_id)
+    if not messages and session_id not in store.sessions():
+        screen.say(f"no session {session_id} in {db}")
+        return 1
+    if text is not None:
+        set_title(db, session_id, text)
+    screen.say(title_of(db, session_id, messages))
+    return 0
+
+
+def export_session(store: SessionStoreExtension, screen: Screen, session_id: str, db: str, path: str) -> int:
+    """Write ``session_id`` to ``path``: an HTML page for .html/.htm, else Markdown."""
+    from orchestrator.observe.export import to_html, to_markdown
+
+    if session_id not in store.sessions():
+        screen.say(f"no session {session_id}")
+        return 1
+    messages = store.messages(session_id)
+    heading = title_of(db, session_id, messages) or session_id
+    text = to_html(messages, heading) if path.lower().endswith((".html", ".htm")) else to_markdown(messages, heading)
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        screen.say(f"cannot write {path}: {error.strerror or error}")
+        return 1
+    screen.say(f"exported {len(messages)} messages to {path}")
+    return 0
+
+
+def fork_stored(
+    store: SessionStoreExtension, screen: Screen, session_id: str, db: str, target: str | None, turn: int | None
+) -> int:
+    """Copy ``session_id`` (up to ``turn``) into ``target`` (default: a new id); the new id is printed."""
+    from orchestrator.store.fork import ForkRefused, fork_session
+
+    new = target or f"{session_id}-fork-{os.urandom(3).hex()}"
+    try:
+        copied = fork_session(store.store, session_id, new, turns=turn)
+    except ForkRefused as refused:
+        screen.say(f"cannot fork: {refused.reason}")
+        return 1
+    set_title(db, new, f"{title_of(db, session_id, store.messages(session_id))} (fork)")
+    screen.say(f"forked {session_id} into {new} ({copied} messages)")
     return 0

@@ -36,26 +36,33 @@ def names_a_provider(spec: str) -> bool:
     return bool(colon) and provider in _PROVIDERS
 
 
-def _adapter(provider: str, name: str | None) -> Model:
+def _budget(provider: str, effort: str) -> int:
+    if not effort.isdigit() or int(effort) < 1:
+        raise ValueError(f"{provider} takes a thinking budget in tokens (a whole number) as its effort, got {effort!r}")
+    return int(effort)
+
+
+def _adapter(provider: str, name: str | None, effort: str | None = None) -> Model:
     if provider == "openai":
         from orchestrator.providers.openai import OpenAIChatModel
 
-        return OpenAIChatModel(name)
+        return OpenAIChatModel(name, reasoning_effort=effort)
     if provider == "openai-responses":
         from orchestrator.providers.openai_responses import OpenAIResponsesModel
 
-        return OpenAIResponsesModel(name)
+        return OpenAIResponsesModel(name, reasoning_effort=effort)
     if provider == "gemini":
         from orchestrator.providers.gemini import GeminiModel
 
-        return GeminiModel(name)
+        return GeminiModel(name, thinking_budget=None if effort is None else _budget(provider, effort))
     from orchestrator.providers.anthropic import AnthropicModel
 
-    return AnthropicModel(name)
+    return AnthropicModel(name, thinking_budget=None if effort is None else _budget(provider, effort))
 
 
-def build_model(spec: str | None, plan_mode: bool) -> Model:
-    """The model ``spec`` names, or the scripted model when ``spec`` is None."""
+def build_model(spec: str | None, plan_mode: bool, *, effort: str | None = None) -> Model:
+    """The model ``spec`` names, or the scripted model when ``spec`` is None; ``effort`` is the reasoning effort
+    (``low``, ``medium``, ``high`` ... for OpenAI, a thinking budget in tokens for Anthropic and Gemini)."""
     if spec is None:
         return scripted_model(plan_mode)
     provider, _, name = spec.partition(":")
@@ -65,7 +72,7 @@ def build_model(spec: str | None, plan_mode: bool) -> Model:
     if not any(os.environ.get(variable) for variable in variables):
         raise ModelUnavailable(f"--model {spec}: {advice}")
     try:
-        return _adapter(provider, name or None)
+        return _adapter(provider, name or None, effort)
     except ImportError as missing:
         raise ModelUnavailable(f"--model {spec}: {missing} (pip install 'orchestrator[providers]')") from None
     except ValueError as unusable:

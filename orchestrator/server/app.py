@@ -163,6 +163,7 @@ def create_app(
         Route("/openapi.json", service.openapi, methods=["GET"]),
         Route("/sessions", service.list_sessions, methods=["GET"]),
         Route("/sessions/{session_id}", service.show_session, methods=["GET"]),
+        Route("/sessions/{session_id}/export", service.export_session, methods=["GET"]),
         Route("/sessions/{session_id}/runs", service.start_run, methods=["POST"]),
         Route("/sessions/{session_id}/events", service.post_event, methods=["POST"]),
         Route("/runs/{request_id}", service.show_run, methods=["GET"]),

@@ -164,6 +164,31 @@ def _document() -> dict[str, Any]:
                     parameters=[_path("session_id")],
                 )
             },
+            "/sessions/{session_id}/export": {
+                "get": _operation(
+                    "the session as a Markdown document or a self-contained HTML page (no scripts)",
+                    {
+                        "200": {
+                            "description": "the session",
+                            "content": {
+                                "text/markdown": {"schema": {"type": "string"}},
+                                "text/html": {"schema": {"type": "string"}},
+                            },
+                        },
+                        "400": _refusal("bad session id or format"),
+                        "404": _refusal("no such session"),
+                    },
+                    parameters=[
+                        _path("session_id"),
+                        {
+                            "name": "format",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "enum": ["markdown", "html"], "default": "markdown"},
+                        },
+                    ],
+                )
+            },
             "/sessions/{session_id}/runs": {
                 "post": _operation(
                     "start a run (one request) of the session",

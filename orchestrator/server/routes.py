@@ -109,6 +109,23 @@ class Service:
             raise not_found(f"no session {session_id!r}")
         return JSONResponse(found)
 
+    async def export_session(self, request: Request) -> Response:
+        """The session as a Markdown document (``?format=markdown``, the default) or a self-contained HTML page."""
+        from orchestrator.observe.export import to_html, to_markdown
+        from orchestrator.wire.format import decode_message
+
+        session_id = _path_id(request, "session_id")
+        kind = request.query_params.get("format", "markdown")
+        if kind not in ("markdown", "html"):
+            raise HTTPRefusal(400, "BadRequest", f"format must be markdown or html, got {kind!r}")
+        found = await self.backend.session(session_id)
+        if found is None:
+            raise not_found(f"no session {session_id!r}")
+        messages = [decode_message(message) for message in found["messages"]]
+        if kind == "html":
+            return Response(to_html(messages, session_id), media_type="text/html; charset=utf-8")
+        return Response(to_markdown(messages, session_id), media_type="text/markdown; charset=utf-8")
+
     @_idempotent
     async def start_run(self, request: Request, body: dict[str, Any]) -> Answer:
         session_id = _path_id(request, "session_id")

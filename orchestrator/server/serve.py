@@ -11,6 +11,7 @@ console's URL (``--no-token`` serves without one).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import signal
@@ -28,6 +29,8 @@ from orchestrator.server.origins import normalized_origin
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
+
+    from orchestrator.project.config import ProjectConfig
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -49,6 +52,8 @@ class ServeOptions:
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     token_generated: bool = False
+    project: str | None = None
+    trust_project: bool = False
     stopped: list[int] = attrs.field(factory=list, eq=False, repr=False)
     """The signal that stopped the server, once one did (SIGINT or SIGTERM)."""
 
@@ -100,6 +105,15 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     )
     parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
     parser.add_argument(
+        "--project",
+        metavar="DIR",
+        help="read the project configuration of DIR (.orchestrator.toml, .mcp.json, AGENTS.md, skills); without"
+        " it no project file is read",
+    )
+    parser.add_argument(
+        "--trust-project", action="store_true", help="start the MCP servers the project's .mcp.json names"
+    )
+    parser.add_argument(
         "--backlog",
         type=_positive,
         default=DEFAULT_BACKLOG,
@@ -118,6 +132,10 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     web_node = bool(args.db) and is_run_store_url(args.db)
     if args.app and (args.model or (args.db and not web_node)):
         parser.error("--app brings its own agent: --model and a session --db do not apply")
+    if (args.app or web_node) and (args.project or args.trust_project):
+        parser.error("--project and --trust-project configure the default agent: not with --app or a run store")
+    if args.trust_project and not args.project:
+        parser.error("--trust-project needs --project DIR")
     if web_node and args.model:
         parser.error("a web node runs no model: the workers do (python -m orchestrator worker)")
     if web_node and args.retained_runs != DEFAULT_RETAINED_RUNS:
@@ -150,6 +168,8 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         tuple(args.allow_host),
         tuple(args.allow_origin),
         generated,
+        args.project,
+        args.trust_project,
     )
 
 
@@ -175,12 +195,33 @@ def hypercorn_config(options: ServeOptions) -> Config:
     return config
 
 
-async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+def project_config(options: ServeOptions) -> ProjectConfig:
+    """The configuration of the default agent: the flags, the ``--project`` files (none without it), the user's."""
+    from orchestrator.project.config import Flags, load_config
+
+    return load_config(Flags(model=options.model, trust_project=options.trust_project), options.project)
+
+
+async def serve(
+    options: ServeOptions,
+    *,
+    config: ProjectConfig | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        await _serve(options, config, stack, task_status)
+
+
+async def _serve(
+    options: ServeOptions,
+    project: ProjectConfig | None,
+    stack: contextlib.AsyncExitStack,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
     from hypercorn.trio import serve as hypercorn_serve
 
     from orchestrator.server.app import create_app
     from orchestrator.server.backend import Backend, LocalBackend
-    from orchestrator.server.default_agent import default_client
     from orchestrator.store.runs_sql import is_run_store_url, open_run_store
 
     backend: Backend
@@ -193,8 +234,20 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
 
         backend = LocalBackend(await load_agent(options.app), retained_runs=options.retained_runs)
     else:
-        client = await default_client(options.model, options.db, options.root)
-        backend = LocalBackend(client, retained_runs=options.retained_runs)
+        from pathlib import Path
+
+        from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+        from orchestrator.project.agent import open_default_agent, service_model
+        from orchestrator.providers.choice import default_db
+
+        agent_config = project if project is not None else project_config(options)
+        store = SQLiteSessionStore(Path(options.db or default_db()))
+        built = await stack.enter_async_context(
+            open_default_agent(
+                agent_config, service_model(agent_config.model.value), root=options.root, surface="service", store=store
+            )
+        )
+        backend = LocalBackend(built.client, retained_runs=options.retained_runs)
     config = hypercorn_config(options)
     stopped = options.stopped
     app = create_app(
@@ -231,15 +284,27 @@ def console_url(base: str, options: ServeOptions) -> str:
     return f"{base}/"
 
 
+def _web_node(options: ServeOptions) -> bool:
+    from orchestrator.store.runs_sql import is_run_store_url
+
+    return bool(options.db) and is_run_store_url(options.db or "")
+
+
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
     from orchestrator.cli.signals import Stopped, run_service
+    from orchestrator.project.settings import ConfigError
 
     options = parse(argv)
+    try:
+        config = None if options.app or _web_node(options) else project_config(options)
+    except ConfigError as error:  # a configuration file that cannot be used: said before anything starts
+        print(f"serve: {error}", file=sys.stderr)
+        return 2
     stopped = Stopped()
 
     async def body() -> None:
-        await serve(options)
+        await serve(options, config=config)
         if options.stopped:  # hypercorn ended gracefully at this signal
             stopped.signal = options.stopped[0]
 

@@ -1,0 +1,42 @@
+"""Forking a stored session: a new session holding its messages up to now, or up to an earlier turn."""
+
+from __future__ import annotations
+
+from orchestrator.messages import Message, UserMessage
+from orchestrator.store.interface import SessionChange, SessionStore
+from orchestrator.store.restore import read_row
+
+
+class ForkRefused(ValueError):
+    """A fork that cannot be made: ``reason`` says why (no such session, the target exists, no such turn)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def turn_starts(messages: list[Message]) -> list[int]:
+    """The positions where each turn begins (its user message)."""
+    return [index for index, message in enumerate(messages) if isinstance(message, UserMessage)]
+
+
+def fork_session(store: SessionStore, source: str, target: str, *, turns: int | None = None) -> int:
+    """Copy ``source``'s messages into the new session ``target``; with ``turns``, only its first ``turns`` turns.
+
+    Returns how many messages the fork holds. Pending approvals and Plan Mode are not copied: the fork starts
+    idle. Raises ForkRefused when ``source`` is not stored, ``target`` already is, or ``turns`` is out of range.
+    """
+    stored = store.sessions()
+    if source not in stored:
+        raise ForkRefused(f"no stored session {source!r} to fork")
+    if target in stored:
+        raise ForkRefused(f"the session {target!r} exists already")
+    messages = [read_row(row)[0] for row in store.rows(source)]
+    if turns is not None:
+        starts = turn_starts(messages)
+        if not 1 <= turns <= len(starts):
+            raise ForkRefused(f"the session {source!r} has {len(starts)} turns; fork from turn 1 to {len(starts)}")
+        if turns < len(starts):
+            messages = messages[: starts[turns]]
+    store.apply(target, SessionChange(replace=tuple(messages)))
+    return len(messages)
