@@ -169,9 +169,11 @@ def permissions(app: App, rest: str) -> None:
         return
     sources = {pattern: sourced.source for pattern, sourced in app.built.config.permissions.items()}
     sources.update(app.permission_sources)
-    for pattern, verdict in policy.rules.items():
-        app.screen.say(f"  {pattern:<16} {verdict:<6} [{sources.get(pattern, 'this session')}]")
-    app.screen.say(f"  every other tool: {policy.default}", style="dim")
+    for pattern, rule in policy.rules.items():
+        shown = rule if isinstance(rule, str) else "policy"  # a callable rule decides each call
+        app.screen.say(f"  {pattern:<16} {shown:<6} [{sources.get(pattern, 'this session')}]")
+    default = policy.default if isinstance(policy.default, str) else "decided by a policy"
+    app.screen.say(f"  every other tool: {default}", style="dim")
 
 
 def mcp(app: App) -> None:
