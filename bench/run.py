@@ -22,6 +22,7 @@ import attrs
 
 from bench import cluster, imports, readme, sse
 from bench.measure import Summary, default_cpu, pin
+from bench.process import run_cell_command
 from bench.report import LABELS, render, targets, usable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,17 +123,7 @@ TURN_MODES: tuple[tuple[str, str, str], ...] = (
 
 def run_cell(workload: str, runtime: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One measurement in a fresh interpreter; failures come back as ``{"failed": why}``."""
-    command = [sys.executable, "-m", "bench.cell", workload, runtime, json.dumps(params)]
-    try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {"failed": f"timed out after {timeout:.0f} s"}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"failed": f"exit {done.returncode}: {last}"}
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return run_cell_command([sys.executable, "-m", "bench.cell", workload, runtime, json.dumps(params)], timeout)
 
 
 # workloads ----------------------------------------------------------------------

@@ -28,6 +28,8 @@ from typing import Any
 
 import attrs
 
+from bench.process import run_cell_command
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "bench" / "README.md"
 BEGIN = "<!-- sse results: written by `python -m bench --only sse --readme`; do not edit by hand -->"
@@ -80,17 +82,7 @@ PLANS = {
 
 def run_cell(name: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One cell in a fresh interpreter; failures come back as ``{"failed": why}``."""
-    command = [sys.executable, "-m", "bench.sse_cells", name, json.dumps(params)]
-    try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {"failed": f"timed out after {timeout:.0f} s"}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"failed": f"exit {done.returncode}: {last}"}
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return run_cell_command([sys.executable, "-m", "bench.sse_cells", name, json.dumps(params)], timeout)
 
 
 def uptime() -> str:
