@@ -24,6 +24,7 @@ from orchestrator.server.hosted import HostBackend
 from orchestrator.server.hosts import HostGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
 from orchestrator.server.origins import OriginGuard
+from orchestrator.server.protocols.a2a import CARD_PATH, a2a_routes, card_info_of
 from orchestrator.server.routes import Service
 from orchestrator.server.streams import StopReason, asgi_server_stopping
 from orchestrator.store.errors import StoreUnavailable
@@ -171,6 +172,7 @@ def create_app(
         Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
         Route("/machines/{name}", service.machine, methods=["GET"]),
     ]
+    routes += a2a_routes(backend, settings.max_body_bytes, card_info_of(agent), bearer=settings.token is not None)
     if metrics is not False:
         from orchestrator.server.metrics import metrics_route
 
@@ -190,7 +192,7 @@ def create_app(
     )
     app.state.service = service
     open_prefixes = CONSOLE_PREFIXES if settings.console else ()
-    open_paths = {HEALTH_PATH, *(CONSOLE_PATHS if settings.console else ())}
+    open_paths = {HEALTH_PATH, CARD_PATH, *(CONSOLE_PATHS if settings.console else ())}
     guarded: ASGIApp = TokenGuard(app, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
     if isinstance(backend, LocalBackend):
         guarded = TrioLoopOnly(guarded)

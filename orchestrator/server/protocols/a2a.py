@@ -1,0 +1,526 @@
+"""A2A (JSON-RPC binding, protocol 1.0 and 0.3) over the same ``Backend`` as the native routes.
+
+A task is one request of ours (task id = request id) and a context is a session
+(context id = session id). A call waiting for an answer makes its task
+``input-required``; the client's next message on that task answers it. A message
+on a ``working`` task steers it. Nothing is kept in memory here: every answer is
+read from the backend, so a web node serves A2A as a single process does.
+See docs/a2a.md for the mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from typing import Any
+
+import anyio
+import attrs
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from orchestrator.config import ExternalEvent
+from orchestrator.errors import SessionBusy
+from orchestrator.messages import UserMessage
+from orchestrator.runtime.handle import EventsExpired, UnknownRun
+from orchestrator.server.backend import Backend, RunView
+from orchestrator.server.bodies import decode_json, require_json, whole_number
+from orchestrator.server.errors import HTTPRefusal
+from orchestrator.server.ids import id_problem
+from orchestrator.server.protocols.a2a_waits import Wait, takes_free_text
+from orchestrator.server.protocols.a2a_wire import (
+    VERSIONS,
+    A2AMessage,
+    A2ATask,
+    CardInfo,
+    Version,
+    agent_card,
+    skills_of,
+    stream_artifact,
+    stream_status,
+    stream_task,
+    task_result,
+)
+from orchestrator.server.streams import SSE_HEADERS
+
+logger = logging.getLogger(__name__)
+
+CARD_PATH = "/.well-known/agent-card.json"
+RPC_PATH = "/a2a"
+VERSION_HEADER = "a2a-version"
+CANCEL_SETTLE_SECONDS = 10.0
+"""How long CancelTask waits for the run to end before it answers with the task as it is."""
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
+PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
+UNSUPPORTED_OPERATION = -32004
+CONTENT_TYPE_NOT_SUPPORTED = -32005
+EXTENDED_CARD_NOT_CONFIGURED = -32007
+VERSION_NOT_SUPPORTED = -32009
+
+METHODS: dict[str, tuple[str, Version]] = {
+    "SendMessage": ("send", "1.0"),
+    "SendStreamingMessage": ("stream", "1.0"),
+    "GetTask": ("get", "1.0"),
+    "ListTasks": ("list", "1.0"),
+    "CancelTask": ("cancel", "1.0"),
+    "SubscribeToTask": ("subscribe", "1.0"),
+    "message/send": ("send", "0.3"),
+    "message/stream": ("stream", "0.3"),
+    "tasks/get": ("get", "0.3"),
+    "tasks/list": ("list", "0.3"),
+    "tasks/cancel": ("cancel", "0.3"),
+    "tasks/resubscribe": ("subscribe", "0.3"),
+}
+"""Each JSON-RPC method (1.0's name and 0.3's) and what it does; the name's version is the default answer shape."""
+_PUSH_METHODS = ("PushNotificationConfig", "pushNotificationConfig")
+_EXTENDED_CARD_METHODS = ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard")
+_STATES = {"completed": "completed", "failed": "failed", "cancelled": "canceled"}
+
+
+class RpcError(Exception):
+    """A JSON-RPC error answer: A2A's ``code`` and a message that says why."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def json(self, rpc_id: object) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": self.code, "message": self.message}}
+
+
+def _invalid(message: str) -> RpcError:
+    return RpcError(INVALID_PARAMS, message)
+
+
+@attrs.frozen
+class Incoming:
+    """A user's message as sent: the task and context it names, its text and its data parts."""
+
+    task_id: str | None
+    context_id: str | None
+    texts: tuple[str, ...]
+    data: tuple[Mapping[str, Any], ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.texts)
+
+
+def _optional_id(value: object, what: str) -> str | None:
+    if value is None or value == "":
+        return None
+    problem = id_problem(value)
+    if problem is not None:
+        raise _invalid(f"{what} {problem}")
+    assert isinstance(value, str)
+    return value
+
+
+def incoming_message(params: Mapping[str, Any]) -> Incoming:
+    """``params.message`` checked: a user message of text and data parts; InvalidParams naming what is wrong."""
+    message = params.get("message")
+    if not isinstance(message, dict):
+        raise _invalid("params.message must be an object")
+    if message.get("role") not in ("user", "ROLE_USER"):
+        raise _invalid(f"params.message.role must be 'ROLE_USER' (or 0.3's 'user'), not {message.get('role')!r}")
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise _invalid("params.message.parts must be a non-empty list")
+    texts: list[str] = []
+    data: list[Mapping[str, Any]] = []
+    for index, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise _invalid(f"params.message.parts[{index}] must be an object")
+        if "text" in part:
+            if not isinstance(part["text"], str):
+                raise _invalid(f"params.message.parts[{index}].text must be a string")
+            texts.append(part["text"])
+        elif "data" in part:
+            if not isinstance(part["data"], dict):
+                raise _invalid(f"params.message.parts[{index}].data must be an object")
+            data.append(part["data"])
+        elif {"file", "url", "raw"} & set(part) or part.get("kind") == "file":
+            raise RpcError(CONTENT_TYPE_NOT_SUPPORTED, f"params.message.parts[{index}]: file parts are not accepted")
+        else:
+            raise _invalid(f"params.message.parts[{index}] is neither a text nor a data part")
+    return Incoming(
+        _optional_id(message.get("taskId"), "params.message.taskId"),
+        _optional_id(message.get("contextId"), "params.message.contextId"),
+        tuple(texts),
+        tuple(data),
+    )
+
+
+def _task_id(params: Mapping[str, Any]) -> str:
+    task_id = _optional_id(params.get("id"), "params.id")
+    if task_id is None:
+        raise _invalid("params.id (the task's id) is required")
+    return task_id
+
+
+def _history_length(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _invalid("historyLength must be a non-negative integer")
+    return value
+
+
+def _blocking(params: Mapping[str, Any]) -> bool:
+    configuration = params.get("configuration") or {}
+    if not isinstance(configuration, dict):
+        raise _invalid("params.configuration must be an object")
+    return not (configuration.get("returnImmediately") is True or configuration.get("blocking") is False)
+
+
+def requested_version(header: str | None, method_version: Version) -> Version:
+    """The version to answer in: the ``A2A-Version`` header's (major.minor), else the method name's."""
+    if header is None or not header.strip():
+        return method_version
+    parts = header.strip().split(".")
+    wanted = ".".join(parts[:2])
+    for version in VERSIONS:
+        if wanted == version:
+            return version
+    raise RpcError(VERSION_NOT_SUPPORTED, f"A2A-Version {header!r} is not served; versions: {', '.join(VERSIONS)}")
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+class A2AService:
+    """The agent card and the JSON-RPC endpoint, answering from ``backend``."""
+
+    def __init__(self, backend: Backend, max_body_bytes: int, card: CardInfo, *, bearer: bool) -> None:
+        self.backend = backend
+        self.max_body_bytes = max_body_bytes
+        self.card_info = card
+        self.bearer = bearer
+
+    # routes -----------------------------------------------------------------
+
+    async def card(self, request: Request) -> Response:
+        endpoint = str(request.base_url).rstrip("/") + RPC_PATH
+        return JSONResponse(agent_card(self.card_info, endpoint, bearer=self.bearer))
+
+    async def rpc(self, request: Request) -> Response:
+        rpc_id: object = None
+        try:
+            body = await self._body(request)
+            rpc_id = body.get("id")
+            kind, version, params = self._envelope(body, request.headers.get(VERSION_HEADER))
+            if kind in ("stream", "subscribe"):
+                frames = await self._stream(kind, params, version)
+                return StreamingResponse(_sse(rpc_id, frames), media_type="text/event-stream", headers=SSE_HEADERS)
+            result = await self._call(kind, params, version)
+            return JSONResponse({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+        except RpcError as error:
+            return JSONResponse(error.json(rpc_id))
+
+    # the envelope -----------------------------------------------------------
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        require_json(request)
+        declared = request.headers.get("content-length")
+        too_large = HTTPRefusal(413, "PayloadTooLarge", f"the body is over the limit of {self.max_body_bytes} bytes")
+        if declared is not None and whole_number(declared, "Content-Length") > self.max_body_bytes:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise too_large
+            chunks.append(chunk)
+        try:
+            value = decode_json(b"".join(chunks))
+        except HTTPRefusal as refusal:
+            raise RpcError(PARSE_ERROR, refusal.message) from None
+        if not isinstance(value, dict):
+            raise RpcError(INVALID_REQUEST, f"a request must be a JSON-RPC object, not {type(value).__name__}")
+        return value
+
+    def _envelope(self, body: Mapping[str, Any], header: str | None) -> tuple[str, Version, Mapping[str, Any]]:
+        if body.get("jsonrpc") != "2.0":
+            raise RpcError(INVALID_REQUEST, "'jsonrpc' must be \"2.0\"")
+        rpc_id = body.get("id")
+        if rpc_id is not None and (isinstance(rpc_id, bool) or not isinstance(rpc_id, (str, int))):
+            raise RpcError(INVALID_REQUEST, "'id' must be a string, an integer or null")
+        method = body.get("method")
+        if not isinstance(method, str):
+            raise RpcError(INVALID_REQUEST, "'method' must be a string")
+        params = body.get("params", {})
+        if not isinstance(params, dict):
+            raise _invalid("'params' must be an object")
+        if method not in METHODS:
+            if any(name in method for name in _PUSH_METHODS):
+                raise RpcError(PUSH_NOTIFICATION_NOT_SUPPORTED, "push notifications are not supported")
+            if method in _EXTENDED_CARD_METHODS:
+                raise RpcError(EXTENDED_CARD_NOT_CONFIGURED, "there is no extended agent card")
+            raise RpcError(METHOD_NOT_FOUND, f"no method {method!r}; methods: {', '.join(METHODS)}")
+        kind, method_version = METHODS[method]
+        return kind, requested_version(header, method_version), params
+
+    async def _call(self, kind: str, params: Mapping[str, Any], version: Version) -> Any:
+        if kind == "send":
+            incoming = incoming_message(params)
+            blocking = _blocking(params)
+            history_length = _history_length((params.get("configuration") or {}).get("historyLength"))
+            task_id, answered = await self._act(incoming)
+            task = await (self._settled(task_id, answered) if blocking else self._task(task_id, answered))
+            return task_result(task, version, history_length)
+        if kind == "get":
+            task = await self._task(_task_id(params))
+            return task.json(version, _history_length(params.get("historyLength")))
+        if kind == "cancel":
+            return (await self._cancel(_task_id(params))).json(version)
+        assert kind == "list"
+        return await self._list(params, version)
+
+    # the methods ------------------------------------------------------------
+
+    async def _view(self, task_id: str) -> RunView:
+        try:
+            return await self.backend.run(task_id)
+        except UnknownRun:
+            raise RpcError(TASK_NOT_FOUND, f"no task {task_id!r} (no live or recent request with that id)") from None
+
+    async def _waits(self, view: RunView, answered: Collection[str] = ()) -> list[Wait]:
+        pending = await self.backend.pending(view.session_id)
+        waits = [Wait.of(p) for p in pending if p.get("request_id") == view.request_id]
+        return [wait for wait in waits if wait.tool_call_id not in answered]
+
+    async def _act(self, incoming: Incoming) -> tuple[str, frozenset[str]]:
+        """Start a task, answer its waiting calls, or steer it; the task's id and the calls answered."""
+        if incoming.task_id is None:
+            return await self._start(incoming), frozenset()
+        view = await self._view(incoming.task_id)
+        if incoming.context_id is not None and incoming.context_id != view.session_id:
+            raise _invalid(f"task {view.request_id!r} belongs to another context than {incoming.context_id!r}")
+        if view.done:
+            raise RpcError(
+                UNSUPPORTED_OPERATION,
+                f"task {view.request_id!r} has ended ({view.state}); send a message without taskId to start a new task",
+            )
+        waits = await self._waits(view)
+        if waits:
+            return view.request_id, await self._answer(view, waits, incoming)
+        await self._steer(view, incoming)
+        return view.request_id, frozenset()
+
+    async def _start(self, incoming: Incoming) -> str:
+        if incoming.data:
+            raise _invalid("data parts answer a waiting call: send them with the taskId of an input-required task")
+        if not incoming.text.strip():
+            raise _invalid("a new task needs a non-blank text part")
+        session_id = incoming.context_id or uuid.uuid4().hex
+        try:
+            return await self.backend.start(session_id, UserMessage(incoming.text), None)
+        except SessionBusy as busy:
+            raise RpcError(
+                UNSUPPORTED_OPERATION, f"{busy}; send the message with that task's taskId to steer it"
+            ) from None
+
+    async def _answer(self, view: RunView, waits: list[Wait], incoming: Incoming) -> frozenset[str]:
+        by_id = {wait.tool_call_id: wait for wait in waits}
+        answers: list[tuple[Wait, dict[str, Any]]] = []
+        for data in incoming.data:
+            call_id = data.get("toolCallId", data.get("tool_call_id"))
+            if call_id is None:
+                if len(waits) > 1:
+                    raise _invalid(f"several calls wait ({sorted(by_id)}): name one as toolCallId in the data part")
+                call_id = waits[0].tool_call_id
+            if call_id not in by_id:
+                raise _invalid(f"no call {call_id!r} waits in task {view.request_id!r}; waiting: {sorted(by_id)}")
+            answer = {k: v for k, v in data.items() if k not in ("toolCallId", "tool_call_id")}
+            answers.append((by_id[call_id], answer))
+        if not answers:
+            free = [wait for wait in waits if takes_free_text(wait.response_event)]
+            if len(free) != 1 or not incoming.texts:
+                wanted = "; ".join(f"{w.tool_call_id}: {json.dumps(w.data()['responseSchema'])}" for w in waits)
+                raise _invalid(f"task {view.request_id!r} waits for an answer: send a data part ({wanted})")
+            answers.append((free[0], {"answer": incoming.text}))
+        answered: set[str] = set()
+        for wait, answer in answers:
+            event = ExternalEvent(wait.response_event, {**answer, "tool_call_id": wait.tool_call_id})
+            delivery = await self.backend.deliver(view.session_id, view.request_id, event, None)
+            if not delivery.accepted:
+                raise _invalid(f"the answer to {wait.tool_call_id!r} was refused: {delivery.reason}")
+            answered.add(wait.tool_call_id)
+        return frozenset(answered)
+
+    async def _steer(self, view: RunView, incoming: Incoming) -> None:
+        if incoming.data:
+            raise _invalid(f"no call waits for an answer in task {view.request_id!r}; a working task takes text")
+        if not incoming.text.strip():
+            raise _invalid("a steering message needs a non-blank text part")
+        event = ExternalEvent("steering_message", {"content": incoming.text})
+        delivery = await self.backend.deliver(view.session_id, view.request_id, event, None)
+        if not delivery.accepted:
+            raise RpcError(UNSUPPORTED_OPERATION, f"task {view.request_id!r} cannot be steered: {delivery.reason}")
+
+    async def _cancel(self, task_id: str) -> A2ATask:
+        view = await self._view(task_id)
+        if view.done:
+            raise RpcError(TASK_NOT_CANCELABLE, f"task {task_id!r} has ended ({view.state}) and cannot be canceled")
+        await self.backend.cancel(task_id)
+        with anyio.move_on_after(CANCEL_SETTLE_SECONDS):
+            await self._settled(task_id, until=lambda task: task.terminal)
+        return await self._task(task_id)
+
+    async def _list(self, params: Mapping[str, Any], version: Version) -> dict[str, Any]:
+        context_id = _optional_id(params.get("contextId"), "params.contextId")
+        tasks: list[dict[str, Any]] = []
+        for session in await self.backend.sessions():
+            request_id = session.get("request_id")
+            if request_id is None or (context_id is not None and session.get("session_id") != context_id):
+                continue
+            try:
+                tasks.append((await self._task(str(request_id))).json(version, 0))
+            except RpcError:
+                continue  # ended and forgotten between the two reads
+        return {"tasks": tasks, "nextPageToken": "", "pageSize": len(tasks), "totalSize": len(tasks)}
+
+    # tasks as A2A sees them ---------------------------------------------------
+
+    async def _task(self, task_id: str, answered: Collection[str] = ()) -> A2ATask:
+        """The task now: its state (from the run and its waiting calls), its input, answer and failure."""
+        view = await self._view(task_id)
+        events = await self._events(view)
+        history: list[A2AMessage] = []
+        answer: str | None = None
+        status_text: str | None = None
+        for event in events:
+            if event["type"] == "run_started":
+                history.append(A2AMessage(f"{task_id}-input", "user", (_text_of(event["input"].get("content")),)))
+            elif event["type"] == "run_completed":
+                answer = _text_of(event["result"].get("content"))
+            elif event["type"] == "run_failed":
+                error = event.get("error") or {}
+                status_text = f"{error.get('type', 'Error')}: {error.get('message', '')}"
+        if view.done:
+            state = _STATES.get(view.state or "", "failed")
+            if answer is not None:
+                history.append(A2AMessage(f"{task_id}-answer", "agent", (answer,)))
+            message = A2AMessage(f"{task_id}-status", "agent", (status_text,)) if status_text else None
+            return A2ATask(task_id, view.session_id, state, message, answer, tuple(history))
+        waits = await self._waits(view, answered)
+        if waits:
+            asking = A2AMessage(
+                f"{task_id}-ask-{'-'.join(w.tool_call_id for w in waits)}",
+                "agent",
+                tuple(wait.question() for wait in waits),
+                tuple(wait.data() for wait in waits),
+            )
+            return A2ATask(task_id, view.session_id, "input-required", asking, None, tuple(history))
+        state = "submitted" if view.state in (None, "idle") else "working"
+        return A2ATask(task_id, view.session_id, state, None, None, tuple(history))
+
+    async def _events(self, view: RunView) -> list[dict[str, Any]]:
+        """The run's events: all of them once it has ended, else those there are now (one batch)."""
+        try:
+            batches = await self.backend.events(view.request_id, 0)
+        except (UnknownRun, EventsExpired):
+            return []
+        if not view.done:
+            return await anext(batches, [])
+        return [event async for batch in batches for event in batch]
+
+    async def _settled(
+        self, task_id: str, answered: Collection[str] = (), until: Callable[[A2ATask], bool] | None = None
+    ) -> A2ATask:
+        """The task once it is interrupted (ended or waiting for input), following its events until then."""
+        async for task in self._changes(task_id, answered):
+            if (until or _interrupted)(task):
+                return task
+        return await self._task(task_id, answered)
+
+    async def _changes(self, task_id: str, answered: Collection[str] = ()) -> AsyncIterator[A2ATask]:
+        """The task after each batch of its events while it runs, then as it ended."""
+        try:
+            batches = await self.backend.events(task_id, 0)
+        except UnknownRun:
+            raise RpcError(TASK_NOT_FOUND, f"no task {task_id!r}") from None
+        except EventsExpired as expired:
+            raise RpcError(TASK_NOT_FOUND, str(expired)) from None
+        yield await self._task(task_id, answered)
+        async for _batch in batches:
+            yield await self._task(task_id, answered)
+        yield await self._task(task_id, answered)
+
+    async def _stream(self, kind: str, params: Mapping[str, Any], version: Version) -> AsyncIterator[dict[str, Any]]:
+        """Check and act before the stream opens (errors are plain answers), then the stream's results."""
+        answered: frozenset[str] = frozenset()
+        if kind == "stream":
+            task_id, answered = await self._act(incoming_message(params))
+        else:
+            task_id = _task_id(params)
+            view = await self._view(task_id)
+            if view.done:
+                raise RpcError(UNSUPPORTED_OPERATION, f"task {task_id!r} has ended ({view.state}): nothing to follow")
+        first = await self._task(task_id, answered)
+        return self._results(first, answered, version)
+
+    async def _results(
+        self, first: A2ATask, answered: frozenset[str], version: Version
+    ) -> AsyncIterator[dict[str, Any]]:
+        yield stream_task(first, version)
+        last = first
+        if not first.interrupted:
+            async for task in self._changes(first.task_id, answered):
+                if task.state != last.state and not task.interrupted:
+                    yield stream_status(task, version)
+                last = task
+                if task.interrupted:
+                    break
+        if last.answer is not None:
+            yield stream_artifact(last, version)
+        yield stream_status(last, version)
+
+
+def _interrupted(task: A2ATask) -> bool:
+    return task.interrupted
+
+
+async def _sse(rpc_id: object, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Each result as an SSE frame holding a JSON-RPC response; a failure mid-stream as an error frame."""
+    try:
+        async for result in results:
+            yield f"data: {json.dumps({'jsonrpc': '2.0', 'id': rpc_id, 'result': result})}\n\n".encode()
+    except RpcError as error:
+        yield f"data: {json.dumps(error.json(rpc_id))}\n\n".encode()
+
+
+def a2a_routes(backend: Backend, max_body_bytes: int, card: CardInfo, *, bearer: bool) -> list[BaseRoute]:
+    """The agent card (public) and the JSON-RPC endpoint."""
+    service = A2AService(backend, max_body_bytes, card, bearer=bearer)
+    return [Route(CARD_PATH, service.card, methods=["GET"]), Route(RPC_PATH, service.rpc, methods=["POST"])]
+
+
+def card_info_of(served: object) -> CardInfo:
+    """The card's facts from what ``create_app`` serves: an Agent's tools and the first line of its
+    system prompt (reached through an AgentClient or AgentHost); defaults for a Backend."""
+    agent = getattr(getattr(served, "client", served), "agent", served)
+    tools = getattr(agent, "tools", None)
+    if not isinstance(tools, list):
+        return CardInfo()
+    prompt = getattr(agent, "system_prompt", None)
+    first_line = prompt.strip().splitlines()[0] if isinstance(prompt, str) and prompt.strip() else None
+    default = CardInfo()
+    return CardInfo(description=first_line or default.description, skills=skills_of(tools))

@@ -1,0 +1,138 @@
+"""A2A over JSON-RPC, on each host: the card, the task cycles, and bad input answered as JSON-RPC errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.protocols.a2a_agent import DEPLOYS, a2a_client
+from tests.server.support import Serving
+
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def rpc(http: httpx.AsyncClient, url: str, method: str, params: Any, **headers: str) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    response = await http.post(f"{url}/a2a", json=body, headers={**AUTH, **headers})
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    assert answer["id"] == 7
+    return answer
+
+
+def message(text: str | None = None, data: dict[str, Any] | None = None, **ids: str) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if text is not None:
+        parts.append({"text": text})
+    if data is not None:
+        parts.append({"data": data})
+    return {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": parts, **ids}}
+
+
+async def test_the_card_is_public_and_declares_the_bearer_scheme(serving: Serving) -> None:
+    async with serving(await a2a_client(), token=TOKEN) as url, httpx.AsyncClient() as http:
+        card = (await http.get(f"{url}/.well-known/agent-card.json")).json()
+        assert card["url"] == f"{url}/a2a"
+        assert card["supportedInterfaces"][0] == {
+            "url": f"{url}/a2a",
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": "1.0",
+        }
+        assert card["capabilities"]["streaming"] is True
+        assert card["description"] == "A deploy assistant."
+        assert {skill["id"] for skill in card["skills"]} == {"deploy", "slow_lookup"}
+        assert card["securitySchemes"]["bearer"]["scheme"] == "bearer"
+        refused = await http.post(f"{url}/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
+        assert refused.status_code == 401
+
+
+async def test_approve_then_decline_through_input_required(serving: Serving) -> None:
+    DEPLOYS.clear()
+    async with serving(await a2a_client(), token=TOKEN) as url, httpx.AsyncClient(timeout=30) as http:
+        first = (await rpc(http, url, "SendMessage", message("please deploy")))["result"]["task"]
+        assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        asked = first["status"]["message"]["parts"][1]["data"]
+        assert asked["kind"] == "tool_approval"
+        assert asked["responseSchema"]["required"] == ["approved"]
+        task_id, context_id = first["id"], first["contextId"]
+        wrong = await rpc(http, url, "SendMessage", message(data={"approved": "yes"}, taskId=task_id))
+        assert wrong["error"]["code"] == -32602 and "'approved' must be a bool" in wrong["error"]["message"]
+        still = (await rpc(http, url, "GetTask", {"id": task_id}))["result"]
+        assert still["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" and DEPLOYS == []
+        done = (await rpc(http, url, "SendMessage", message(data={"approved": True}, taskId=task_id)))["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert done["artifacts"][0]["parts"] == [{"text": "done: deployed to staging"}]
+        assert DEPLOYS == ["staging"]
+        second = (await rpc(http, url, "SendMessage", message("deploy again", contextId=context_id)))["result"]["task"]
+        assert second["contextId"] == context_id and second["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        declined = await rpc(http, url, "SendMessage", message(data={"approved": False}, taskId=second["id"]))
+        assert declined["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert DEPLOYS == ["staging"]
+
+
+async def test_free_text_answers_a_question_and_cancel_while_waiting(serving: Serving) -> None:
+    async with serving(await a2a_client(), token=TOKEN) as url, httpx.AsyncClient(timeout=30) as http:
+        asked = (await rpc(http, url, "message/send", _v03("a free question")))["result"]
+        assert asked["kind"] == "task" and asked["status"]["state"] == "input-required"
+        answered = await rpc(http, url, "message/send", _v03("Ada", taskId=asked["id"]))
+        assert answered["result"]["artifacts"][0]["parts"] == [{"kind": "text", "text": "done: Ada"}]
+        waiting = (await rpc(http, url, "SendMessage", message("ask me")))["result"]["task"]
+        cancelled = (await rpc(http, url, "CancelTask", {"id": waiting["id"]}))["result"]
+        assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+        again = await rpc(http, url, "CancelTask", {"id": waiting["id"]})
+        assert again["error"]["code"] == -32002
+
+
+async def test_a_message_on_a_working_task_steers_it(serving: Serving) -> None:
+    async with serving(await a2a_client(), token=TOKEN) as url, httpx.AsyncClient(timeout=30) as http:
+        started = await rpc(
+            http, url, "SendMessage", {**message("go slow"), "configuration": {"returnImmediately": True}}
+        )
+        task_id = started["result"]["task"]["id"]
+        steered = await rpc(http, url, "SendMessage", message("talk about the moon instead", taskId=task_id))
+        task = steered["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert task["artifacts"][0]["parts"] == [{"text": "steered: talk about the moon instead"}]
+
+
+async def test_bad_input_is_a_json_rpc_error_with_a_reason(serving: Serving) -> None:
+    async with serving(await a2a_client(), token=TOKEN) as url, httpx.AsyncClient(timeout=30) as http:
+        malformed = await http.post(
+            f"{url}/a2a", content=b"{nope", headers={**AUTH, "Content-Type": "application/json"}
+        )
+        assert malformed.status_code == 200 and malformed.json()["error"]["code"] == -32700
+        unknown = await rpc(http, url, "GetTask", {"id": "no-such-task"})
+        assert unknown["error"]["code"] == -32001 and "no-such-task" in unknown["error"]["message"]
+        assert (await rpc(http, url, "Frobnicate", {}))["error"]["code"] == -32601
+        assert (await rpc(http, url, "SendMessage", {"message": "hi"}))["error"]["code"] == -32602
+        old = await rpc(http, url, "SendMessage", message("hi"), **{"A2A-Version": "0.1"})
+        assert old["error"]["code"] == -32009
+        mine = (await rpc(http, url, "SendMessage", message("please deploy", contextId="mine")))["result"]["task"]
+        other = await rpc(
+            http, url, "SendMessage", message(data={"approved": True}, taskId=mine["id"], contextId="theirs")
+        )
+        assert other["error"]["code"] == -32602 and "another context" in other["error"]["message"]
+        wrong_call = await rpc(
+            http, url, "SendMessage", message(data={"toolCallId": "zz", "approved": True}, taskId=mine["id"])
+        )
+        assert wrong_call["error"]["code"] == -32602 and "zz" in wrong_call["error"]["message"]
+        text_for_approval = await rpc(http, url, "SendMessage", message("yes", taskId=mine["id"]))
+        assert text_for_approval["error"]["code"] == -32602 and "data part" in text_for_approval["error"]["message"]
+        still = (await rpc(http, url, "GetTask", {"id": mine["id"]}))["result"]
+        assert still["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        big = await http.post(f"{url}/a2a", json={"x": "y" * 2_000_000}, headers=AUTH)
+        assert big.status_code == 413 and big.json()["error"]["type"] == "PayloadTooLarge"
+
+
+def _v03(text: str, **ids: str) -> dict[str, Any]:
+    return {
+        "message": {
+            "kind": "message",
+            "messageId": "m",
+            "role": "user",
+            "parts": [{"kind": "text", "text": text}],
+            **ids,
+        }
+    }
