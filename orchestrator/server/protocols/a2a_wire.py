@@ -208,3 +208,56 @@ def agent_card(info: CardInfo, endpoint: str, *, bearer: bool) -> dict[str, Any]
 def skills_of(tools: Sequence[Any]) -> tuple[SkillInfo, ...]:
     """One skill per tool definition (its name and description)."""
     return tuple(SkillInfo(str(tool.name), str(getattr(tool, "description", "") or "")) for tool in tools)
+
+
+def openapi_paths() -> dict[str, Any]:
+    """The two A2A routes as OpenAPI path items (the JSON-RPC methods are A2A's; see docs/a2a.md)."""
+    rpc_body = {
+        "type": "object",
+        "required": ["jsonrpc", "method"],
+        "properties": {
+            "jsonrpc": {"const": "2.0"},
+            "id": {"type": ["string", "integer", "null"]},
+            "method": {
+                "type": "string",
+                "description": "SendMessage, SendStreamingMessage, GetTask, ListTasks, "
+                "CancelTask, SubscribeToTask (or 0.3's message/send, message/stream, tasks/get, tasks/list, "
+                "tasks/cancel, tasks/resubscribe)",
+            },
+            "params": {"type": "object"},
+        },
+    }
+    refusal = {"description": "refused", "content": {"application/json": {"schema": {"type": "object"}}}}
+    return {
+        "/.well-known/agent-card.json": {
+            "get": {
+                "summary": "the A2A agent card (public); it declares the bearer scheme when a token is set",
+                "responses": {
+                    "200": {"description": "the card", "content": {"application/json": {"schema": {"type": "object"}}}}
+                },
+            }
+        },
+        "/a2a": {
+            "post": {
+                "summary": "A2A JSON-RPC (protocol 1.0, and 0.3's method names and shapes); the A2A-Version header "
+                "picks the shapes. Errors are JSON-RPC errors with A2A's codes in a 200 answer; the streaming "
+                "methods answer Server-Sent Events whose data are JSON-RPC responses",
+                "parameters": [
+                    {"name": "A2A-Version", "in": "header", "required": False, "schema": {"type": "string"}}
+                ],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": rpc_body}}},
+                "responses": {
+                    "200": {
+                        "description": "a JSON-RPC response, or a stream of them",
+                        "content": {
+                            "application/json": {"schema": {"type": "object"}},
+                            "text/event-stream": {"schema": {"type": "string"}},
+                        },
+                    },
+                    "401": refusal,
+                    "413": refusal,
+                    "415": refusal,
+                },
+            }
+        },
+    }
