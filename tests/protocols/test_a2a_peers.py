@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -79,3 +80,17 @@ async def test_the_python_sdk_client_approves_declines_cancels_and_steers(servin
         assert artifacts[0].parts[0].text == "steered: moon instead"
         await streaming.close()
         await http.aclose()
+
+
+async def test_the_a2a_proof_contract_holds(serving: Serving) -> None:
+    proof = Path(sys.executable).parent / "a2a-proof"
+    if not proof.exists():
+        pytest.skip("a2a-proof is not installed (setup.cfg's test extra pins it; run scripts/test)")
+    contract = Path(__file__).parent / "contracts" / "a2a-proof.yaml"
+    async with serving(await a2a_client(), token=TOKEN) as url:
+        env = {**os.environ, "A2A_URL": url, "A2A_TOKEN": TOKEN}
+        done = await trio.run_process(
+            [str(proof), "run", str(contract), "--format", "json"], capture_stdout=True, check=False, env=env
+        )
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, json.dumps(report, indent=1)[:4000]

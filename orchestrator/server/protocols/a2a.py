@@ -309,8 +309,12 @@ class A2AService:
     async def _act(self, incoming: Incoming) -> tuple[str, frozenset[str]]:
         """Start a task, answer its waiting calls, or steer it; the task's id and the calls answered."""
         if incoming.task_id is None:
-            return await self._start(incoming), frozenset()
-        view = await self._view(incoming.task_id)
+            started = await self._start(incoming)
+            if started is not None:
+                return started, frozenset()
+            view = await self._live_task(incoming)
+        else:
+            view = await self._view(incoming.task_id)
         if incoming.context_id is not None and incoming.context_id != view.session_id:
             raise _invalid(f"task {view.request_id!r} belongs to another context than {incoming.context_id!r}")
         if view.done:
@@ -324,18 +328,31 @@ class A2AService:
         await self._steer(view, incoming)
         return view.request_id, frozenset()
 
-    async def _start(self, incoming: Incoming) -> str:
-        if incoming.data:
-            raise _invalid("data parts answer a waiting call: send them with the taskId of an input-required task")
-        if not incoming.text.strip():
-            raise _invalid("a new task needs a non-blank text part")
+    async def _start(self, incoming: Incoming) -> str | None:
+        """A new task of the context; None when the context's session runs a task already."""
         session_id = incoming.context_id or uuid.uuid4().hex
+        if incoming.data or not incoming.text.strip():
+            if incoming.context_id is not None and await self._live_request(incoming.context_id) is not None:
+                return None  # an answer or a steer for the task that runs in the context
+            raise _invalid("a new task needs a non-blank text part; data parts answer an input-required task")
         try:
             return await self.backend.start(session_id, UserMessage(incoming.text), None)
-        except SessionBusy as busy:
-            raise RpcError(
-                UNSUPPORTED_OPERATION, f"{busy}; send the message with that task's taskId to steer it"
-            ) from None
+        except SessionBusy:
+            return None
+
+    async def _live_request(self, session_id: str) -> str | None:
+        for session in await self.backend.sessions():
+            if session.get("session_id") == session_id and session.get("request_id") is not None:
+                return str(session["request_id"])
+        return None
+
+    async def _live_task(self, incoming: Incoming) -> RunView:
+        """The task that runs in the message's context: a message there answers or steers it."""
+        assert incoming.context_id is not None
+        request_id = await self._live_request(incoming.context_id)
+        if request_id is None:
+            raise RpcError(UNSUPPORTED_OPERATION, f"context {incoming.context_id!r} is busy; try again")
+        return await self._view(request_id)
 
     async def _answer(self, view: RunView, waits: list[Wait], incoming: Incoming) -> frozenset[str]:
         by_id = {wait.tool_call_id: wait for wait in waits}
@@ -429,7 +446,7 @@ class A2AService:
                 tuple(wait.data() for wait in waits),
             )
             return A2ATask(task_id, view.session_id, "input-required", asking, None, tuple(history))
-        state = "submitted" if view.state in (None, "idle") else "working"
+        state = "submitted" if view.state is None else "working"
         return A2ATask(task_id, view.session_id, state, None, None, tuple(history))
 
     async def _events(self, view: RunView) -> list[dict[str, Any]]:
