@@ -94,3 +94,28 @@ async def test_the_a2a_proof_contract_holds(serving: Serving) -> None:
         )
     report = json.loads(done.stdout)
     assert done.returncode == 0, json.dumps(report, indent=1)[:4000]
+
+
+A2A_JS = Path(__file__).parent / "a2a_js"
+
+
+async def test_the_js_sdk_client_approves_declines_cancels_and_steers(serving: Serving) -> None:
+    node = shutil.which("node")
+    if node is None or not (A2A_JS / "node_modules" / "@a2a-js" / "sdk").is_dir():
+        pytest.skip("node or @a2a-js/sdk is missing (scripts/test installs it with npm ci in tests/protocols/a2a_js)")
+    DEPLOYS.clear()
+    async with serving(await a2a_client(), token=TOKEN) as url:
+        done = await trio.run_process(
+            [node, str(A2A_JS / "cycles.mjs"), url, TOKEN], capture_stdout=True, capture_stderr=True, check=False
+        )
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    completed, input_required, canceled = 3, 6, 5  # the SDK's TaskState values
+    assert report["approveAsked"] == [input_required, "tool_approval"]
+    assert report["approved"] == [completed, "done: deployed to staging"]
+    assert report["declined"] == [completed, "done: rejected: the user declined deploy: not today"]
+    assert report["cancelAsked"] == [input_required, [{"answer": "red"}, {"answer": "blue"}]]
+    assert report["cancelled"] == canceled
+    assert "has ended (cancelled)" in report["refused"]
+    assert report["steered"] == [completed, "steered: moon instead"]
+    assert DEPLOYS == ["staging"]
