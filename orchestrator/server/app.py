@@ -117,8 +117,8 @@ def create_app(
     under a mount the console and the links it answers follow the mount's prefix.
     Open event streams end with an ``event: closing`` frame when the server
     shuts down or the host closes (see docs/asyncio.md).
-    ``token`` guards every route but ``/health`` and the console's page and
-    files (which hold no data); ``max_body_bytes`` caps
+    ``token`` guards every route but ``/health``, the A2A agent card
+    (docs/a2a.md) and the console's page and files (which hold no data); ``max_body_bytes`` caps
     request bodies; ``idempotency_keys`` bounds the remembered answers;
     ``retained_runs`` is how many finished runs of an Agent or AgentClient
     stay reachable (events, state, trace) before the oldest answer 404 (a

@@ -136,3 +136,29 @@ def _v03(text: str, **ids: str) -> dict[str, Any]:
             **ids,
         }
     }
+
+
+async def test_hosts_and_origins_are_checked_on_the_a2a_routes(serving: Serving) -> None:
+    allowed = "http://console.example"
+    settings = {"token": TOKEN, "allowed_hosts": ["127.0.0.1"], "allowed_origins": [allowed]}
+    async with serving(await a2a_client(), **settings) as url, httpx.AsyncClient(timeout=30) as http:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
+        foreign = await http.post(f"{url}/a2a", json=body, headers={**AUTH, "Origin": "http://evil.example"})
+        assert foreign.status_code == 403 and foreign.json()["error"]["type"] == "OriginNotAllowed"
+        rebound = await http.get(f"{url}/.well-known/agent-card.json", headers={"Host": "evil.example"})
+        assert rebound.status_code == 403 and rebound.json()["error"]["type"] == "HostNotAllowed"
+        preflight = await http.options(
+            f"{url}/a2a",
+            headers={
+                "Origin": allowed,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type, a2a-version",
+            },
+        )
+        assert preflight.status_code in (200, 204), preflight.text
+        assert preflight.headers["access-control-allow-origin"] == allowed
+        answered = await http.post(f"{url}/a2a", json=body, headers={**AUTH, "Origin": allowed})
+        assert answered.json()["error"]["code"] == -32001
+        assert answered.headers["access-control-allow-origin"] == allowed
+        plain = await http.post(f"{url}/a2a", content=b"{}", headers={**AUTH, "Content-Type": "text/plain"})
+        assert plain.status_code == 415 and plain.json()["error"]["type"] == "UnsupportedMediaType"
