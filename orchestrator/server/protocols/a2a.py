@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any
 
 import anyio
-import attrs
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -27,12 +26,25 @@ from orchestrator.errors import SessionBusy
 from orchestrator.messages import UserMessage
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, RunView
-from orchestrator.server.bodies import decode_json, require_json, whole_number
 from orchestrator.server.errors import HTTPRefusal
-from orchestrator.server.ids import id_problem
+from orchestrator.server.protocols.a2a_requests import (
+    INTERNAL_ERROR,
+    TASK_NOT_CANCELABLE,
+    TASK_NOT_FOUND,
+    UNSUPPORTED_OPERATION,
+    Incoming,
+    RpcError,
+    blocking_of,
+    envelope,
+    history_length_of,
+    incoming_message,
+    invalid,
+    optional_id,
+    read_request,
+    task_id_of,
+)
 from orchestrator.server.protocols.a2a_waits import Wait, takes_free_text
 from orchestrator.server.protocols.a2a_wire import (
-    VERSIONS,
     A2AMessage,
     A2ATask,
     CardInfo,
@@ -45,6 +57,7 @@ from orchestrator.server.protocols.a2a_wire import (
     task_result,
 )
 from orchestrator.server.streams import SSE_HEADERS
+from orchestrator.store.errors import StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -53,148 +66,7 @@ RPC_PATH = "/a2a"
 VERSION_HEADER = "a2a-version"
 CANCEL_SETTLE_SECONDS = 10.0
 """How long CancelTask waits for the run to end before it answers with the task as it is."""
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-TASK_NOT_FOUND = -32001
-TASK_NOT_CANCELABLE = -32002
-PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
-UNSUPPORTED_OPERATION = -32004
-CONTENT_TYPE_NOT_SUPPORTED = -32005
-EXTENDED_CARD_NOT_CONFIGURED = -32007
-VERSION_NOT_SUPPORTED = -32009
-
-METHODS: dict[str, tuple[str, Version]] = {
-    "SendMessage": ("send", "1.0"),
-    "SendStreamingMessage": ("stream", "1.0"),
-    "GetTask": ("get", "1.0"),
-    "ListTasks": ("list", "1.0"),
-    "CancelTask": ("cancel", "1.0"),
-    "SubscribeToTask": ("subscribe", "1.0"),
-    "message/send": ("send", "0.3"),
-    "message/stream": ("stream", "0.3"),
-    "tasks/get": ("get", "0.3"),
-    "tasks/list": ("list", "0.3"),
-    "tasks/cancel": ("cancel", "0.3"),
-    "tasks/resubscribe": ("subscribe", "0.3"),
-}
-"""Each JSON-RPC method (1.0's name and 0.3's) and what it does; the name's version is the default answer shape."""
-_PUSH_METHODS = ("PushNotificationConfig", "pushNotificationConfig")
-_EXTENDED_CARD_METHODS = ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard")
 _STATES = {"completed": "completed", "failed": "failed", "cancelled": "canceled"}
-
-
-class RpcError(Exception):
-    """A JSON-RPC error answer: A2A's ``code`` and a message that says why."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def json(self, rpc_id: object) -> dict[str, Any]:
-        return {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": self.code, "message": self.message}}
-
-
-def _invalid(message: str) -> RpcError:
-    return RpcError(INVALID_PARAMS, message)
-
-
-@attrs.frozen
-class Incoming:
-    """A user's message as sent: the task and context it names, its text and its data parts."""
-
-    task_id: str | None
-    context_id: str | None
-    texts: tuple[str, ...]
-    data: tuple[Mapping[str, Any], ...]
-
-    @property
-    def text(self) -> str:
-        return "\n".join(self.texts)
-
-
-def _optional_id(value: object, what: str) -> str | None:
-    if value is None or value == "":
-        return None
-    problem = id_problem(value)
-    if problem is not None:
-        raise _invalid(f"{what} {problem}")
-    assert isinstance(value, str)
-    return value
-
-
-def incoming_message(params: Mapping[str, Any]) -> Incoming:
-    """``params.message`` checked: a user message of text and data parts; InvalidParams naming what is wrong."""
-    message = params.get("message")
-    if not isinstance(message, dict):
-        raise _invalid("params.message must be an object")
-    if message.get("role") not in ("user", "ROLE_USER"):
-        raise _invalid(f"params.message.role must be 'ROLE_USER' (or 0.3's 'user'), not {message.get('role')!r}")
-    parts = message.get("parts")
-    if not isinstance(parts, list) or not parts:
-        raise _invalid("params.message.parts must be a non-empty list")
-    texts: list[str] = []
-    data: list[Mapping[str, Any]] = []
-    for index, part in enumerate(parts):
-        if not isinstance(part, dict):
-            raise _invalid(f"params.message.parts[{index}] must be an object")
-        if "text" in part:
-            if not isinstance(part["text"], str):
-                raise _invalid(f"params.message.parts[{index}].text must be a string")
-            texts.append(part["text"])
-        elif "data" in part:
-            if not isinstance(part["data"], dict):
-                raise _invalid(f"params.message.parts[{index}].data must be an object")
-            data.append(part["data"])
-        elif {"file", "url", "raw"} & set(part) or part.get("kind") == "file":
-            raise RpcError(CONTENT_TYPE_NOT_SUPPORTED, f"params.message.parts[{index}]: file parts are not accepted")
-        else:
-            raise _invalid(f"params.message.parts[{index}] is neither a text nor a data part")
-    return Incoming(
-        _optional_id(message.get("taskId"), "params.message.taskId"),
-        _optional_id(message.get("contextId"), "params.message.contextId"),
-        tuple(texts),
-        tuple(data),
-    )
-
-
-def _task_id(params: Mapping[str, Any]) -> str:
-    task_id = _optional_id(params.get("id"), "params.id")
-    if task_id is None:
-        raise _invalid("params.id (the task's id) is required")
-    return task_id
-
-
-def _history_length(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _invalid("historyLength must be a non-negative integer")
-    return value
-
-
-def _blocking(params: Mapping[str, Any]) -> bool:
-    configuration = params.get("configuration") or {}
-    if not isinstance(configuration, dict):
-        raise _invalid("params.configuration must be an object")
-    return not (configuration.get("returnImmediately") is True or configuration.get("blocking") is False)
-
-
-def requested_version(header: str | None, method_version: Version) -> Version:
-    """The version to answer in: the ``A2A-Version`` header's (major.minor), else the method name's."""
-    if header is None or not header.strip():
-        return method_version
-    parts = header.strip().split(".")
-    wanted = ".".join(parts[:2])
-    for version in VERSIONS:
-        if wanted == version:
-            return version
-    raise RpcError(VERSION_NOT_SUPPORTED, f"A2A-Version {header!r} is not served; versions: {', '.join(VERSIONS)}")
-
 
 def _text_of(content: object) -> str:
     if isinstance(content, str):
@@ -222,9 +94,9 @@ class A2AService:
     async def rpc(self, request: Request) -> Response:
         rpc_id: object = None
         try:
-            body = await self._body(request)
+            body = await read_request(request, self.max_body_bytes)
             rpc_id = body.get("id")
-            kind, version, params = self._envelope(body, request.headers.get(VERSION_HEADER))
+            kind, version, params = envelope(body, request.headers.get(VERSION_HEADER))
             if kind in ("stream", "subscribe"):
                 frames = await self._stream(kind, params, version)
                 return StreamingResponse(_sse(rpc_id, frames), media_type="text/event-stream", headers=SSE_HEADERS)
@@ -232,64 +104,27 @@ class A2AService:
             return JSONResponse({"jsonrpc": "2.0", "id": rpc_id, "result": result})
         except RpcError as error:
             return JSONResponse(error.json(rpc_id))
+        except (HTTPRefusal, StoreUnavailable):
+            raise  # answered by the app's handlers: a 4xx with its reason, a 503 to retry
+        except Exception as error:  # a fault of ours: logged here, its type told, never a traceback
+            logger.exception("A2A %s failed", request.url.path)
+            return JSONResponse(RpcError(INTERNAL_ERROR, f"internal error ({type(error).__name__})").json(rpc_id))
 
     # the envelope -----------------------------------------------------------
-
-    async def _body(self, request: Request) -> dict[str, Any]:
-        require_json(request)
-        declared = request.headers.get("content-length")
-        too_large = HTTPRefusal(413, "PayloadTooLarge", f"the body is over the limit of {self.max_body_bytes} bytes")
-        if declared is not None and whole_number(declared, "Content-Length") > self.max_body_bytes:
-            raise too_large
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise too_large
-            chunks.append(chunk)
-        try:
-            value = decode_json(b"".join(chunks))
-        except HTTPRefusal as refusal:
-            raise RpcError(PARSE_ERROR, refusal.message) from None
-        if not isinstance(value, dict):
-            raise RpcError(INVALID_REQUEST, f"a request must be a JSON-RPC object, not {type(value).__name__}")
-        return value
-
-    def _envelope(self, body: Mapping[str, Any], header: str | None) -> tuple[str, Version, Mapping[str, Any]]:
-        if body.get("jsonrpc") != "2.0":
-            raise RpcError(INVALID_REQUEST, "'jsonrpc' must be \"2.0\"")
-        rpc_id = body.get("id")
-        if rpc_id is not None and (isinstance(rpc_id, bool) or not isinstance(rpc_id, (str, int))):
-            raise RpcError(INVALID_REQUEST, "'id' must be a string, an integer or null")
-        method = body.get("method")
-        if not isinstance(method, str):
-            raise RpcError(INVALID_REQUEST, "'method' must be a string")
-        params = body.get("params", {})
-        if not isinstance(params, dict):
-            raise _invalid("'params' must be an object")
-        if method not in METHODS:
-            if any(name in method for name in _PUSH_METHODS):
-                raise RpcError(PUSH_NOTIFICATION_NOT_SUPPORTED, "push notifications are not supported")
-            if method in _EXTENDED_CARD_METHODS:
-                raise RpcError(EXTENDED_CARD_NOT_CONFIGURED, "there is no extended agent card")
-            raise RpcError(METHOD_NOT_FOUND, f"no method {method!r}; methods: {', '.join(METHODS)}")
-        kind, method_version = METHODS[method]
-        return kind, requested_version(header, method_version), params
 
     async def _call(self, kind: str, params: Mapping[str, Any], version: Version) -> Any:
         if kind == "send":
             incoming = incoming_message(params)
-            blocking = _blocking(params)
-            history_length = _history_length((params.get("configuration") or {}).get("historyLength"))
+            blocking = blocking_of(params)
+            history_length = history_length_of((params.get("configuration") or {}).get("historyLength"))
             task_id, answered = await self._act(incoming)
             task = await (self._settled(task_id, answered) if blocking else self._task(task_id, answered))
             return task_result(task, version, history_length)
         if kind == "get":
-            task = await self._task(_task_id(params))
-            return task.json(version, _history_length(params.get("historyLength")))
+            task = await self._task(task_id_of(params))
+            return task.json(version, history_length_of(params.get("historyLength")))
         if kind == "cancel":
-            return (await self._cancel(_task_id(params))).json(version)
+            return (await self._cancel(task_id_of(params))).json(version)
         assert kind == "list"
         return await self._list(params, version)
 
@@ -316,7 +151,7 @@ class A2AService:
         else:
             view = await self._view(incoming.task_id)
         if incoming.context_id is not None and incoming.context_id != view.session_id:
-            raise _invalid(f"task {view.request_id!r} belongs to another context than {incoming.context_id!r}")
+            raise invalid(f"task {view.request_id!r} belongs to another context than {incoming.context_id!r}")
         if view.done:
             raise RpcError(
                 UNSUPPORTED_OPERATION,
@@ -334,7 +169,7 @@ class A2AService:
         if incoming.data or not incoming.text.strip():
             if incoming.context_id is not None and await self._live_request(incoming.context_id) is not None:
                 return None  # an answer or a steer for the task that runs in the context
-            raise _invalid("a new task needs a non-blank text part; data parts answer an input-required task")
+            raise invalid("a new task needs a non-blank text part; data parts answer an input-required task")
         try:
             return await self.backend.start(session_id, UserMessage(incoming.text), None)
         except SessionBusy:
@@ -361,32 +196,32 @@ class A2AService:
             call_id = data.get("toolCallId", data.get("tool_call_id"))
             if call_id is None:
                 if len(waits) > 1:
-                    raise _invalid(f"several calls wait ({sorted(by_id)}): name one as toolCallId in the data part")
+                    raise invalid(f"several calls wait ({sorted(by_id)}): name one as toolCallId in the data part")
                 call_id = waits[0].tool_call_id
             if call_id not in by_id:
-                raise _invalid(f"no call {call_id!r} waits in task {view.request_id!r}; waiting: {sorted(by_id)}")
+                raise invalid(f"no call {call_id!r} waits in task {view.request_id!r}; waiting: {sorted(by_id)}")
             answer = {k: v for k, v in data.items() if k not in ("toolCallId", "tool_call_id")}
             answers.append((by_id[call_id], answer))
         if not answers:
             free = [wait for wait in waits if takes_free_text(wait.response_event)]
             if len(free) != 1 or not incoming.texts:
                 wanted = "; ".join(f"{w.tool_call_id}: {json.dumps(w.data()['responseSchema'])}" for w in waits)
-                raise _invalid(f"task {view.request_id!r} waits for an answer: send a data part ({wanted})")
+                raise invalid(f"task {view.request_id!r} waits for an answer: send a data part ({wanted})")
             answers.append((free[0], {"answer": incoming.text}))
         answered: set[str] = set()
         for wait, answer in answers:
             event = ExternalEvent(wait.response_event, {**answer, "tool_call_id": wait.tool_call_id})
             delivery = await self.backend.deliver(view.session_id, view.request_id, event, None)
             if not delivery.accepted:
-                raise _invalid(f"the answer to {wait.tool_call_id!r} was refused: {delivery.reason}")
+                raise invalid(f"the answer to {wait.tool_call_id!r} was refused: {delivery.reason}")
             answered.add(wait.tool_call_id)
         return frozenset(answered)
 
     async def _steer(self, view: RunView, incoming: Incoming) -> None:
         if incoming.data:
-            raise _invalid(f"no call waits for an answer in task {view.request_id!r}; a working task takes text")
+            raise invalid(f"no call waits for an answer in task {view.request_id!r}; a working task takes text")
         if not incoming.text.strip():
-            raise _invalid("a steering message needs a non-blank text part")
+            raise invalid("a steering message needs a non-blank text part")
         event = ExternalEvent("steering_message", {"content": incoming.text})
         delivery = await self.backend.deliver(view.session_id, view.request_id, event, None)
         if not delivery.accepted:
@@ -402,7 +237,7 @@ class A2AService:
         return await self._task(task_id)
 
     async def _list(self, params: Mapping[str, Any], version: Version) -> dict[str, Any]:
-        context_id = _optional_id(params.get("contextId"), "params.contextId")
+        context_id = optional_id(params.get("contextId"), "params.contextId")
         tasks: list[dict[str, Any]] = []
         for session in await self.backend.sessions():
             request_id = session.get("request_id")
@@ -487,7 +322,7 @@ class A2AService:
         if kind == "stream":
             task_id, answered = await self._act(incoming_message(params))
         else:
-            task_id = _task_id(params)
+            task_id = task_id_of(params)
             view = await self._view(task_id)
             if view.done:
                 raise RpcError(UNSUPPORTED_OPERATION, f"task {task_id!r} has ended ({view.state}): nothing to follow")
@@ -522,6 +357,9 @@ async def _sse(rpc_id: object, results: AsyncIterator[dict[str, Any]]) -> AsyncI
             yield f"data: {json.dumps({'jsonrpc': '2.0', 'id': rpc_id, 'result': result})}\n\n".encode()
     except RpcError as error:
         yield f"data: {json.dumps(error.json(rpc_id))}\n\n".encode()
+    except StoreUnavailable as error:
+        unavailable = RpcError(INTERNAL_ERROR, f"the run store is unavailable: {error}; subscribe again")
+        yield f"data: {json.dumps(unavailable.json(rpc_id))}\n\n".encode()
 
 
 def a2a_routes(backend: Backend, max_body_bytes: int, card: CardInfo, *, bearer: bool) -> list[BaseRoute]:
