@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -162,3 +163,49 @@ async def test_hosts_and_origins_are_checked_on_the_a2a_routes(serving: Serving)
         assert answered.headers["access-control-allow-origin"] == allowed
         plain = await http.post(f"{url}/a2a", content=b"{}", headers={**AUTH, "Content-Type": "text/plain"})
         assert plain.status_code == 415 and plain.json()["error"]["type"] == "UnsupportedMediaType"
+
+
+async def sse_results(http: httpx.AsyncClient, url: str, method: str, params: Any, **headers: str) -> list[Any]:
+    body = {"jsonrpc": "2.0", "id": 9, "method": method, "params": params}
+    results: list[Any] = []
+    async with http.stream("POST", f"{url}/a2a", json=body, headers={**AUTH, **headers}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                frame = json.loads(line[6:])
+                assert frame["id"] == 9
+                results.append(frame.get("result", frame.get("error")))
+    return results
+
+
+async def test_streams_in_both_versions_and_subscribe_list(serving: Serving) -> None:
+    async with serving(await a2a_client(), token=TOKEN) as url, httpx.AsyncClient(timeout=30) as http:
+        results = await sse_results(http, url, "SendStreamingMessage", message("please deploy"))
+        assert "task" in results[0] and results[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        task_id = results[0]["task"]["id"]
+        listed = (await rpc(http, url, "ListTasks", {}))["result"]["tasks"]
+        assert [task["id"] for task in listed] == [task_id]
+        answered = await sse_results(http, url, "message/stream", _v03_data({"approved": True}, taskId=task_id))
+        assert answered[0]["kind"] == "task"
+        assert answered[-2]["kind"] == "artifact-update"
+        assert answered[-2]["artifact"]["parts"] == [{"kind": "text", "text": "done: deployed to staging"}]
+        assert answered[-1]["kind"] == "status-update" and answered[-1]["final"] is True
+        assert answered[-1]["status"]["state"] == "completed"
+        ended = await rpc(http, url, "SubscribeToTask", {"id": task_id})
+        assert ended["error"]["code"] == -32004 and "has ended" in ended["error"]["message"]
+        as_v03 = await rpc(http, url, "GetTask", {"id": task_id}, **{"A2A-Version": "0.3.0"})
+        assert as_v03["result"]["kind"] == "task" and as_v03["result"]["status"]["state"] == "completed"
+        assert [m["role"] for m in as_v03["result"]["history"]] == ["user", "agent"]
+        assert (await rpc(http, url, "ListTasks", {}))["result"]["tasks"] == []
+
+
+def _v03_data(data: dict[str, Any], **ids: str) -> dict[str, Any]:
+    return {
+        "message": {
+            "kind": "message",
+            "messageId": "m",
+            "role": "user",
+            "parts": [{"kind": "data", "data": data}],
+            **ids,
+        }
+    }
