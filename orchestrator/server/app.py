@@ -172,7 +172,7 @@ def create_app(
         Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
         Route("/machines/{name}", service.machine, methods=["GET"]),
     ]
-    routes += a2a_routes(backend, settings.max_body_bytes, card_info_of(agent), bearer=settings.token is not None)
+    routes += a2a_routes(service, card_info_of(agent), bearer=settings.token is not None)
     if metrics is not False:
         from orchestrator.server.metrics import metrics_route
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import httpx
+import trio
 
 from tests.protocols.a2a_agent import DEPLOYS, a2a_client
 from tests.server.support import Serving
@@ -209,3 +210,23 @@ def _v03_data(data: dict[str, Any], **ids: str) -> dict[str, Any]:
             **ids,
         }
     }
+
+
+async def test_a_stream_ends_with_a_reason_when_the_server_stops_and_the_task_goes_on(serving: Serving) -> None:
+    stopping: list[str] = []
+    settings = {"token": TOKEN, "stop_streams": lambda: stopping[0] if stopping else None}
+    async with serving(await a2a_client(), **settings) as url, httpx.AsyncClient(timeout=30) as http:
+        params = {**message("go slow"), "configuration": {"returnImmediately": True}}
+        task_id = (await rpc(http, url, "SendMessage", params))["result"]["task"]["id"]
+        body = {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask", "params": {"id": task_id}}
+        frames: list[dict[str, Any]] = []
+        async with http.stream("POST", f"{url}/a2a", json=body, headers=AUTH) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    frames.append(json.loads(line[6:]))
+                    stopping.append("the server is shutting down")
+        assert "task" in frames[0]["result"]
+        assert frames[-1]["error"]["message"] == "the server is shutting down; the task goes on: SubscribeToTask"
+        stopping.clear()
+        while (await rpc(http, url, "GetTask", {"id": task_id}))["result"]["status"]["state"] != "TASK_STATE_COMPLETED":
+            await trio.sleep(0.05)

@@ -10,6 +10,7 @@ See docs/a2a.md for the mapping.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
@@ -18,8 +19,9 @@ from typing import Any
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from orchestrator.config import ExternalEvent
 from orchestrator.errors import SessionBusy
@@ -56,7 +58,8 @@ from orchestrator.server.protocols.a2a_wire import (
     stream_task,
     task_result,
 )
-from orchestrator.server.streams import SSE_HEADERS
+from orchestrator.server.routes import Service as NativeService
+from orchestrator.server.streams import CLOSING_POLL_SECONDS, SSE_HEADERS, StopReason
 from orchestrator.store.errors import StoreUnavailable
 
 logger = logging.getLogger(__name__)
@@ -79,8 +82,11 @@ def _text_of(content: object) -> str:
 class A2AService:
     """The agent card and the JSON-RPC endpoint, answering from ``backend``."""
 
-    def __init__(self, backend: Backend, max_body_bytes: int, card: CardInfo, *, bearer: bool) -> None:
+    def __init__(
+        self, backend: Backend, max_body_bytes: int, card: CardInfo, *, bearer: bool, stopping: StopReason
+    ) -> None:
         self.backend = backend
+        self.stopping = stopping
         self.max_body_bytes = max_body_bytes
         self.card_info = card
         self.bearer = bearer
@@ -98,8 +104,8 @@ class A2AService:
             rpc_id = body.get("id")
             kind, version, params = envelope(body, request.headers.get(VERSION_HEADER))
             if kind in ("stream", "subscribe"):
-                frames = await self._stream(kind, params, version)
-                return StreamingResponse(_sse(rpc_id, frames), media_type="text/event-stream", headers=SSE_HEADERS)
+                results = await self._stream(kind, params, version)
+                return A2AStream(rpc_id, results, self.stopping)
             result = await self._call(kind, params, version)
             return JSONResponse({"jsonrpc": "2.0", "id": rpc_id, "result": result})
         except RpcError as error:
@@ -350,21 +356,78 @@ def _interrupted(task: A2ATask) -> bool:
     return task.interrupted
 
 
-async def _sse(rpc_id: object, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+def _frame(body: Mapping[str, Any]) -> bytes:
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+async def _frames(rpc_id: object, results: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     """Each result as an SSE frame holding a JSON-RPC response; a failure mid-stream as an error frame."""
     try:
         async for result in results:
-            yield f"data: {json.dumps({'jsonrpc': '2.0', 'id': rpc_id, 'result': result})}\n\n".encode()
+            yield _frame({"jsonrpc": "2.0", "id": rpc_id, "result": result})
     except RpcError as error:
-        yield f"data: {json.dumps(error.json(rpc_id))}\n\n".encode()
+        yield _frame(error.json(rpc_id))
     except StoreUnavailable as error:
-        unavailable = RpcError(INTERNAL_ERROR, f"the run store is unavailable: {error}; subscribe again")
-        yield f"data: {json.dumps(unavailable.json(rpc_id))}\n\n".encode()
+        yield _frame(RpcError(INTERNAL_ERROR, f"the run store is unavailable: {error}; subscribe again").json(rpc_id))
 
 
-def a2a_routes(backend: Backend, max_body_bytes: int, card: CardInfo, *, bearer: bool) -> list[BaseRoute]:
-    """The agent card (public) and the JSON-RPC endpoint."""
-    service = A2AService(backend, max_body_bytes, card, bearer=bearer)
+class A2AStream(Response):
+    """SSE of JSON-RPC responses; it ends with the task's interruption, when the reader leaves (the task goes
+    on), or when the server stops: then with an error frame saying why, so the client subscribes again."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, rpc_id: object, results: AsyncIterator[dict[str, Any]], stop: StopReason) -> None:
+        super().__init__(headers=SSE_HEADERS, media_type=self.media_type)
+        self.raw_headers = [(name, value) for name, value in self.raw_headers if name != b"content-length"]
+        self.rpc_id = rpc_id
+        self.results = results
+        self.stop = stop
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        reason: str | None = None
+        gone = ended = False
+        async with anyio.create_task_group() as group:
+
+            async def pump() -> None:
+                nonlocal gone, ended
+                try:
+                    async for frame in _frames(self.rpc_id, self.results):
+                        await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    ended = True
+                except OSError:
+                    gone = True
+                group.cancel_scope.cancel()
+
+            async def watch() -> None:
+                nonlocal reason
+                while (reason := self.stop()) is None:
+                    await anyio.sleep(CLOSING_POLL_SECONDS)
+                group.cancel_scope.cancel()
+
+            async def listen() -> None:
+                nonlocal gone
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                gone = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(pump)
+            group.start_soon(watch)
+            group.start_soon(listen)
+        if gone:
+            return
+        tail = b""
+        if reason is not None and not ended:
+            tail = _frame(RpcError(INTERNAL_ERROR, f"{reason}; the task goes on: SubscribeToTask").json(self.rpc_id))
+        with anyio.move_on_after(1), contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def a2a_routes(native: NativeService, card: CardInfo, *, bearer: bool) -> list[BaseRoute]:
+    """The agent card (public) and the JSON-RPC endpoint, over the native routes' backend, body cap and stop reasons."""
+    service = A2AService(native.backend, native.max_body_bytes, card, bearer=bearer, stopping=native.stopping)
     return [Route(CARD_PATH, service.card, methods=["GET"]), Route(RPC_PATH, service.rpc, methods=["POST"])]
 
 
