@@ -70,6 +70,8 @@ VERSION_HEADER = "a2a-version"
 CANCEL_SETTLE_SECONDS = 10.0
 """How long CancelTask waits for the run to end before it answers with the task as it is."""
 _STATES = {"completed": "completed", "failed": "failed", "cancelled": "canceled"}
+_STATELESS_EVENTS = frozenset({"text_delta", "reasoning_delta"})
+"""Events that change nothing A2A shows of a task: a batch of only these is not looked at again."""
 
 def _text_of(content: object) -> str:
     if isinstance(content, str):
@@ -318,8 +320,9 @@ class A2AService:
         except EventsExpired as expired:
             raise RpcError(TASK_NOT_FOUND, str(expired)) from None
         yield await self._task(task_id, answered)
-        async for _batch in batches:
-            yield await self._task(task_id, answered)
+        async for batch in batches:
+            if any(event["type"] not in _STATELESS_EVENTS for event in batch):
+                yield await self._task(task_id, answered)
         yield await self._task(task_id, answered)
 
     async def _stream(self, kind: str, params: Mapping[str, Any], version: Version) -> AsyncIterator[dict[str, Any]]:
