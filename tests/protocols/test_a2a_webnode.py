@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -92,3 +93,23 @@ async def test_the_a2a_proof_contract_holds_on_a_web_node(tmp_path: Path) -> Non
                 [str(proof), "run", str(contract), "--format", "json"], capture_stdout=True, check=False, env=env
             )
     assert done.returncode == 0, json.dumps(json.loads(done.stdout), indent=1)[:4000]
+
+
+async def test_the_js_sdk_client_cycles_on_a_web_node(tmp_path: Path) -> None:
+    a2a_js = Path(__file__).parent / "a2a_js"
+    node = shutil.which("node")
+    if node is None or not (a2a_js / "node_modules" / "@a2a-js" / "sdk").is_dir():
+        pytest.skip("node or @a2a-js/sdk is missing (scripts/test installs it with npm ci in tests/protocols/a2a_js)")
+    DEPLOYS.clear()
+    with trio.fail_after(120):
+        async with web_node(tmp_path, token="s3cret") as url:
+            done = await trio.run_process(
+                [node, str(a2a_js / "cycles.mjs"), url, "s3cret"], capture_stdout=True, capture_stderr=True, check=False
+            )
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert report["approved"] == [3, "done: deployed to staging"]
+    assert report["declined"] == [3, "done: rejected: the user declined deploy: not today"]
+    assert report["cancelled"] == 5
+    assert report["steered"] == [3, "steered: moon instead"]
+    assert DEPLOYS == ["staging"]
