@@ -60,7 +60,10 @@ async def test_malformed_envelopes_are_json_rpc_errors_with_a_reason(serving: Se
 
         assert (await raw([{"jsonrpc": "2.0", "id": 1, "method": "GetTask"}]))["code"] == -32600
         assert (await raw({"jsonrpc": "1.0", "id": 1, "method": "GetTask"}))["code"] == -32600
-        assert (await raw({"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}))["code"] == -32600
+        bad_id = await http.post(
+            f"{url}/a2a", json={"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}, headers=AUTH
+        )
+        assert bad_id.json()["id"] is None and bad_id.json()["error"]["code"] == -32600
         assert (await raw({"jsonrpc": "2.0", "id": 1, "method": 5}))["code"] == -32600
         assert (await raw({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": [1]}))["code"] == -32602
         assert (await raw({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}}))["code"] == -32602

@@ -73,7 +73,9 @@ _STATES = {"completed": "completed", "failed": "failed", "cancelled": "canceled"
 _STATELESS_EVENTS = frozenset({"text_delta", "reasoning_delta"})
 """Events that change nothing A2A shows of a task: a batch of only these is not looked at again."""
 
+
 def _text_of(content: object) -> str:
+    """The text of a wire message's content (a string, or content parts)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -103,7 +105,8 @@ class A2AService:
         rpc_id: object = None
         try:
             body = await read_request(request, self.max_body_bytes)
-            rpc_id = body.get("id")
+            if isinstance(body.get("id"), (str, int)) and not isinstance(body.get("id"), bool):
+                rpc_id = body["id"]  # an id of another type is refused, answered with id null
             kind, version, params = envelope(body, request.headers.get(VERSION_HEADER))
             if kind in ("stream", "subscribe"):
                 results = await self._stream(kind, params, version)
