@@ -24,6 +24,7 @@ from orchestrator.server.hosted import HostBackend
 from orchestrator.server.hosts import HostGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
 from orchestrator.server.origins import OriginGuard
+from orchestrator.server.protocols.a2a import CARD_PATH, a2a_routes, card_info_of
 from orchestrator.server.routes import Service
 from orchestrator.server.streams import StopReason, asgi_server_stopping
 from orchestrator.store.errors import StoreUnavailable
@@ -116,8 +117,8 @@ def create_app(
     under a mount the console and the links it answers follow the mount's prefix.
     Open event streams end with an ``event: closing`` frame when the server
     shuts down or the host closes (see docs/asyncio.md).
-    ``token`` guards every route but ``/health`` and the console's page and
-    files (which hold no data); ``max_body_bytes`` caps
+    ``token`` guards every route but ``/health``, the A2A agent card
+    (docs/a2a.md) and the console's page and files (which hold no data); ``max_body_bytes`` caps
     request bodies; ``idempotency_keys`` bounds the remembered answers;
     ``retained_runs`` is how many finished runs of an Agent or AgentClient
     stay reachable (events, state, trace) before the oldest answer 404 (a
@@ -172,6 +173,7 @@ def create_app(
         Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
         Route("/machines/{name}", service.machine, methods=["GET"]),
     ]
+    routes += a2a_routes(service, card_info_of(agent), bearer=settings.token is not None)
     if metrics is not False:
         from orchestrator.server.metrics import metrics_route
 
@@ -191,7 +193,7 @@ def create_app(
     )
     app.state.service = service
     open_prefixes = CONSOLE_PREFIXES if settings.console else ()
-    open_paths = {HEALTH_PATH, *(CONSOLE_PATHS if settings.console else ())}
+    open_paths = {HEALTH_PATH, CARD_PATH, *(CONSOLE_PATHS if settings.console else ())}
     guarded: ASGIApp = TokenGuard(app, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
     if isinstance(backend, LocalBackend):
         guarded = TrioLoopOnly(guarded)

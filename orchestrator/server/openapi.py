@@ -10,6 +10,7 @@ import functools
 from typing import Any
 
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
+from orchestrator.server.protocols.a2a_wire import openapi_paths as a2a_openapi_paths
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"}
 _ERROR: dict[str, Any] = {
@@ -289,6 +290,7 @@ def _document() -> dict[str, Any]:
                     parameters=[{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
                 )
             },
+            **a2a_openapi_paths(),
         },
     }
 
