@@ -24,6 +24,7 @@ from orchestrator.server.hosted import HostBackend
 from orchestrator.server.hosts import HostGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
 from orchestrator.server.origins import OriginGuard
+from orchestrator.server.protocols.routes import protocol_routes
 from orchestrator.server.routes import Service
 from orchestrator.server.streams import StopReason, asgi_server_stopping
 from orchestrator.store.errors import StoreUnavailable
@@ -170,6 +171,7 @@ def create_app(
         Route("/runs/{request_id}/cancel", service.cancel_run, methods=["POST"]),
         Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
         Route("/machines/{name}", service.machine, methods=["GET"]),
+        *protocol_routes(service),
     ]
     if metrics is not False:
         from orchestrator.server.metrics import metrics_route
