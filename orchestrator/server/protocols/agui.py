@@ -23,11 +23,9 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import anyio
 import attrs
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from machines.agui_run import AGUI_RUN
 from machines.build import BoundMachine
@@ -39,7 +37,7 @@ from orchestrator.server.backend import Backend, RunExists
 from orchestrator.server.bodies import read_object
 from orchestrator.server.errors import bad_request
 from orchestrator.server.ids import checked_id
-from orchestrator.server.streams import SSE_HEADERS
+from orchestrator.server.protocols.streaming import ProtocolStreamResponse
 
 logger = logging.getLogger(__name__)
 
@@ -558,64 +556,25 @@ def sse(event: Mapping[str, Any]) -> bytes:
     return f"data: {json.dumps(event, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
-class AguiStreamResponse(Response):
-    """The SSE answer of one AG-UI run; a client that disconnects before the run ends cancels its request."""
+async def _abort(run: AguiRun) -> None:
+    """The client went away mid-run: AG-UI has no other cancel, so the run's request is cancelled."""
+    if run.machine.is_final:
+        return
+    run.machine.fire("abort")
+    if run.request_id is not None:
+        with contextlib.suppress(UnknownRun):
+            await run.backend.cancel(run.request_id)
 
-    media_type = "text/event-stream"
 
-    def __init__(self, run: AguiRun) -> None:
-        super().__init__(headers=SSE_HEADERS, media_type=self.media_type)
-        self.raw_headers = [(name, value) for name, value in self.raw_headers if name != b"content-length"]
-        self.run = run
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        gone = False
-        async with anyio.create_task_group() as group:
-
-            async def pump() -> None:
-                nonlocal gone
-                try:
-                    async for event in self.run.events():
-                        await send({"type": "http.response.body", "body": sse(event), "more_body": True})
-                except OSError:
-                    gone = True
-                except Exception as error:  # an AG-UI stream ends with RUN_ERROR, never a cut response
-                    logger.exception("the AG-UI run failed")
-                    if self.run.machine.may("fail"):
-                        self.run.machine.fire("fail")
-                    with anyio.move_on_after(1):
-                        await send(
-                            {
-                                "type": "http.response.body",
-                                "body": sse(_error(type(error).__name__, str(error))),
-                                "more_body": True,
-                            }
-                        )
-                group.cancel_scope.cancel()
-
-            async def listen() -> None:
-                nonlocal gone
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                gone = True
-                group.cancel_scope.cancel()
-
-            group.start_soon(pump)
-            group.start_soon(listen)
-        if gone and not self.run.machine.is_final:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                self.run.machine.fire("abort")
-                if self.run.request_id is not None:
-                    with contextlib.suppress(UnknownRun):
-                        await self.run.backend.cancel(self.run.request_id)
-        if not gone:
-            with anyio.move_on_after(1):
-                with contextlib.suppress(OSError):
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+def _failed(run: AguiRun, error: Exception) -> bytes:
+    if run.machine.may("fail"):
+        run.machine.fire("fail")
+    return sse(_error(type(error).__name__, str(error)))
 
 
 async def agui_route(backend: Backend, max_body_bytes: int, request: Request) -> Response:
     """``POST /ag-ui``: refused with a 4xx when the body is no RunAgentInput, else the run's SSE stream."""
     body = await read_object(request, max_body_bytes)
-    return AguiStreamResponse(AguiRun(backend, run_input(body)))
+    run = AguiRun(backend, run_input(body))
+    frames = (sse(event) async for event in run.events())
+    return ProtocolStreamResponse(frames, lambda error: _failed(run, error), lambda: _abort(run))

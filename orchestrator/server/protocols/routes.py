@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Route
 
-from orchestrator.server.protocols import agui
+from orchestrator.server.protocols import agui, ai_sdk
 from orchestrator.server.routes import Service
 
 
@@ -15,6 +15,11 @@ def protocol_routes(service: Service) -> list[BaseRoute]:
     """``POST /ag-ui`` and ``POST /ai-sdk/chat``, over the service's backend, its token, body cap and guards."""
     return [
         Route("/ag-ui", functools.partial(agui.agui_route, service.backend, service.max_body_bytes), methods=["POST"]),
+        Route(
+            "/ai-sdk/chat",
+            functools.partial(ai_sdk.chat_route, service.backend, service.max_body_bytes),
+            methods=["POST"],
+        ),
     ]
 
 
@@ -43,7 +48,34 @@ def protocol_paths(common: dict[str, Any], posted: dict[str, Any]) -> dict[str, 
             },
         },
     }
+    chat = {
+        "type": "object",
+        "required": ["id", "messages"],
+        "properties": {
+            "id": {"type": "string", "description": "the chat: the session"},
+            "messages": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+            "trigger": {"type": "string"},
+        },
+    }
+    chat_stream = {
+        "description": "the AI SDK UI message stream (header x-vercel-ai-ui-message-stream: v1), ending with [DONE]",
+        "content": {"text/event-stream": {"schema": {}}},
+    }
     return {
+        "/ai-sdk/chat": {
+            "post": {
+                "summary": "the AI SDK UI message stream: useChat's body in (see docs/protocols.md)",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": chat}}},
+                "responses": {
+                    "200": chat_stream,
+                    "404": {**posted["400"], "description": "an answer for no waiting call of this chat"},
+                    "409": {**posted["400"], "description": "the chat's request runs or waits: SessionBusy"},
+                    **posted,
+                    "422": {**posted["400"], "description": "an answer the waiting call refuses (AnswerRefused)"},
+                    **common,
+                },
+            }
+        },
         "/ag-ui": {
             "post": {
                 "summary": "AG-UI 1.0: a RunAgentInput in, AG-UI events out (see docs/protocols.md)",
