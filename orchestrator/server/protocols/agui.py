@@ -156,6 +156,24 @@ def response_schema(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "object"}
 
 
+def schema_problem(schema: Mapping[str, Any], payload: Mapping[str, Any]) -> str | None:
+    """Why ``payload`` does not fit the answer ``schema`` (the shapes ``response_schema`` gives), else None."""
+    for name, rule in schema.get("properties", {}).items():
+        if name not in payload:
+            if name in schema.get("required", ()):
+                return f"missing {name!r}"
+            continue
+        value = payload[name]
+        kinds = rule.get("type")
+        allowed = kinds if isinstance(kinds, list) else [kinds]
+        python = {"string": str, "boolean": bool, "null": type(None)}
+        if not any(isinstance(value, python[kind]) for kind in allowed if kind in python):
+            return f"{name!r} must be {' or '.join(allowed)}"
+        if "enum" in rule and value not in rule["enum"]:
+            return f"{name!r} must be one of {rule['enum']}"
+    return None
+
+
 def _question(event: str, payload: Mapping[str, Any]) -> str:
     if event == "ask_user":
         return str(payload.get("question", ""))
@@ -452,6 +470,17 @@ class AguiRun:
         if open_ids - answered:
             missing = ", ".join(sorted(c for _, c in open_ids - answered))
             raise AguiInputError("BadResume", f"every open interrupt must be answered; unanswered: {missing}")
+        for answer in answers:  # every answer is checked before any is taken: a bad one changes nothing
+            call = waiting[
+                (answer.interrupt.request_id, answer.interrupt.tool_call_id, answer.interrupt.response_event)
+            ]
+            problem = (
+                None
+                if answer.cancelled
+                else schema_problem(response_schema(str(call["event"]), call["payload"]), answer.payload)
+            )
+            if problem is not None:
+                raise AguiInputError("AnswerRefused", f"{answer.interrupt.tool_call_id}: {problem}")
         cancel_request = False
         for answer in answers:
             call = waiting[

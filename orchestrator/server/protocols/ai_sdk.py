@@ -32,7 +32,7 @@ from orchestrator.server.backend import Backend
 from orchestrator.server.bodies import read_object
 from orchestrator.server.errors import HTTPRefusal, bad_request
 from orchestrator.server.ids import checked_id
-from orchestrator.server.protocols.agui import AguiInputError, InterruptId, response_schema
+from orchestrator.server.protocols.agui import AguiInputError, InterruptId, response_schema, schema_problem
 from orchestrator.server.protocols.streaming import ProtocolStreamResponse
 
 STREAM_HEADER = {"x-vercel-ai-ui-message-stream": "v1"}
@@ -173,7 +173,7 @@ class ChatRun:
             raise AguiInputError("AnswerRefused", "the answers are for tool calls of different requests")
         for call, event in taken:
             schema = response_schema(str(call["event"]), call["payload"])
-            problem = _schema_problem(schema, event.payload)
+            problem = schema_problem(schema, event.payload)
             if problem is not None:
                 raise AguiInputError("AnswerRefused", f"{call['tool_call_id']}: {problem}")
         request_id = requests.pop()
@@ -240,24 +240,6 @@ class ChatRun:
             call["request_id"] == request_id and call.get("live", True)
             for call in await self.backend.pending(self.given.chat_id)
         )
-
-
-def _schema_problem(schema: Mapping[str, Any], payload: Mapping[str, Any]) -> str | None:
-    """Why ``payload`` does not fit the answer ``schema`` (the shapes ``response_schema`` gives), else None."""
-    for name, rule in schema.get("properties", {}).items():
-        if name not in payload:
-            if name in schema.get("required", ()):
-                return f"missing {name!r}"
-            continue
-        value = payload[name]
-        kinds = rule.get("type")
-        allowed = kinds if isinstance(kinds, list) else [kinds]
-        python = {"string": str, "boolean": bool, "null": type(None)}
-        if not any(isinstance(value, python[kind]) for kind in allowed if kind in python):
-            return f"{name!r} must be {' or '.join(allowed)}"
-        if "enum" in rule and value not in rule["enum"]:
-            return f"{name!r} must be one of {rule['enum']}"
-    return None
 
 
 class ChunkMapper:
