@@ -180,3 +180,74 @@ async def test_a_client_that_aborts_its_run_cancels_the_request(serving: Serving
             while not (view := (await http.get(f"{base}/runs/{body['runId']}")).json())["done"]:
                 await trio.sleep(0.05)
         assert view["state"] == "cancelled"
+
+
+async def test_a_run_naming_the_active_run_as_parent_steers_it_and_others_are_busy(
+    serving: Serving, http: httpx.AsyncClient
+) -> None:
+    import threading
+
+    import trio
+
+    from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, create_agent, tool
+    from orchestrator.extensions.steering import SteeringExtension
+    from tests.support import asks, call
+
+    started = threading.Event()
+    release = threading.Event()
+
+    @tool(serial=True)
+    async def slow(n: int) -> str:
+        """Work slowly."""
+        started.set()
+        await trio.to_thread.run_sync(release.wait, 20)
+        return f"piece {n}"
+
+    def after_steering(request: ModelRequest) -> AssistantMessage:
+        return AssistantMessage(f"Now: {[m for m in request.messages if m.role == 'user'][-1].text}")
+
+    model = ScriptedModel([asks(call("t1", "slow", n=1), call("t2", "slow", n=2)), after_steering])
+    client = await create_agent(model, tools=[slow], extensions=[SteeringExtension()])
+    with trio.fail_after(20):
+        async with serving(client) as base:
+            body = run_input("t8", "do the work")
+            results: dict[str, list[dict[str, Any]]] = {}
+
+            async def first_run() -> None:
+                results["first"] = await agui_events(http, base, body)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first_run)
+                await trio.to_thread.run_sync(started.wait, 20)
+                busy = await agui_events(http, base, run_input("t8", "something else"))
+                assert_valid_agui(busy)
+                assert busy[-1]["code"] == "SessionBusy"
+                wrong = await agui_events(http, base, run_input("t8", "x", parentRunId="not-the-run"))
+                assert wrong[-1]["code"] == "SessionBusy"
+                steer = await agui_events(
+                    http, base, run_input("t8", "stop, do this instead", parentRunId=body["runId"])
+                )
+                assert_valid_agui(steer)
+                assert types(steer) == ["RUN_STARTED", "RUN_FINISHED"]
+                assert steer[0]["parentRunId"] == body["runId"]
+                release.set()
+    first = results["first"]
+    assert_valid_agui(first)
+    assert first[-1]["type"] == "RUN_FINISHED" and first[-1]["result"] == "Now: stop, do this instead"
+    skipped = [e for e in first if e["type"] == "TOOL_CALL_RESULT" and e["toolCallId"] == "t2"]
+    assert skipped[0]["metadata"]["orchestrator"]["status"] == "skipped"
+
+
+async def test_a_failed_request_ends_the_run_with_run_error_and_its_type_as_code(
+    serving: Serving, http: httpx.AsyncClient
+) -> None:
+    from orchestrator import ModelRequest, ScriptedModel, create_agent
+
+    def explode(request: ModelRequest) -> Any:
+        raise ValueError("the model broke")
+
+    async with serving(await create_agent(ScriptedModel([explode]))) as base:
+        events = await agui_events(http, base, run_input("t9"))
+    assert_valid_agui(events)
+    assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "ValueError"
+    assert "the model broke" in events[-1]["message"]
