@@ -455,8 +455,7 @@ class AguiRun:
             raise AguiInputError("BadResume", "the answers are for interrupts of different runs")
         waiting = {
             (call["request_id"], call["tool_call_id"], call["response_event"]): call
-            for call in await self.backend.pending(session_id)
-            if call.get("live", True)
+            for call in await self.backend.pending(session_id)  # parked calls too: a web node's waits
         }
         for answer in answers:
             key = (answer.interrupt.request_id, answer.interrupt.tool_call_id, answer.interrupt.response_event)
@@ -557,7 +556,7 @@ class AguiRun:
     async def _interrupts(self, request_id: str, seq: int) -> list[dict[str, Any]]:
         found = []
         for call in await self.backend.pending(self.given.thread_id):
-            if call["request_id"] != request_id or not call.get("live", True):
+            if call["request_id"] != request_id:
                 continue
             interrupt = InterruptId(
                 self.given.thread_id, request_id, str(call["tool_call_id"]), str(call["response_event"]), seq

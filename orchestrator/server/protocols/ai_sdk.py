@@ -137,9 +137,7 @@ class ChatRun:
             raise HTTPRefusal(status, refused.code, refused.message) from None
 
     async def _answer(self, session_id: str) -> tuple[str, int, str]:
-        waiting = {
-            str(call["tool_call_id"]): call for call in await self.backend.pending(session_id) if call.get("live", True)
-        }
+        waiting = {str(call["tool_call_id"]): call for call in await self.backend.pending(session_id)}
         cursor = self.given.cursor or {}
         taken: list[tuple[Mapping[str, Any], ExternalEvent]] = []
         given_seq = cursor.get("seq")
@@ -236,10 +234,7 @@ class ChatRun:
         yield DONE
 
     async def _waits(self, request_id: str) -> bool:
-        return any(
-            call["request_id"] == request_id and call.get("live", True)
-            for call in await self.backend.pending(self.given.chat_id)
-        )
+        return any(call["request_id"] == request_id for call in await self.backend.pending(self.given.chat_id))
 
 
 class ChunkMapper:

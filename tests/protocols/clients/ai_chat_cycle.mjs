@@ -20,7 +20,7 @@ class Chat extends AbstractChat {
   constructor(init) { super({ ...init, state: new MemoryState() }); }
 }
 
-const [base, scenario, chatId] = process.argv.slice(2);
+const [base, scenario, chatId, reply = "blue"] = process.argv.slice(2);
 const errors = [];
 const chat = new Chat({
   id: chatId,
@@ -43,7 +43,7 @@ for (const part of toolParts()) {
   if (part.state === "approval-requested") {
     await chat.addToolApprovalResponse({ id: part.approval.id, approved: scenario === "approve", reason: scenario === "approve" ? undefined : "not now" });
   } else if (part.state === "input-available" && part.toolName === "ask_user") {
-    await chat.addToolOutput({ tool: "ask_user", toolCallId: part.toolCallId, output: "blue" });
+    await chat.addToolOutput({ tool: "ask_user", toolCallId: part.toolCallId, output: reply });
   }
 }
 await new Promise((resolve) => setTimeout(resolve, 50));
