@@ -171,7 +171,7 @@ def create_app(
         Route("/runs/{request_id}/cancel", service.cancel_run, methods=["POST"]),
         Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
         Route("/machines/{name}", service.machine, methods=["GET"]),
-        *protocol_routes(service),
+        *protocol_routes(backend, settings.max_body_bytes),
     ]
     if metrics is not False:
         from orchestrator.server.metrics import metrics_route

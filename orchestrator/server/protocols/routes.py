@@ -7,17 +7,17 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Route
 
+from orchestrator.server.backend import Backend
 from orchestrator.server.protocols import agui, ai_sdk
-from orchestrator.server.routes import Service
 
 
-def protocol_routes(service: Service) -> list[BaseRoute]:
-    """``POST /ag-ui`` and ``POST /ai-sdk/chat``, over the service's backend, its token, body cap and guards."""
+def protocol_routes(backend: Backend, max_body_bytes: int) -> list[BaseRoute]:
+    """``POST /ag-ui`` and ``POST /ai-sdk/chat`` over ``backend``, behind the app's token and guards."""
     return [
-        Route("/ag-ui", functools.partial(agui.agui_route, service.backend, service.max_body_bytes), methods=["POST"]),
+        Route("/ag-ui", functools.partial(agui.agui_route, backend, max_body_bytes), methods=["POST"]),
         Route(
             "/ai-sdk/chat",
-            functools.partial(ai_sdk.chat_route, service.backend, service.max_body_bytes),
+            functools.partial(ai_sdk.chat_route, backend, max_body_bytes),
             methods=["POST"],
         ),
     ]
