@@ -82,3 +82,23 @@ async def agui_events(http: httpx.AsyncClient, base: str, body: dict[str, Any]) 
                     if line.startswith("data:"):
                         events.append(json.loads(line[5:]))
     return events
+
+
+CLIENT_TOOL = {
+    "name": "confirm_colour",
+    "description": "Show the colour to the user and return what they confirmed.",
+    "parameters": {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]},
+}
+
+
+async def client_tool_client() -> AgentClient:
+    """Calls the client's ``confirm_colour`` tool, then says what it returned."""
+    from orchestrator.extensions.client_tools import ClientToolsExtension
+
+    def first(request: ModelRequest) -> AssistantMessage:
+        offered = [t.name for t in request.tools]
+        assert "confirm_colour" in offered, offered
+        return asks(call("f1", "confirm_colour", colour="blue"))
+
+    model = ScriptedModel([first, lambda request: AssistantMessage(f"The client said: {last_result(request)}")])
+    return await create_agent(model, extensions=[ClientToolsExtension()])

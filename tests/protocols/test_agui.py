@@ -251,3 +251,25 @@ async def test_a_failed_request_ends_the_run_with_run_error_and_its_type_as_code
     assert_valid_agui(events)
     assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "ValueError"
     assert "the model broke" in events[-1]["message"]
+
+
+async def test_a_frontend_tool_call_waits_for_the_result_the_client_supplies(
+    serving: Serving, http: httpx.AsyncClient
+) -> None:
+    from tests.protocols.agui_support import CLIENT_TOOL, client_tool_client
+
+    async with serving(await client_tool_client()) as base:
+        first = await agui_events(http, base, run_input("t10", tools=[CLIENT_TOOL]))
+        assert_valid_agui(first)
+        [asked] = interrupts(first)
+        assert asked["toolCallId"] == "f1" and asked["reason"] == "client_tool_call"
+        assert asked["responseSchema"]["required"] == ["content"]
+        started = next(e for e in first if e["type"] == "TOOL_CALL_START")
+        assert started["toolCallName"] == "confirm_colour"
+        wrong = [{"interruptId": asked["id"], "status": "resolved", "payload": {"content": 3}}]
+        refused = await agui_events(http, base, run_input("t10", resume=wrong))
+        assert refused[-1]["code"] == "AnswerRefused"
+        good = [{"interruptId": asked["id"], "status": "resolved", "payload": {"content": "blue, confirmed"}}]
+        second = await agui_events(http, base, run_input("t10", resume=good))
+        assert_valid_agui(second)
+        assert second[-1]["result"] == "The client said: blue, confirmed"

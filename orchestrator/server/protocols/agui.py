@@ -31,6 +31,7 @@ from machines.agui_run import AGUI_RUN
 from machines.build import BoundMachine
 from orchestrator.config import ExternalEvent
 from orchestrator.errors import SessionBusy
+from orchestrator.extensions.client_tools import CALL_EVENT, ClientTool, ClientToolsExtension
 from orchestrator.messages import UserMessage
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, RunExists
@@ -51,6 +52,12 @@ APPROVAL_SCHEMA: dict[str, Any] = {
     "properties": {"approved": {"type": "boolean"}, "reason": {"type": ["string", "null"]}},
 }
 """The answer of a call that waits for a yes or no (tool approval, Plan Mode entry and exit)."""
+CLIENT_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["content"],
+    "properties": {"content": {"type": "string"}, "error": {"type": "boolean"}},
+}
+"""The answer of a call of a frontend tool: its result, failed when ``error``."""
 
 
 class AguiInputError(Exception):
@@ -111,6 +118,7 @@ class RunInput:
     parent_run_id: str | None
     message: UserMessage | None
     resume: tuple[Mapping[str, Any], ...]
+    tools: tuple[ClientTool, ...] = ()
 
 
 def _text_of(content: object) -> str:
@@ -140,7 +148,26 @@ def run_input(body: Mapping[str, Any]) -> RunInput:
     if users:
         text = _text_of(users[-1].get("content"))
         message = UserMessage(text) if text.strip() else None
-    return RunInput(thread_id, run_id, parent_run_id, message, tuple(resume))
+    return RunInput(thread_id, run_id, parent_run_id, message, tuple(resume), _client_tools(body.get("tools")))
+
+
+def _client_tools(value: object) -> tuple[ClientTool, ...]:
+    """``RunAgentInput.tools``: the frontend tools; a 400 when one is not ``{name, description, parameters}``."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise bad_request("'tools' must be a list of tools")
+    found = []
+    for index, tool in enumerate(value):
+        if not isinstance(tool, dict):
+            raise bad_request(f"'tools[{index}]' must be an object")
+        name = checked_id(tool.get("name"), f"'tools[{index}].name'")
+        description = tool.get("description", "")
+        parameters = tool.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(description, str) or not isinstance(parameters, dict):
+            raise bad_request(f"'tools[{index}]' needs a string description and an object of parameters")
+        found.append(ClientTool(name, description, parameters))
+    return tuple(found)
 
 
 def response_schema(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,6 +180,8 @@ def response_schema(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         return {"type": "object", "required": ["answer"], "properties": {"answer": answer}}
     if event in ("tool_approval", "enter_plan_mode", "exit_plan_mode"):
         return APPROVAL_SCHEMA
+    if event == CALL_EVENT:
+        return CLIENT_TOOL_SCHEMA
     return {"type": "object"}
 
 
@@ -180,6 +209,9 @@ def _question(event: str, payload: Mapping[str, Any]) -> str:
     if event == "tool_approval":
         arguments = json.dumps(payload.get("arguments", {}), ensure_ascii=False)
         return f"Run {payload.get('name', 'the tool')} with {arguments}?"
+    if event == CALL_EVENT:
+        arguments = json.dumps(payload.get("arguments", {}), ensure_ascii=False)
+        return f"Run the client's tool {payload.get('tool_name', '')} with {arguments}"
     if event == "enter_plan_mode":
         return f"Enter Plan Mode? {payload.get('reason', '')}".strip()
     if event == "exit_plan_mode":
@@ -407,6 +439,7 @@ class AguiRun:
                 reasons = "; ".join(f"{name}: {why}" for name, why in delivery.refused.items())
                 raise AguiInputError("SteeringRefused", reasons or "nothing takes steering in this agent")
             return None
+        _declare_client_tools(self.backend, session_id, self.given.tools)
         try:
             request_id = await self.backend.start(session_id, self.given.message, self.given.run_id)
         except SessionBusy as busy:
@@ -485,12 +518,15 @@ class AguiRun:
             call = waiting[
                 (answer.interrupt.request_id, answer.interrupt.tool_call_id, answer.interrupt.response_event)
             ]
-            if answer.cancelled and not _takes_approval(call):
+            if answer.cancelled and call["event"] == CALL_EVENT:
+                given: dict[str, Any] = {"content": "the client declined to run the tool", "error": True}
+            elif answer.cancelled and not _takes_approval(call):
                 cancel_request = True
                 continue
-            payload = {"approved": False, "reason": "declined"} if answer.cancelled else dict(answer.payload)
-            payload["tool_call_id"] = answer.interrupt.tool_call_id
-            event = ExternalEvent(answer.interrupt.response_event, payload)
+            else:
+                given = {"approved": False, "reason": "declined"} if answer.cancelled else dict(answer.payload)
+            given["tool_call_id"] = answer.interrupt.tool_call_id
+            event = ExternalEvent(answer.interrupt.response_event, given)
             delivery = await self.backend.deliver(session_id, request_id, event, None)
             if not delivery.accepted:
                 reasons = "; ".join(f"{why}" for why in delivery.refused.values()) or "the answer was not taken"
@@ -573,6 +609,15 @@ class AguiRun:
                 }
             )
         return found
+
+
+def _declare_client_tools(backend: Backend, session_id: str, tools: tuple[ClientTool, ...]) -> None:
+    """Offer the run's frontend tools to the session's requests, where the agent in this process takes them."""
+    local = getattr(backend, "local", backend)  # an AgentHost's backend carries the LocalBackend it calls
+    agent = getattr(local, "agent", None)
+    for extension in getattr(agent, "extensions", ()):
+        if isinstance(extension, ClientToolsExtension):
+            extension.declare(session_id, tools)
 
 
 def _result(event: Mapping[str, Any]) -> Any:
