@@ -118,3 +118,31 @@ async def test_an_allowed_browser_origin_gets_a_preflight_and_the_route_is_docum
         document = (await http.get(f"{base}/openapi.json")).json()
         assert {"/ai-sdk/chat", "/ag-ui"} <= set(document["paths"])
         assert "422" in document["paths"]["/ai-sdk/chat"]["post"]["responses"]
+
+
+async def test_a_client_that_aborts_the_stream_cancels_the_request(serving: Serving, http: httpx.AsyncClient) -> None:
+    import trio
+
+    from orchestrator import ScriptedModel, create_agent, tool
+    from tests.support import asks, call
+
+    @tool
+    async def slow(n: int) -> str:
+        """Take a long time."""
+        await trio.sleep(60)
+        return "late"
+
+    client = await create_agent(ScriptedModel([asks(call("s1", "slow", n=1))]), tools=[slow])
+    async with serving(client) as base:
+        seen = ""
+        body = {"id": "abort", "messages": [user("go")]}
+        async with http.stream("POST", f"{base}/ai-sdk/chat", json=body) as response:
+            async for text in response.aiter_text():
+                seen += text
+                if "tool-input-available" in seen:
+                    break
+        request_id = json.loads(seen.split("\n\n")[0][6:])["messageId"].removesuffix(".a")
+        with trio.fail_after(5):
+            while not (view := (await http.get(f"{base}/runs/{request_id}")).json())["done"]:
+                await trio.sleep(0.05)
+    assert view["state"] == "cancelled"
