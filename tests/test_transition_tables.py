@@ -157,7 +157,7 @@ def test_pair(definition: MachineDefinition, region: Region, state: str, trigger
 
 
 def test_every_machine_is_covered_and_unknown_triggers_are_illegal() -> None:
-    expected = {"request", "approval", "plan_mode", "steering_inbox", "tool_approval", "run_lease", "subagent"}
+    expected = {"request", "approval", "plan_mode", "steering_inbox", "tool_approval", "run_lease", "subagent", "agui_run"}
     assert expected | {"mcp_connection"} <= set(DEFINITIONS)
     for definition in DEFINITIONS.values():
         machine = BoundMachine(definition, Predicates(definition).table)

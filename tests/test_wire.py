@@ -37,6 +37,7 @@ from orchestrator import (
 from orchestrator import events as ev
 from orchestrator import stream as stream_module
 from orchestrator.extensions.ask_user import AskUserEvent
+from orchestrator.extensions.client_tools import ClientToolCallEvent
 from orchestrator.extensions.files.bash import SandboxUnavailableEvent
 from orchestrator.extensions.plan_mode import (
     EnterPlanModeEvent,
@@ -138,6 +139,7 @@ SAMPLES: list[ev.AgentEvent] = [
         edited=True,
         reason=None,
     ),
+    ClientToolCallEvent(**IDS, tool_call_id="c1", tool_name="confirm", arguments={"colour": "blue"}),
     EnterPlanModeEvent(**IDS, tool_call_id="c1", reason="big change"),
     ExitPlanModeEvent(**IDS, tool_call_id="c1", plan="1. do it"),
     PlanModeEnteredEvent(**IDS, tool_call_id="c1"),

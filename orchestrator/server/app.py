@@ -25,6 +25,7 @@ from orchestrator.server.hosts import HostGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
 from orchestrator.server.origins import OriginGuard
 from orchestrator.server.protocols.a2a import CARD_PATH, a2a_routes, card_info_of
+from orchestrator.server.protocols.routes import protocol_routes
 from orchestrator.server.routes import Service
 from orchestrator.server.streams import StopReason, asgi_server_stopping
 from orchestrator.store.errors import StoreUnavailable
@@ -172,6 +173,7 @@ def create_app(
         Route("/runs/{request_id}/cancel", service.cancel_run, methods=["POST"]),
         Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
         Route("/machines/{name}", service.machine, methods=["GET"]),
+        *protocol_routes(backend, settings.max_body_bytes),
     ]
     routes += a2a_routes(service, card_info_of(agent), bearer=settings.token is not None)
     if metrics is not False:

@@ -296,4 +296,7 @@ def _document() -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
-    return _document()
+    from orchestrator.server.protocols.routes import protocol_paths
+
+    document = _document()
+    return {**document, "paths": {**document["paths"], **protocol_paths(_COMMON, _POSTED)}}

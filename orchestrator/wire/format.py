@@ -72,6 +72,7 @@ ENVELOPE = ("type", "session_id", "request_id", "seq", "ts")
 BUNDLED_EVENT_MODULES = (
     "orchestrator.events.features",
     "orchestrator.extensions.ask_user",
+    "orchestrator.extensions.client_tools",
     "orchestrator.extensions.files.bash",
     "orchestrator.extensions.plan_mode",
     "orchestrator.extensions.steering",

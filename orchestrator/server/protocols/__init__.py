@@ -1,1 +1,1 @@
-"""The standard agent protocols, each a mapping over the same ``Backend`` as the native routes."""
+"""The standard agent protocols the service speaks, each a mapping over the same ``Backend`` as its own routes."""
