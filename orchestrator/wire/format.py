@@ -73,6 +73,7 @@ BUNDLED_EVENT_MODULES = (
     "orchestrator.events.features",
     "orchestrator.extensions.ask_user",
     "orchestrator.extensions.files.bash",
+    "orchestrator.extensions.guardrails",
     "orchestrator.extensions.plan_mode",
     "orchestrator.extensions.steering",
     "orchestrator.extensions.sqlite_store",
