@@ -31,7 +31,16 @@ _RECEIVE = ("append_response", "after_model", "poll_steering")
 _FAIL = ("on_error", "close_inboxes", "emit_failed")
 # Where a request's deadline can end it: the states where it runs and awaits a hook, the model or a tool
 # (waiting for people, in awaiting_approval, does not count; elsewhere the deadline ends it by ``fail``).
-_RUNNING = ("setup", "awaiting_model", "awaiting_tool", "turn_settled", "answered", "concluding")
+_RUNNING = (
+    "setup",
+    "checking_input",
+    "awaiting_model",
+    "checking_output",
+    "awaiting_tool",
+    "turn_settled",
+    "answered",
+    "concluding",
+)
 
 PHASE = Region(
     name="phase",

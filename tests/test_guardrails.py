@@ -18,6 +18,7 @@ from orchestrator import (
     InputGuardrailTripped,
     OutputGuardrailTripped,
     OutputType,
+    RequestDeadlineExceeded,
     ScriptedModel,
     UserMessage,
     create_agent,
@@ -288,3 +289,18 @@ async def test_an_answer_that_fits_its_output_type_then_goes_through_the_output_
         await client.run("and at night?", config=AgentRunConfig("t"))
     assert seen == ['{"hour": 12}', '{"hour": 3}']
     assert OutputType(Forecast).retries >= 0
+
+
+async def test_a_guardrail_that_never_returns_is_ended_by_the_requests_deadline() -> None:
+    @input_guardrail
+    async def stuck(context: AgentRunContext, message: UserMessage) -> GuardrailResult:
+        await trio.sleep_forever()
+        return GuardrailResult()
+
+    model = ScriptedModel([AssistantMessage("never")])
+    client = await create_agent(model, extensions=[GuardrailsExtension([stuck])])
+    with trio.fail_after(5):
+        with pytest.raises(RequestDeadlineExceeded):
+            await client.run("hi", config=AgentRunConfig("s", deadline=0.05))
+    assert phases_of(client, "s")[-1] == ("checking_input", "deadline_passed", "failed")
+    assert model.requests == []

@@ -394,9 +394,9 @@ async def test_guarded_requests_take_every_edge_of_the_guardrail_states() -> Non
     client = await create_agent(model, extensions=[guardrails])
     seen: list[Edge] = []
 
-    async def attempt(text: str, session_id: str, agent: Any = client) -> None:
+    async def attempt(text: str, session_id: str, agent: Any = client, deadline: float | None = None) -> None:
         with contextlib.suppress(Exception):
-            await agent.run(text, config=AgentRunConfig(session_id))
+            await agent.run(text, config=AgentRunConfig(session_id, deadline=deadline))
         seen.extend(as_edges(agent.transitions(session_id)))
 
     async def cancelled_in(text: str, session_id: str, state: str) -> None:
@@ -415,6 +415,9 @@ async def test_guarded_requests_take_every_edge_of_the_guardrail_states() -> Non
     await attempt("say boom", "output-raises")
     await cancelled_in("stall", "input-cancelled", "checking_input")
     await cancelled_in("say wait", "output-cancelled", "checking_output")
+    for text, session_id in (("stall", "input-deadline"), ("say wait", "output-deadline")):
+        with trio.fail_after(5):
+            await attempt(text, session_id, client, deadline=0.05)
     typed = await create_agent(model, extensions=[guardrails], output_type=OutputType(int))
     await attempt("say 7", "typed", typed)
     for on_exhausted, session_id in (("wrap_up", "wraps-up"), ("fail", "limited")):
