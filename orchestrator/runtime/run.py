@@ -423,7 +423,7 @@ class RequestRun(SteeringPoints):
                         if self.steering is not None:
                             await self.step("steer")
                     else:
-                        if self.machine.state() == "checking_output":
+                        if self.hooks["check_output"]:  # the answer (or accept_output) led to checking_output
                             await self.step("pass_output")
                         final = await self._conclude(response)
                         if final is not None:
