@@ -12,8 +12,10 @@ from machines.definition import MachineDefinition, Region, State, Transition
 _LIVE = (
     "idle",
     "setup",
+    "checking_input",
     "awaiting_model",
     "validating_output",
+    "checking_output",
     "awaiting_tool",
     "awaiting_approval",
     "steering_interrupt",
@@ -29,7 +31,16 @@ _RECEIVE = ("append_response", "after_model", "poll_steering")
 _FAIL = ("on_error", "close_inboxes", "emit_failed")
 # Where a request's deadline can end it: the states where it runs and awaits a hook, the model or a tool
 # (waiting for people, in awaiting_approval, does not count; elsewhere the deadline ends it by ``fail``).
-_RUNNING = ("setup", "awaiting_model", "awaiting_tool", "turn_settled", "answered", "concluding")
+_RUNNING = (
+    "setup",
+    "checking_input",
+    "awaiting_model",
+    "checking_output",
+    "awaiting_tool",
+    "turn_settled",
+    "answered",
+    "concluding",
+)
 
 PHASE = Region(
     name="phase",
@@ -38,8 +49,10 @@ PHASE = Region(
     states=(
         State("idle", "created, not started"),
         State("setup", "tools registered, state restored, input appended"),
+        State("checking_input", "the input guardrails check the user's input, before any model call"),
         State("awaiting_model", "a model call is streaming"),
         State("validating_output", "a final answer is checked against the request's output type"),
+        State("checking_output", "the output guardrails check the final answer; its text is held until they pass"),
         State("awaiting_tool", "the tool calls of one assistant message are running"),
         State("awaiting_approval", "a tool call is paused until an external response"),
         State("steering_interrupt", "steering input replaced the rest of the turn"),
@@ -93,15 +106,23 @@ PHASE = Region(
             doc="a run resumed from its checkpoint between turns",
         ),
         Transition(
+            "check_input",
+            "setup",
+            "checking_input",
+            conditions="input_guarded",
+            callbacks=("check_input",),
+            doc="input guardrails are attached: they run on the input, in parallel",
+        ),
+        Transition(
             "request_model",
-            ("setup", "turn_settled"),
+            ("setup", "checking_input", "turn_settled"),
             "awaiting_model",
             conditions="within_budget",
             callbacks=_TURN,
         ),
         Transition(
             "wrap_up",
-            ("setup", "turn_settled"),
+            ("setup", "checking_input", "turn_settled"),
             "awaiting_model",
             conditions="may_wrap_up",
             callbacks=("assemble_wrap_up",),
@@ -109,7 +130,7 @@ PHASE = Region(
         ),
         Transition(
             "limit_reached",
-            ("setup", "turn_settled"),
+            ("setup", "checking_input", "turn_settled"),
             "failed",
             conditions="tool_results_complete",
             callbacks=_FAIL,
@@ -155,9 +176,46 @@ PHASE = Region(
             doc="the request has an output type: the answer is parsed and converted into it",
         ),
         Transition(
-            "answer", "awaiting_model", "answered", unless=("has_tool_calls", "output_expected"), callbacks=_RECEIVE
+            "answer",
+            "awaiting_model",
+            "checking_output",
+            conditions="output_guarded",
+            unless=("has_tool_calls", "output_expected"),
+            callbacks=(*_RECEIVE, "check_output"),
+            doc="output guardrails are attached: they run on the answer, in parallel",
         ),
-        Transition("accept_output", "validating_output", "answered", conditions="output_valid"),
+        Transition(
+            "answer",
+            "awaiting_model",
+            "answered",
+            unless=("has_tool_calls", "output_expected", "output_guarded"),
+            callbacks=_RECEIVE,
+        ),
+        Transition(
+            "accept_output",
+            "validating_output",
+            "checking_output",
+            conditions=("output_valid", "output_guarded"),
+            callbacks=("check_output",),
+            doc="the answer fits its output type; output guardrails are attached and run on it",
+        ),
+        Transition(
+            "accept_output", "validating_output", "answered", conditions="output_valid", unless="output_guarded"
+        ),
+        Transition(
+            "pass_output",
+            "checking_output",
+            "answered",
+            callbacks=("release_answer",),
+            doc="every output guardrail passed: the answer's held text is streamed",
+        ),
+        Transition(
+            "guardrail_tripped",
+            ("checking_input", "checking_output"),
+            "failed",
+            callbacks=_FAIL,
+            doc="a guardrail's tripwire: InputGuardrailTripped or OutputGuardrailTripped",
+        ),
         Transition(
             "retry_output",
             "validating_output",

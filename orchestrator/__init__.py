@@ -16,10 +16,13 @@ try:
     from orchestrator.delivery import Delivery, Refusal
     from orchestrator.errors import (
         AgentError,
+        GuardrailTripped,
         GuardRefused,
         IllegalTransition,
+        InputGuardrailTripped,
         MaxIterationsExceeded,
         ModelError,
+        OutputGuardrailTripped,
         SessionBusy,
         ToolArgumentsError,
         ToolRejected,
@@ -60,6 +63,12 @@ finally:
 
 if TYPE_CHECKING:
     from orchestrator.events import SubagentCompletedEvent, SubagentStartedEvent
+    from orchestrator.extensions.guardrails import (
+        GuardrailResult,
+        GuardrailsExtension,
+        input_guardrail,
+        output_guardrail,
+    )
     from orchestrator.extensions.subagent import SubAgentExtension, agent_tool
     from orchestrator.wire.format import (
         RemoteError,
@@ -89,14 +98,19 @@ __all__ = [
     "ExtensionEvent",
     "ExternalEvent",
     "GuardRefused",
+    "GuardrailResult",
+    "GuardrailTripped",
+    "GuardrailsExtension",
     "IllegalTransition",
     "ImagePart",
+    "InputGuardrailTripped",
     "MaxIterationsExceeded",
     "Message",
     "Model",
     "ModelError",
     "ModelRequest",
     "ModelSettings",
+    "OutputGuardrailTripped",
     "OutputType",
     "OutputValidationError",
     "PendingCall",
@@ -142,6 +156,8 @@ __all__ = [
     "encode_error",
     "encode_event",
     "encode_message",
+    "input_guardrail",
+    "output_guardrail",
     "tool",
 ]
 
@@ -153,6 +169,11 @@ _LAZY = {
     "agent_tool": "extensions.subagent",
     "SubagentCompletedEvent": "events",
     "SubagentStartedEvent": "events",
+    # Guardrails: checks of the input and the final answer, loaded when an application uses them.
+    "GuardrailResult": "extensions.guardrails",
+    "GuardrailsExtension": "extensions.guardrails",
+    "input_guardrail": "extensions.guardrails",
+    "output_guardrail": "extensions.guardrails",
     # They bring asyncio, which trio code does not need.
     "AgentHost": "host",
     "HostedRun": "host",

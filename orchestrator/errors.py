@@ -7,9 +7,12 @@ from machines.build import GuardRefused, IllegalTransition
 __all__ = [
     "AgentError",
     "GuardRefused",
+    "GuardrailTripped",
     "IllegalTransition",
+    "InputGuardrailTripped",
     "MaxIterationsExceeded",
     "ModelError",
+    "OutputGuardrailTripped",
     "SessionBusy",
     "ToolArgumentsError",
     "ToolRejected",
@@ -27,6 +30,31 @@ class MaxIterationsExceeded(AgentError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request reached max_iterations={limit} without a final answer")
         self.limit = limit
+
+
+class GuardrailTripped(AgentError):
+    """A guardrail's tripwire ended the request: ``guardrail`` names it, ``reason`` and ``info`` are what it said."""
+
+    stage: str = "input"
+
+    def __init__(self, guardrail: str, reason: str, info: object = None) -> None:
+        said = f": {reason}" if reason else ""
+        super().__init__(f"{self.stage} guardrail {guardrail!r} tripped{said}")
+        self.guardrail = guardrail
+        self.reason = reason
+        self.info = info
+
+
+class InputGuardrailTripped(GuardrailTripped):
+    """An input guardrail refused the user's input; no model call was made for it."""
+
+    stage = "input"
+
+
+class OutputGuardrailTripped(GuardrailTripped):
+    """An output guardrail refused the final answer; the request failed instead of answering."""
+
+    stage = "output"
 
 
 class ModelError(AgentError):

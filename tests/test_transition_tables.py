@@ -10,8 +10,10 @@ through BoundMachine with predicates that return the chosen assignment.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import pytest
@@ -358,5 +360,72 @@ async def test_structured_output_requests_take_every_edge_of_validating_output()
             scope.cancel()
     seen += as_edges(client.transitions("c"))
     assert [edge for edge in seen if edge not in ALL_EDGES] == []
-    validating = {edge for edge in ALL_EDGES if "validating_output" in (edge[2], edge[4])}
+    # Into checking_output (an answer that fits, with output guardrails): the guardrails' test below takes it.
+    validating = {e for e in ALL_EDGES if "validating_output" in (e[2], e[4]) and e[4] != "checking_output"}
     assert validating - set(seen) == set(), "edges of validating_output that no real request took"
+
+
+async def test_guarded_requests_take_every_edge_of_the_guardrail_states() -> None:
+    from orchestrator import GuardrailResult, GuardrailsExtension, OutputType, UsageLimits
+    from orchestrator import input_guardrail as on_input
+    from orchestrator import output_guardrail as on_output
+
+    @on_input
+    async def screen(context, message):  # type: ignore[no-untyped-def]
+        if message.content == "raise":
+            raise RuntimeError("screen broke")
+        if message.content == "stall":
+            await trio.sleep_forever()
+        return GuardrailResult(tripwire="forbidden" in message.content, reason="forbidden input")
+
+    @on_output
+    async def review(context, answer):  # type: ignore[no-untyped-def]
+        if answer.content == "boom":
+            raise RuntimeError("review broke")
+        if answer.content == "wait":
+            await trio.sleep_forever()
+        return GuardrailResult(tripwire="rude" in answer.content, reason="rude answer")
+
+    def answers_back(request):  # type: ignore[no-untyped-def]
+        return AssistantMessage(request.messages[-1].content.removeprefix("say "))
+
+    guardrails = GuardrailsExtension([screen, review])
+    model = ScriptedModel([answers_back], repeat_last=True)
+    client = await create_agent(model, extensions=[guardrails])
+    seen: list[Edge] = []
+
+    async def attempt(text: str, session_id: str, agent: Any = client, deadline: float | None = None) -> None:
+        with contextlib.suppress(Exception):
+            await agent.run(text, config=AgentRunConfig(session_id, deadline=deadline))
+        seen.extend(as_edges(agent.transitions(session_id)))
+
+    async def cancelled_in(text: str, session_id: str, state: str) -> None:
+        with trio.move_on_after(5) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(client.run, text, config=AgentRunConfig(session_id)))
+                while client.state(session_id) != state:
+                    await trio.sleep(0.01)
+                scope.cancel()
+        seen.extend(as_edges(client.transitions(session_id)))
+
+    await attempt("say fine", "passes")
+    await attempt("forbidden", "input-trips")
+    await attempt("say rude", "output-trips")
+    await attempt("raise", "input-raises")
+    await attempt("say boom", "output-raises")
+    await cancelled_in("stall", "input-cancelled", "checking_input")
+    await cancelled_in("say wait", "output-cancelled", "checking_output")
+    for text, session_id in (("stall", "input-deadline"), ("say wait", "output-deadline")):
+        with trio.fail_after(5):
+            await attempt(text, session_id, client, deadline=0.05)
+    typed = await create_agent(model, extensions=[guardrails], output_type=OutputType(int))
+    await attempt("say 7", "typed", typed)
+    for on_exhausted, session_id in (("wrap_up", "wraps-up"), ("fail", "limited")):
+        limited = await create_agent(
+            model, extensions=[guardrails], usage_limits=UsageLimits(requests=0, on_exhausted=on_exhausted)
+        )
+        await attempt("say brief", session_id, limited)
+
+    assert [edge for edge in seen if edge not in ALL_EDGES] == []
+    guarded = {edge for edge in ALL_EDGES if {"checking_input", "checking_output"} & {edge[2], edge[4]}}
+    assert guarded - set(seen) == set(), "edges of the guardrail states that no real request took"

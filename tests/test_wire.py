@@ -39,6 +39,7 @@ from orchestrator import stream as stream_module
 from orchestrator.extensions.ask_user import AskUserEvent
 from orchestrator.extensions.client_tools import ClientToolCallEvent
 from orchestrator.extensions.files.bash import SandboxUnavailableEvent
+from orchestrator.extensions.guardrails import GuardrailTrippedEvent
 from orchestrator.extensions.plan_mode import (
     EnterPlanModeEvent,
     ExitPlanModeEvent,
@@ -149,6 +150,7 @@ SAMPLES: list[ev.AgentEvent] = [
     PlanModeRestoredEvent(**IDS),
     StoredMessageUnreadableEvent(**IDS, row_id=7, reason="not JSON"),
     SandboxUnavailableEvent(**IDS, level="workspace-write", reason="'bwrap' was not found (install bubblewrap)"),
+    GuardrailTrippedEvent(**IDS, guardrail="no_secrets", stage="input", reason="asks for a password"),
     ev.MCPServerStartedEvent(
         **IDS, server="files", tools=("files__read", "files__write"), server_info="fs 1.0", protocol_version="v", restarts=2
     ),

@@ -68,6 +68,8 @@ GUARDS: dict[str, Callable[[Any], bool]] = {
     "output_expected": lambda e: _run_of(e).output_spec is not None,
     "output_valid": lambda e: _run_of(e).output_error is None,
     "output_retries_left": _output_retries_left,
+    "input_guarded": lambda e: bool(_run_of(e).hooks["check_input"]) and _run_of(e).context.input_message is not None,
+    "output_guarded": lambda e: bool(_run_of(e).hooks["check_output"]),
 }
 
 
@@ -185,6 +187,25 @@ async def validate_output(run: RunPort) -> None:
         run.output_error = None
     except ValueMismatch as mismatch:
         run.output_error = mismatch
+
+
+async def check_input(run: RunPort) -> None:
+    """Run the input guardrails on the user's input; a tripwire raises InputGuardrailTripped."""
+    assert run.context.input_message is not None
+    await run._run_hook("check_input", run.context.input_message)
+
+
+async def check_output(run: RunPort) -> None:
+    """Run the output guardrails on the final answer; a tripwire raises OutputGuardrailTripped."""
+    assert run.response is not None
+    await run._run_hook("check_output", run.response)
+
+
+async def release_answer(run: RunPort) -> None:
+    """Stream the answer's text, held while its guardrails ran, as one delta."""
+    text, run.held_text = run.held_text, None
+    if text:
+        await run._emit_new(ev.TextDeltaEvent, text=text)
 
 
 async def ask_again(run: RunPort) -> None:

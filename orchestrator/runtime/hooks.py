@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Verdict
 from orchestrator.events import AgentEvent
-from orchestrator.messages import AssistantMessage, ToolCall
+from orchestrator.messages import AssistantMessage, ToolCall, UserMessage
 from orchestrator.model import ModelEvent, ModelRequest
 from orchestrator.tools import ToolResult
 
@@ -70,6 +70,12 @@ class AgentExtension:
 
     async def before_run(self, context: AgentRunContext) -> None:
         """Run after the input message is appended and published."""
+
+    async def check_input(self, context: AgentRunContext, message: UserMessage) -> None:
+        """Check the user's input before the first model call; raise ``InputGuardrailTripped`` to refuse it."""
+
+    async def check_output(self, context: AgentRunContext, answer: AssistantMessage) -> None:
+        """Check the final answer before it is given; raise ``OutputGuardrailTripped`` to refuse it."""
 
     async def before_turn(self, context: AgentRunContext) -> None:
         """Run before this turn's model request is assembled."""
@@ -151,6 +157,8 @@ HOOK_NAMES: tuple[str, ...] = (
     "on_state",
     "on_message",
     "before_run",
+    "check_input",
+    "check_output",
     "before_turn",
     "before_model",
     "on_model_request",
@@ -168,7 +176,9 @@ HOOK_NAMES: tuple[str, ...] = (
 
 
 def overrides(extension: AgentExtension, hook: str) -> bool:
-    """Whether ``extension`` replaces the base implementation of ``hook``."""
+    """Whether ``extension`` replaces the base implementation of ``hook`` (an instance's None: it does not)."""
+    if hook in extension.__dict__:
+        return extension.__dict__[hook] is not None
     base: Any = getattr(AgentExtension, hook)
     mine: Any = getattr(type(extension), hook, base)
-    return mine is not base or hook in extension.__dict__
+    return mine is not base

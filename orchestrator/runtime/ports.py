@@ -95,6 +95,7 @@ class RunPort(Protocol):
     output: Any
     output_error: ValueMismatch | None
     output_attempts: int
+    held_text: str | None
 
     @property
     def agent(self) -> AgentPort: ...

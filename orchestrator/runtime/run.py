@@ -28,7 +28,7 @@ from machines.frozen import constructor
 from machines.request import REQUEST
 from orchestrator import events as ev
 from orchestrator.config import AgentRunConfig
-from orchestrator.errors import MaxIterationsExceeded, ModelError, ValueMismatch
+from orchestrator.errors import GuardrailTripped, MaxIterationsExceeded, ModelError, ValueMismatch
 from orchestrator.limits import RequestDeadlineExceeded, UsageLimitExceeded
 from orchestrator.messages import (
     AssistantMessage,
@@ -113,6 +113,7 @@ class RequestRun(SteeringPoints):
         "ending",
         "error",
         "held_results",
+        "held_text",
         "hooks",
         "iterations",
         "left",
@@ -174,6 +175,8 @@ class RequestRun(SteeringPoints):
         self.open_calls: dict[str, ToolCall] = {}
         # Results of concurrent calls that completed before a call ahead of them: recorded in call order.
         self.held_results: dict[str, ToolMessage] = {}
+        # The last response's text, held from the stream while output guardrails are attached (None: nothing held).
+        self.held_text: str | None = None
         self.approvals: int = 0
         # seq of the last event streamed; the next one gets seq + 1.
         self.seq = 0
@@ -374,7 +377,7 @@ class RequestRun(SteeringPoints):
             raise error
         self.error = _unwrap(error)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self._end(_FAIL_TRIGGERS.get(type(self.error), "fail"))
+            await self._end(_fail_trigger(self.error))
         raise self.error from None
 
     def _tear_down(self) -> None:
@@ -395,6 +398,8 @@ class RequestRun(SteeringPoints):
             with _NO_DEADLINE if deadline is None else deadline.start():
                 if self.restored is None:
                     await self.step("start")
+                    if self.hooks["check_input"] and self.context.input_message is not None:
+                        await self.step("check_input")
                 else:
                     await self.step("restore")
                     if self.machine.state() != "turn_settled":
@@ -418,6 +423,8 @@ class RequestRun(SteeringPoints):
                         if self.steering is not None:
                             await self.step("steer")
                     else:
+                        if self.hooks["check_output"]:  # the answer (or accept_output) led to checking_output
+                            await self.step("pass_output")
                         final = await self._conclude(response)
                         if final is not None:
                             return self._answer(final)
@@ -551,6 +558,9 @@ class RequestRun(SteeringPoints):
         delivered = listened is None or _TEXT_DELTA in listened
         # A client.stream queue takes a delta nobody else hears as its parts (built as it is read).
         queue = sink if type(sink) is StreamQueue and not delivered else None
+        # With output guardrails attached, the text is held until the response is known not to be a tripped answer.
+        held: list[str] | None = [] if heard and self.hooks["check_output"] else None
+        self.held_text = None
         session_id, request_id, now = self._session_id, self._request_id, time.time
         # No bound method is kept across the stream: a thousand requests waiting for their
         # models would each hold them as objects for the garbage collector to visit.
@@ -565,6 +575,9 @@ class RequestRun(SteeringPoints):
                             text = SurrogateJoiner()
                         piece = text.feed(piece)
                     if not piece or not heard:
+                        continue
+                    if held is not None:
+                        held.append(piece)
                         continue
                     # _emit_new, unrolled: this runs once per streamed delta.
                     self.seq += 1
@@ -592,10 +605,18 @@ class RequestRun(SteeringPoints):
         if reasoning is not None and reasoning.pending:
             await self._emit_new(ev.ReasoningDeltaEvent, text=reasoning.flush())
         if text is not None and text.pending:
-            await self._emit_new(ev.TextDeltaEvent, text=text.flush())
+            if held is not None:
+                held.append(text.flush())
+            else:
+                await self._emit_new(ev.TextDeltaEvent, text=text.flush())
         if completed is None:
             raise ModelError("model stream ended without a completed response")
         message = checked_response(completed.message)
+        if held:
+            if message.tool_calls:  # not a final answer: its text streams now
+                await self._emit_new(ev.TextDeltaEvent, text="".join(held))
+            else:  # streamed by pass_output once the answer's guardrails passed
+                self.held_text = "".join(held)
         stop_reason, raw_stop_reason = checked_stop(completed, message)
         usage = checked_usage(completed.usage)
         if self.iterations % YIELD_EVERY_CALLS:
@@ -728,7 +749,18 @@ _FAIL_TRIGGERS: dict[type[BaseException], str] = {
     UsageLimitExceeded: "limit_reached",
     RequestDeadlineExceeded: "deadline_passed",
 }
-_END_REASONS = {"limit_reached": "usage limit reached", "deadline_passed": "request deadline passed"}
+_END_REASONS = {
+    "limit_reached": "usage limit reached",
+    "deadline_passed": "request deadline passed",
+    "guardrail_tripped": "guardrail tripped",
+}
+
+
+def _fail_trigger(error: BaseException) -> str:
+    """The edge that ends a request failed by ``error``: its own (see _FAIL_TRIGGERS), else ``fail``."""
+    if isinstance(error, GuardrailTripped):
+        return "guardrail_tripped"
+    return _FAIL_TRIGGERS.get(type(error), "fail")
 _NO_DEADLINE = contextlib.nullcontext()
 
 #: A tool call's result message: its content is what tool_content made and its status a ToolStatus,

@@ -74,6 +74,7 @@ BUNDLED_EVENT_MODULES = (
     "orchestrator.extensions.ask_user",
     "orchestrator.extensions.client_tools",
     "orchestrator.extensions.files.bash",
+    "orchestrator.extensions.guardrails",
     "orchestrator.extensions.plan_mode",
     "orchestrator.extensions.steering",
     "orchestrator.extensions.sqlite_store",
