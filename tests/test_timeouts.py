@@ -23,7 +23,7 @@ from orchestrator import (
 )
 from orchestrator.events import AgentEvent, RunFailedEvent
 from orchestrator.extensions.tool_approval import ToolApprovalExtension
-from orchestrator.tool_threads import abandoned_tool_threads
+from orchestrator.tools.threads import abandoned_tool_threads
 
 
 def results(client: Any, session_id: str) -> list[ToolMessage]:

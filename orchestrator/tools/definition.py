@@ -17,8 +17,8 @@ from orchestrator.checks import Check, flag, function, mapping, number, text
 from orchestrator.errors import ToolArgumentsError, ValueMismatch
 from orchestrator.messages import ToolStatus
 from orchestrator.tool_content import ToolResultContent
-from orchestrator.tool_threads import run_in_tool_thread
 from orchestrator.tools.schema import convert, schema_for, validate_arguments
+from orchestrator.tools.threads import run_in_tool_thread
 
 Handler = Callable[..., Any]
 
