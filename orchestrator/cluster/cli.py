@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import trio
 
-from orchestrator.cluster.worker import LEASE_SECONDS, RETENTION_SECONDS, Worker
+from orchestrator.cluster.worker import CAPACITY, LEASE_SECONDS, RETENTION_SECONDS, Worker
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -27,7 +27,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--model", help=f"without --app: scripted (default), {MODEL_SPECS}")
     parser.add_argument("--root", default=".", help="without --app: workspace of the filesystem tools")
     parser.add_argument("--name", help="this worker's name in leases (default host:pid:random)")
-    parser.add_argument("--capacity", type=int, default=16, help="runs carried at once (default 16)")
+    parser.add_argument("--capacity", type=int, default=CAPACITY, help=f"runs carried at once (default {CAPACITY})")
     parser.add_argument("--lease-seconds", type=float, default=LEASE_SECONDS, help=f"default {LEASE_SECONDS:g}")
     parser.add_argument(
         "--retention-hours",
