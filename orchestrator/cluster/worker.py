@@ -100,34 +100,39 @@ class Worker:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._prune)
             task_status.started()
+            work = self.wakeups.arm(WORK)
+            backlog = True  # runs may wait beyond what the last claim took
             while True:
                 free = self.capacity - len(self.active)
-                leases: list[Lease] = []
-                # Armed before the claim: work queued after it, or a slot freed meanwhile, still wakes the loop.
-                work = self.wakeups.arm(WORK)
-                if self._slot_freed.is_set():
-                    self._slot_freed = trio.Event()
-                try:
-                    if free > 0:
+                if free > 0 and (backlog or work.is_set()):
+                    # Armed before the claim: work queued after it still wakes the loop.
+                    work = self.wakeups.arm(WORK)
+                    try:
                         leases = await trio.to_thread.run_sync(self.store.claim, self.name, self.lease_seconds, free)
+                    except StoreUnavailable as down:
+                        self._note_outage(down)
+                        await trio.sleep(self.poll_seconds)
+                        continue
+                    self._note_recovery()
                     for lease in leases:
                         self.active[lease.request_id] = None
                         nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
-                    if not leases:
-                        await self._until_work(work if free > 0 else None)
-                except StoreUnavailable as down:
-                    self._note_outage(down)
-                    await trio.sleep(self.poll_seconds)
+                    backlog = len(leases) == free
                     continue
-                self._note_recovery()
+                # Full: until a slot frees. Not full and nothing left: until work is queued (or a poll's time).
+                if not await self._until_work(work if free > 0 else None):
+                    backlog = True
 
-    async def _until_work(self, work: trio.Event | None) -> None:
-        """Until ``work`` is set (a run may be claimed), a slot frees, or poll_seconds pass."""
+    async def _until_work(self, work: trio.Event | None) -> bool:
+        """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds passed first."""
+        self._slot_freed = trio.Event()
         with trio.move_on_after(self.poll_seconds):
             async with trio.open_nursery() as either:
                 for event in (work, self._slot_freed):
                     if event is not None:
                         either.start_soon(_set_then_cancel, event, either.cancel_scope)
+            return True
+        return False
 
     def _note_outage(self, down: StoreUnavailable) -> None:
         """Say once that the store cannot be reached (the worker keeps asking every poll_seconds)."""

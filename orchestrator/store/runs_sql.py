@@ -57,7 +57,7 @@ __all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_ru
 WAKE_CHANNEL = "orchestrator_work"
 CHANGE_CHANNEL = "orchestrator_runs"
 """Carries ``run:REQUEST_ID`` (its events or status moved) and ``inbox:REQUEST_ID`` (its inbox got an item)."""
-POOL_SIZE = 8
+POOL_SIZE = 16
 """Most PostgreSQL connections a store opens for its calls (made as calls need them, kept while idle)."""
 DATA_VERSION_SECONDS = 0.25
 """How often a watched SQLite store asks whether another process wrote to its file (``PRAGMA data_version``)."""
