@@ -645,7 +645,7 @@ class SQLRunStore(RunStore):
                 f"SELECT request_id, status FROM orchestrator_runs"
                 f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
                 f" OR (status = 'running' AND lease_expires < {clock})"
-                " ORDER BY updated LIMIT ?" + self.dialect.lock_rows,
+                " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
                 (limit,),
             )
             for request_id, status in db.fetchall():
