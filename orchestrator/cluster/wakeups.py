@@ -30,6 +30,7 @@ class Wakeups:
         self._waiting: dict[tuple[str, str], trio.Event] = {}
         self._token: trio.lowlevel.TrioToken | None = None
         self._feed: ChangeFeed | None = None
+        self._thread: trio.CapacityLimiter | None = None
 
     def arm(self, topic: str, request_id: str = "") -> trio.Event:
         """The event set at the next change of ``request_id``'s ``topic`` (shared by every waiter of the pair)."""
@@ -52,13 +53,16 @@ class Wakeups:
             self._feed.close()
         self._token = token
         self._waiting = {}
+        self._thread = trio.CapacityLimiter(1)  # its own: never waits behind store calls for one of trio's threads
         self._feed = feed = self.store.watch()
         trio.lowlevel.spawn_system_task(self._pump, feed, name=f"wake-ups of {self.store.where}")
 
     async def _pump(self, feed: ChangeFeed) -> None:
         try:
             while not feed.closed:
-                changes = await trio.to_thread.run_sync(feed.wait, FEED_SECONDS, abandon_on_cancel=True)
+                changes = await trio.to_thread.run_sync(
+                    feed.wait, FEED_SECONDS, abandon_on_cancel=True, limiter=self._thread
+                )
                 if feed is not self._feed:
                     return
                 woken = list(self._waiting) if changes.everything else changes.keys & self._waiting.keys()

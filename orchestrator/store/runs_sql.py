@@ -532,7 +532,9 @@ class SQLRunStore(RunStore):
         return feed
 
     def _tell(self, keys: frozenset[tuple[str, str]], *, everything: bool = False) -> None:
-        for feed in list(self._feeds):
+        with self._lock:
+            feeds = list(self._feeds)
+        for feed in feeds:
             feed.add(keys, everything=everything)
 
     def _tell_local(self, keys: frozenset[tuple[str, str]]) -> None:
