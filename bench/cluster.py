@@ -46,14 +46,16 @@ APP = "bench.cluster_app:approval_agent"
 ANSWERED_CALL = "q1"
 HEADING = """## Scaling out: workers on PostgreSQL
 
-`python -m bench --only cluster` (`bench/cluster.py`): runs started at once, each calling a lookup tool,
-then asking the user and, once answered, answering; carried in-process (`client.start` + `client.deliver`)
-and by 2 `python -m orchestrator worker` processes (default capacity 16 runs each) on a throwaway
-PostgreSQL server, answers posted to the run store's inbox as soon as a run is seen parked. Runs per
-second: runs / wall time from the first start to the last end. Approval-to-resume: from the answer's
-posting to the `tool_completed` event of the answered call; on workers it includes the wait for a free
-slot while new runs still fill them. The in-process row runs on the benchmark's pinned CPU; the
-workers and the server run on every CPU.
+`python -m bench --only cluster` (`bench/cluster.py`): runs started at once, each calling a lookup
+tool, then asking the user and, once answered, answering; carried in-process (`client.start` +
+`client.deliver`) and by 2 `python -m orchestrator worker` processes (default capacity 64 runs each)
+on a throwaway PostgreSQL server (`synchronous_commit` on), answers posted to the run store's inbox
+as soon as a run is seen parked. Runs per second: runs / wall time from the first start to the last
+end. Approval-to-resume: from the answer's posting to the `tool_completed` event of the answered
+call; on workers it includes the wait for a free slot while new runs still fill them. Per run: the
+database's committed transactions (listening connections' reads of notifications included) and WAL
+bytes; commit p99 is the driver's committing calls (a run's creation, an answer) under the load. The
+in-process row runs on the benchmark's pinned CPU; the workers and the server run on every CPU.
 
 """
 
