@@ -15,7 +15,11 @@ the user (``ask_user``), is answered, and answers. Two ways:
 Reported: runs per second (runs / wall time from the first start to the last
 end) and the approval-to-resume latency (from the answer's posting to the
 ``tool_completed`` event of the answered call, timestamped by the process that
-carried the run), median and p99. Results go to their own block of
+carried the run), median and p99. On PostgreSQL (run with ``synchronous_commit``
+on) also, per run, the transactions committed in the database
+(``pg_stat_database.xact_commit``, less the driver's own reads) and the bytes of
+WAL written (``pg_current_wal_lsn``), and the p99 latency of a committing store
+call under the load (the driver's answer posts). Results go to their own block of
 bench/README.md (``python -m bench --only cluster --readme``).
 """
 
@@ -42,14 +46,16 @@ APP = "bench.cluster_app:approval_agent"
 ANSWERED_CALL = "q1"
 HEADING = """## Scaling out: workers on PostgreSQL
 
-`python -m bench --only cluster` (`bench/cluster.py`): runs started at once, each calling a lookup tool,
-then asking the user and, once answered, answering; carried in-process (`client.start` + `client.deliver`)
-and by 2 `python -m orchestrator worker` processes (default capacity 16 runs each) on a throwaway
-PostgreSQL server, answers posted to the run store's inbox as soon as a run is seen parked. Runs per
-second: runs / wall time from the first start to the last end. Approval-to-resume: from the answer's
-posting to the `tool_completed` event of the answered call; on workers it includes the wait for a free
-slot while new runs still fill them. The in-process row runs on the benchmark's pinned CPU; the
-workers and the server run on every CPU.
+`python -m bench --only cluster` (`bench/cluster.py`): runs started at once, each calling a lookup
+tool, then asking the user and, once answered, answering; carried in-process (`client.start` +
+`client.deliver`) and by 2 `python -m orchestrator worker` processes (default capacity 64 runs each)
+on a throwaway PostgreSQL server (`synchronous_commit` on), answers posted to the run store's inbox
+as soon as a run is seen parked. Runs per second: runs / wall time from the first start to the last
+end. Approval-to-resume: from the answer's posting to the `tool_completed` event of the answered
+call; on workers it includes the wait for a free slot while new runs still fill them. Per run: the
+database's committed transactions (listening connections' reads of notifications included) and WAL
+bytes; commit p99 is the driver's committing calls (a run's creation, an answer) under the load. The
+in-process row runs on the benchmark's pinned CPU; the workers and the server run on every CPU.
 
 """
 
@@ -119,12 +125,14 @@ def in_process(runs: int) -> dict[str, Any]:
 # cluster ------------------------------------------------------------------------------
 
 
-def _start_workers(dsn: str, count: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+def _start_workers(dsn: str, count: int, logs: Path, capacity: int | None = None) -> list[subprocess.Popen[bytes]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     processes = []
     for index in range(count):
         with (logs / f"worker-{index}.log").open("wb") as out:
             command = [sys.executable, "-m", "orchestrator", "worker", "--app", APP, "--db", dsn, "--name", f"w{index}"]
+            if capacity is not None:
+                command += ["--capacity", str(capacity)]
             processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + 60
     for index, process in enumerate(processes):
@@ -136,7 +144,9 @@ def _start_workers(dsn: str, count: int, logs: Path) -> list[subprocess.Popen[by
     return processes
 
 
-def through_workers(dsn: str, runs: int, workers: int, timeout: float, logs: Path) -> dict[str, Any]:
+def through_workers(
+    dsn: str, runs: int, workers: int, timeout: float, logs: Path, capacity: int | None = None
+) -> dict[str, Any]:
     from orchestrator import UserMessage
     from orchestrator.cluster.checkpoint import read
     from orchestrator.store.runs import NewInboxItem
@@ -144,18 +154,25 @@ def through_workers(dsn: str, runs: int, workers: int, timeout: float, logs: Pat
     from orchestrator.wire.format import encode_message
 
     store = open_run_store(dsn)
-    processes = _start_workers(dsn, workers, logs)
+    processes = _start_workers(dsn, workers, logs, capacity)
+    feed = store.watch()
     try:
         ids = [uuid.uuid4().hex for _ in range(runs)]
+        before = _database_counters(dsn)
+        reads = 0  # the driver's own transactions that only read
+        commits: list[float] = []  # seconds per committing call of the driver (a run's creation, an answer)
         started = time.perf_counter()
         for index, request_id in enumerate(ids):
+            began = time.perf_counter()
             store.create_run(f"s{index}", request_id, encode_message(UserMessage("go")))
+            commits.append(time.perf_counter() - began)
         answered: dict[str, float] = {}
         ended: set[str] = set()
         deadline = time.monotonic() + timeout
         while len(ended) < runs:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{runs - len(ended)} runs did not end within {timeout:g} s")
+            reads += 1
             for record in store.runs():
                 if record.final:
                     ended.add(record.request_id)
@@ -165,8 +182,10 @@ def through_workers(dsn: str, runs: int, workers: int, timeout: float, logs: Pat
                         payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
                         item = NewInboxItem(record.session_id, record.request_id, wait.response_event, payload)
                         answered[record.request_id] = time.time()
+                        began = time.perf_counter()
                         store.post(item)
-            time.sleep(0.005)
+                        commits.append(time.perf_counter() - began)
+            feed.wait(0.5)  # woken by the workers' commits, as a web node is
         seconds = time.perf_counter() - started
         latencies = []
         for request_id in ids:
@@ -175,15 +194,50 @@ def through_workers(dsn: str, runs: int, workers: int, timeout: float, logs: Pat
                 if event.type == "tool_completed" and body["call"]["id"] == ANSWERED_CALL:
                     latencies.append(float(body["ts"]) - answered[request_id])
         statuses = {record.status for record in store.runs()}
+        reads += runs + 1
+        # Stopped workers and a closed store have reported every transaction of theirs.
+        _stop_workers(processes)
+        feed.close()
+        store.close()
+        after = _database_counters(dsn)
         result = _summary(f"{workers} worker processes, PostgreSQL", runs, seconds, latencies)
         result["statuses"] = sorted(statuses)
+        result["transactions_per_run"] = (after["xact_commit"] - before["xact_commit"] - reads - 1) / runs
+        result["wal_bytes_per_run"] = (after["wal_bytes"] - before["wal_bytes"]) / runs
+        result["commit_p99_ms"] = _p99(commits) * 1000
+        result["settings"] = {"synchronous_commit": after["synchronous_commit"], "fsync": after["fsync"]}
         return result
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(10)
+        feed.close()
+        _stop_workers(processes)
         store.close()
+
+
+def _stop_workers(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        process.wait(10)
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0
+
+
+def _database_counters(dsn: str) -> dict[str, Any]:
+    """The database's committed transactions (once its backends reported them), WAL position and commit settings."""
+    import psycopg
+
+    time.sleep(1.2)  # a backend reports its counts at most once a second
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(
+            "SELECT xact_commit, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'), current_setting('synchronous_commit'),"
+            " current_setting('fsync') FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return {"xact_commit": int(row[0]), "wal_bytes": int(row[1]), "synchronous_commit": row[2], "fsync": row[3]}
 
 
 def cluster(runs: int, workers: int, timeout: float, logs: Path) -> dict[str, Any]:
@@ -210,6 +264,9 @@ def _on_server(pg: Any, runs: int, workers: int, timeout: float, logs: Path) -> 
         name = f"bench_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(server.dsn(), autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{name}"')
+            # The test suite's server, but a commit waits for its WAL, as in production (the database's
+            # setting outranks the server's command line).
+            admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = on')
         return through_workers(server.dsn(name), runs, workers, timeout, logs)
     finally:
         pg._stop(server)
@@ -242,6 +299,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         "Runs with a tool call and an approval: runs per second and approval-to-resume latency",
         f"{'carried by':<40} {'runs':>6} {'runs/s':>8} {'resume median ms':>17} {'resume p99 ms':>14}",
     ]
+    base = next((row for row in rows if row.get("kind") == "in-process" and row.get("runs_per_second")), None)
+    stored = []
     for row in rows:
         problem = row.get("unavailable") or row.get("failed")
         if problem:
@@ -251,7 +310,33 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"{row['kind']:<40} {row['runs']:>6} {_fmt(row['runs_per_second']):>8}"
             f" {_fmt(row['resume_median_ms']):>17} {_fmt(row['resume_p99_ms']):>14}"
         )
+        if "transactions_per_run" in row:
+            stored.append(row)
+    if base is not None:
+        lines.append("")
+        lines.append(f"{'against in-process':<40} {'runs/s':>8} {'resume median':>14} {'resume p99':>11}")
+        for row in rows:
+            if row is base or not row.get("runs_per_second"):
+                continue
+            lines.append(
+                f"{row['kind']:<40} {_ratio(row['runs_per_second'], base['runs_per_second']):>8}"
+                f" {_ratio(row['resume_median_ms'], base['resume_median_ms']):>14}"
+                f" {_ratio(row['resume_p99_ms'], base['resume_p99_ms']):>11}"
+            )
+    for row in stored:
+        settings = row.get("settings", {})
+        lines.append("")
+        lines.append(
+            f"{row['kind']}: {_fmt(row['transactions_per_run'])} transactions and"
+            f" {_fmt(row['wal_bytes_per_run'] / 1024)} KiB of WAL per run;"
+            f" commit p99 {_fmt(row['commit_p99_ms'], 2)} ms"
+            f" (synchronous_commit {settings.get('synchronous_commit', '?')}, fsync {settings.get('fsync', '?')})"
+        )
     return "\n".join(lines)
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "-" if value is None or not base else f"{value / base:.2f}x"
 
 
 def write_readme(document: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from orchestrator.cluster.worker import LEASE_SECONDS, RETENTION_SECONDS, Worker
+from orchestrator.cluster.worker import CAPACITY, LEASE_SECONDS, RETENTION_SECONDS, Worker
 
 if TYPE_CHECKING:
     from orchestrator.project.config import ProjectConfig
@@ -42,7 +42,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "--trust-project", action="store_true", help="start the MCP servers the project's .mcp.json names"
     )
     parser.add_argument("--name", help="this worker's name in leases (default host:pid:random)")
-    parser.add_argument("--capacity", type=int, default=16, help="runs carried at once (default 16)")
+    parser.add_argument("--capacity", type=int, default=CAPACITY, help=f"runs carried at once (default {CAPACITY})")
     parser.add_argument("--lease-seconds", type=float, default=LEASE_SECONDS, help=f"default {LEASE_SECONDS:g}")
     parser.add_argument(
         "--retention-hours",

@@ -2,7 +2,9 @@
 
 Starting a run inserts a ``queued`` row (one active run per session across the
 deployment: a second is SessionBusy, a 409). Events are read from the run's
-log after ``Last-Event-ID`` and followed by polling it, so any node serves any
+log after ``Last-Event-ID`` and followed through the store's wake-ups (one
+listener per process; see ``Wakeups``): an idle follower costs the store nothing,
+and the followers of one run share one read per change, so any node serves any
 run. An answer is checked like a live one against the question its run's
 checkpoint says is waiting (the same ``WaitRule`` validators the extensions
 use) in the one transaction that inserts it into the run's inbox and wakes a
@@ -26,6 +28,7 @@ from machines.build import Step
 from machines.request import REQUEST
 from orchestrator import wire
 from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, read
+from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import SessionBusy
@@ -38,11 +41,14 @@ from orchestrator.runtime.handle import UnknownRun
 from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, RunExists, RunView
 from orchestrator.server.errors import HTTPRefusal
+from orchestrator.store.changes import RUN
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
 
 POLL_SECONDS = 0.1
-"""How often a web node looks for new events of a run it streams."""
+"""How often a web node asks again for a run's events while the store cannot be reached."""
+FOLLOW_SECONDS = 60.0
+"""Longest an idle follower waits for a wake-up before it reads the run's log anyway (a safety net)."""
 TERMINAL = frozenset({"run_completed", "run_failed", "run_cancelled"})
 INBOX = "inbox"
 """The name a delivery accepted into a run's durable inbox reports."""
@@ -65,6 +71,8 @@ class StoreBackend:
         self.store = store
         self.rules = {rule.response_event: rule for rule in (*DEFAULT_WAIT_RULES, *wait_rules)}
         self.poll_seconds = poll_seconds
+        self.wakeups = Wakeups(store)
+        self._reads: dict[tuple[str, int], _SharedRead] = {}
 
     async def _call(self, function: Any, *args: Any) -> Any:
         return await trio.to_thread.run_sync(function, *args)
@@ -130,9 +138,9 @@ class StoreBackend:
         async def batches() -> AsyncIterator[list[dict[str, Any]]]:
             position = after
             while True:
+                woken = self.wakeups.arm(RUN, request_id)  # before the read: a change after it still wakes
                 try:
-                    stored: list[StoredEvent] = await self._call(self.store.events, request_id, position)
-                    record: RunRecord | None = None if stored else await self._call(self.store.run, request_id)
+                    stored, record = await self._tail(request_id, position)
                 except StoreUnavailable:
                     # The stream stays open while the store is away; its events follow when it is back.
                     await trio.sleep(self.poll_seconds)
@@ -145,9 +153,32 @@ class StoreBackend:
                     continue
                 if record is None or (record.final and record.last_seq <= position):
                     return
-                await trio.sleep(self.poll_seconds)
+                with trio.move_on_after(FOLLOW_SECONDS):
+                    await woken.wait()
 
         return batches()
+
+    async def _tail(self, request_id: str, after: int) -> tuple[list[StoredEvent], RunRecord | None]:
+        """The run's events after ``after`` (and, when there are none, its record): one read for every
+        follower of the run at that position, however many ask at once."""
+        key = (request_id, after)
+        shared = self._reads.get(key)
+        if shared is not None:
+            await shared.done.wait()
+            if shared.result is not None:
+                return shared.result
+            return await self._tail(request_id, after)  # the reader failed or was cancelled: read again
+        shared = self._reads[key] = _SharedRead()
+        try:
+            shared.result = await self._call(self._read_tail, request_id, after)
+            return shared.result
+        finally:
+            del self._reads[key]
+            shared.done.set()
+
+    def _read_tail(self, request_id: str, after: int) -> tuple[list[StoredEvent], RunRecord | None]:
+        stored = self.store.events(request_id, after)
+        return stored, None if stored else self.store.run(request_id)
 
     async def cancel(self, request_id: str) -> tuple[RunView, bool]:
         record = await self._record(request_id)
@@ -282,6 +313,14 @@ class StoreBackend:
 
     def running(self) -> int | None:
         return None
+
+
+class _SharedRead:
+    """One read of a run's log that several followers wait for."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: tuple[list[StoredEvent], RunRecord | None] | None = None
 
 
 def settle_open_calls(record: RunRecord, history: list[Message]) -> list[Message]:

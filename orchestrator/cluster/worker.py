@@ -3,11 +3,13 @@
 Each claimed run is resumed from its checkpoint (or started, when it never
 ran) in the worker's trio loop, beside three tasks of its own: the heartbeat
 renews the lease every third of its length (it runs in this loop, so blocking
-tools must run in threads: ``@tool(thread=True)``), the inbox poller hands
-answers and steering posted by any web node to the run's extensions, and the
+tools must run in threads: ``@tool(thread=True)``), the inbox reader hands
+answers and steering posted by any web node to the run's extensions (woken by the
+store when the run's inbox gets an item, see ``Wakeups``), and the
 flusher commits streamed text. A run that only waits for answers is parked:
 its worker lets it go, and whichever worker claims it after an answer arrives
-resumes it. A worker that stops (killed, or its lease lost) leaves its runs to
+resumes it. A worker claims again the moment a run ends or a new one is queued.
+A worker that stops (killed, or its lease lost) leaves its runs to
 be claimed again once their leases expire.
 """
 
@@ -27,10 +29,12 @@ from orchestrator.agent import AgentClient
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
 from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
+from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent, RunFailedEvent
 from orchestrator.messages import Message, UserMessage
+from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
 from orchestrator.wire.format import WireFormatError, decode_message, encode_event
@@ -40,9 +44,11 @@ log = logging.getLogger("orchestrator.cluster")
 LEASE_SECONDS = 15.0
 """How long a claimed run stays a worker's without a heartbeat; a crashed worker's runs are taken over after it."""
 POLL_SECONDS = 1.0
-"""Longest wait between looks for runnable runs (a PostgreSQL NOTIFY wakes a worker sooner)."""
-INBOX_SECONDS = 0.1
-"""How often a worker looks at the inboxes of the runs it holds."""
+"""Longest wait between looks for runnable runs (a new run, an answer or a freed slot wakes a worker sooner)."""
+INBOX_SECONDS = 5.0
+"""Longest wait between looks at the inbox of a run a worker holds (an item posted to it wakes the run sooner)."""
+CAPACITY = 64
+"""Runs a worker carries at once by default: runs mostly wait on a model or a tool, not on this process."""
 BUSY_RETRY_SECONDS = 1.0
 """How long a run its worker could not run (its session runs here already) waits before it may be claimed again."""
 RETENTION_SECONDS = 7 * 24 * 3600.0
@@ -62,7 +68,7 @@ class Worker:
         store: RunStore,
         *,
         name: str | None = None,
-        capacity: int = 16,
+        capacity: int = CAPACITY,
         lease_seconds: float = LEASE_SECONDS,
         poll_seconds: float = POLL_SECONDS,
         retention_seconds: float = RETENTION_SECONDS,
@@ -83,6 +89,8 @@ class Worker:
         self.history = StoreHistory()
         self.agent.history = self.history
         self.active: dict[str, DurableRun | None] = {}
+        self.wakeups = Wakeups(store)
+        self._slot_freed = trio.Event()
         self._outage = False
         self.agent.extensions.insert(0, self.durable)
         for hook in ("on_event", "on_tool_call"):
@@ -93,24 +101,39 @@ class Worker:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._prune)
             task_status.started()
+            work = self.wakeups.arm(WORK)
+            backlog = True  # runs may wait beyond what the last claim took
             while True:
                 free = self.capacity - len(self.active)
-                leases: list[Lease] = []
-                try:
-                    if free > 0:
+                if free > 0 and (backlog or work.is_set()):
+                    # Armed before the claim: work queued after it still wakes the loop.
+                    work = self.wakeups.arm(WORK)
+                    try:
                         leases = await trio.to_thread.run_sync(self.store.claim, self.name, self.lease_seconds, free)
+                    except StoreUnavailable as down:
+                        self._note_outage(down)
+                        await trio.sleep(self.poll_seconds)
+                        continue
+                    self._note_recovery()
                     for lease in leases:
                         self.active[lease.request_id] = None
                         nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
-                    if not leases:
-                        await trio.to_thread.run_sync(
-                            self.store.wait_for_work, self.poll_seconds, abandon_on_cancel=True
-                        )
-                except StoreUnavailable as down:
-                    self._note_outage(down)
-                    await trio.sleep(self.poll_seconds)
+                    backlog = len(leases) == free
                     continue
-                self._note_recovery()
+                # Full: until a slot frees. Not full and nothing left: until work is queued (or a poll's time).
+                if not await self._until_work(work if free > 0 else None):
+                    backlog = True
+
+    async def _until_work(self, work: trio.Event | None) -> bool:
+        """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds passed first."""
+        self._slot_freed = trio.Event()
+        with trio.move_on_after(self.poll_seconds):
+            async with trio.open_nursery() as either:
+                for event in (work, self._slot_freed):
+                    if event is not None:
+                        either.start_soon(_set_then_cancel, event, either.cancel_scope)
+            return True
+        return False
 
     def _note_outage(self, down: StoreUnavailable) -> None:
         """Say once that the store cannot be reached (the worker keeps asking every poll_seconds)."""
@@ -145,6 +168,7 @@ class Worker:
             log.exception("run %s failed in worker %s", lease.request_id, self.name)
         finally:
             self.active.pop(lease.request_id, None)
+            self._slot_freed.set()
 
     async def _carry_leased(self, lease: Lease) -> None:
         record = await trio.to_thread.run_sync(self.store.run, lease.request_id)
@@ -278,18 +302,23 @@ class Worker:
 
     async def _poll_inbox(self, durable: DurableRun) -> None:
         while True:
+            woken = self.wakeups.arm(INBOX, durable.lease.request_id)  # before the read: a later post wakes it
             try:
                 items = await trio.to_thread.run_sync(
                     lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
                 )
             except StoreUnavailable:
                 items = []  # asked again at the next poll
+            held_back = False  # an answer for a resumed call that has not asked again: offered again soon
             for item in items:
                 if item.id in durable.used:
                     continue
                 if durable.offer_item(item):
                     durable.seen_inbox = max(durable.seen_inbox, item.id)
-            await trio.sleep(INBOX_SECONDS)
+                else:
+                    held_back = True
+            with trio.move_on_after(0.1 if held_back else INBOX_SECONDS):
+                await woken.wait()
 
     async def _flush(self, durable: DurableRun) -> None:
         while True:
@@ -308,6 +337,11 @@ def stored_metadata(record: RunRecord) -> dict[str, Any]:
         return dict(AgentRunConfig(metadata=stored).metadata)
     except (TypeError, ValueError) as bad:
         raise UnreadableCheckpoint(f"its metadata is unusable ({bad})") from None
+
+
+async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 def _starting_point(record: RunRecord) -> tuple[Checkpoint | None, UserMessage | None]:

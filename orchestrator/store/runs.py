@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from orchestrator.messages import Message
+from orchestrator.store.changes import ChangeFeed, PollingFeed
 from orchestrator.store.errors import StoreError
 
 __all__ = [
@@ -273,6 +274,10 @@ class RunStore(abc.ABC):
     def prune(self, older_than: float) -> int:
         """Delete final runs (their events and inbox) last updated before ``older_than``
         (a time.time() value); how many runs went."""
+
+    def watch(self) -> ChangeFeed:
+        """A feed of this store's changes for one consumer (close it when done); this default one polls."""
+        return PollingFeed()
 
     def wait_for_work(self, timeout: float) -> None:
         """Block until work may be there (a hint, never the truth) or ``timeout`` passes."""

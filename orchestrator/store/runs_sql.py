@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
+import os
 import secrets
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -27,6 +30,7 @@ from machines.build import BoundMachine, GuardRefused, IllegalTransition
 from machines.run_lease import RUN_LEASE
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import Message
+from orchestrator.store.changes import INBOX, RUN, WORK, ChangeFeed
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
 from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, StoreError, StoreUnavailable, one_line
 from orchestrator.store.runs import (
@@ -51,6 +55,13 @@ from orchestrator.text import clean_text
 __all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_run_store"]
 
 WAKE_CHANNEL = "orchestrator_work"
+CHANGE_CHANNEL = "orchestrator_runs"
+"""Carries ``run:REQUEST_ID`` (its events or status moved) and ``inbox:REQUEST_ID`` (its inbox got an item)."""
+POOL_SIZE = 16
+"""Most PostgreSQL connections a store opens for its calls (made as calls need them, kept while idle)."""
+DATA_VERSION_SECONDS = 0.25
+"""How often a watched SQLite store asks whether another process wrote to its file (``PRAGMA data_version``)."""
+log = logging.getLogger("orchestrator.store")
 _ACTIVE_SQL = "('queued', 'running', 'parked')"
 _RUN_COLUMNS = (
     "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
@@ -59,6 +70,8 @@ _RUN_COLUMNS = (
 
 
 class _Cursor(Protocol):
+    changed: set[tuple[str, str]]
+
     def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
@@ -339,12 +352,25 @@ def _inbox_item(row: Sequence[Any]) -> InboxItem:
     )
 
 
-class SQLRunStore(RunStore):
-    """The run store over one connection (guarded by a lock); every method one transaction.
+_LOCAL_FEEDS: dict[str, weakref.WeakSet[ChangeFeed]] = {}
+"""The feeds of every SQLite store of this process, by the real path of its file: told at once of a commit."""
+_LOCAL_LOCK = threading.Lock()
 
-    A PostgreSQL connection that broke (the server restarted, a proxy dropped it)
-    fails the call it broke in with StoreUnavailable; the next call connects again
-    (and fails with StoreUnavailable while the server cannot be reached).
+
+class SQLRunStore(RunStore):
+    """The run store; every method one transaction.
+
+    SQLite: one connection guarded by a lock. PostgreSQL: a pool of up to ``pool_size``
+    connections, so calls from many threads run at once. A PostgreSQL connection that broke
+    (the server restarted, a proxy dropped it) fails the call it broke in with StoreUnavailable,
+    and the idle ones are dropped with it; the next call connects again (and fails with
+    StoreUnavailable while the server cannot be reached).
+
+    Every transaction that appends events, changes a run's status or posts to an inbox tells
+    the store's feeds (``watch``) after it commits: on PostgreSQL by one ``NOTIFY`` on
+    ``CHANGE_CHANNEL`` per changed run, which the process's one listener thread hands to its
+    feeds; on SQLite directly to the feeds of this process, and to those of other processes
+    through ``PRAGMA data_version``, read every ``DATA_VERSION_SECONDS`` while a feed is open.
     """
 
     def __init__(
@@ -354,19 +380,26 @@ class SQLRunStore(RunStore):
         where: str,
         *,
         listen: Callable[[], Any] | None = None,
+        pool_size: int = POOL_SIZE,
     ) -> None:
         self.dialect = dialect
         self.where = where
         self._connect = connect
+        self._lock = threading.RLock()
+        self._idle: list[Any] = []  # PostgreSQL connections not in a call
+        self._slots = threading.BoundedSemaphore(max(1, pool_size))
+        self._listen = listen
+        self._listener: Any = None
+        self._feeds: weakref.WeakSet[ChangeFeed] = weakref.WeakSet()
+        self._watching: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._local_key = os.path.realpath(where) if dialect.name == "sqlite" else ""
         try:
             self._db = connect()
         except StoreError:
             raise
         except Exception as failed:
             raise StoreUnavailable(f"cannot connect to {where}: {one_line(failed)}") from failed
-        self._lock = threading.RLock()
-        self._listen = listen
-        self._listener: Any = None
         try:
             with self._transaction() as db:
                 self._open_schema(db)
@@ -409,42 +442,150 @@ class SQLRunStore(RunStore):
 
     # plumbing ---------------------------------------------------------------
 
-    def _connection(self) -> Any:
-        """The open connection, made again if the last one broke or was closed."""
-        db = self._db
-        if self.dialect.name == "postgresql" and (db is None or db.broken or db.closed):
-            self._db = None
-            try:
-                self._db = db = self._connect()
-            except Exception as failed:
-                raise StoreUnavailable(f"cannot connect to {self.where}: {one_line(failed)}") from failed
-        return db
+    def _checkout(self) -> Any:
+        """A PostgreSQL connection of the pool (the first one made at start, then idle ones, then new ones)."""
+        with self._lock:
+            db, self._db = self._db, None
+            if db is None and self._idle:
+                db = self._idle.pop()
+        if db is not None and not (db.broken or db.closed):
+            return db
+        try:
+            return self._connect()
+        except Exception as failed:
+            raise StoreUnavailable(f"cannot connect to {self.where}: {one_line(failed)}") from failed
+
+    def _checkin(self, db: Any) -> None:
+        if db.broken or db.closed or self._closed.is_set():
+            with contextlib.suppress(Exception):
+                db.close()
+            return
+        with self._lock:
+            self._idle.append(db)
+
+    def _drop_idle(self) -> None:
+        """Close the idle connections: one broke, so the server (or the way to it) probably went away."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for db in idle:
+            with contextlib.suppress(Exception):
+                db.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[_Cursor]:
-        with self._lock:
-            if self.dialect.name == "sqlite":
+        if self.dialect.name == "sqlite":
+            with self._lock:
                 cursor = self._db.cursor()
                 cursor.execute("BEGIN IMMEDIATE")
+                dialected = _Dialected(cursor, self.dialect)
                 try:
-                    yield _Dialected(cursor, self.dialect)
+                    yield dialected
                 except BaseException:
                     cursor.execute("ROLLBACK")
                     raise
                 cursor.execute("COMMIT")
-            else:
-                db = self._connection()
-                try:
-                    with db.transaction(), db.cursor() as cursor:
-                        yield _Dialected(cursor, self.dialect)
-                except Exception as error:
-                    if db.broken or db.closed:
-                        raise StoreUnavailable(f"{self.where}: the connection was lost: {one_line(error)}") from error
-                    raise
+            if dialected.changed:
+                self._tell_local(frozenset(dialected.changed))
+            return
+        with self._slots:
+            db = self._checkout()
+            try:
+                with db.transaction(), db.cursor() as cursor:
+                    dialected = _Dialected(cursor, self.dialect)
+                    yield dialected
+                    # One NOTIFY per changed run, sent at commit (never per event: NOTIFY locks at commit).
+                    for topic, request_id in sorted(dialected.changed):
+                        if topic != WORK:
+                            cursor.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"{topic}:{request_id}"))
+            except Exception as error:
+                if db.broken or db.closed:
+                    self._drop_idle()
+                    raise StoreUnavailable(f"{self.where}: the connection was lost: {one_line(error)}") from error
+                raise
+            finally:
+                self._checkin(db)
 
     def _notify(self, db: _Cursor) -> None:
+        """A run may be claimed: wake the workers."""
+        db.changed.add((WORK, ""))
         if self.dialect.name == "postgresql":
             db.execute(f"NOTIFY {WAKE_CHANNEL}")
+
+    @staticmethod
+    def _changed(db: _Cursor, topic: str, request_id: str) -> None:
+        db.changed.add((topic, request_id))
+
+    # wake-ups ---------------------------------------------------------------
+
+    def watch(self) -> ChangeFeed:
+        """A feed of this store's changes; the store's one watching thread starts with the first."""
+        feed = ChangeFeed()
+        with self._lock:
+            self._feeds.add(feed)
+            if self.dialect.name == "sqlite":
+                with _LOCAL_LOCK:
+                    _LOCAL_FEEDS.setdefault(self._local_key, weakref.WeakSet()).add(feed)
+            if self._watching is None and not self._closed.is_set():
+                target = self._listen_loop if self.dialect.name == "postgresql" else self._data_version_loop
+                self._watching = threading.Thread(target=target, name=f"watching {self.where}", daemon=True)
+                self._watching.start()
+        return feed
+
+    def _tell(self, keys: frozenset[tuple[str, str]], *, everything: bool = False) -> None:
+        with self._lock:
+            feeds = list(self._feeds)
+        for feed in feeds:
+            feed.add(keys, everything=everything)
+
+    def _tell_local(self, keys: frozenset[tuple[str, str]]) -> None:
+        with _LOCAL_LOCK:
+            feeds = list(_LOCAL_FEEDS.get(self._local_key, ()))
+        for feed in feeds:
+            feed.add(keys)
+
+    def _data_version_loop(self) -> None:
+        """SQLite: wake every feed when another process (or connection) committed to the file."""
+        seen: Any = None
+        while not self._closed.wait(DATA_VERSION_SECONDS):
+            try:
+                with self._lock:
+                    version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            except Exception:  # closed meanwhile, or busy: asked again at the next turn
+                continue
+            if seen is not None and version != seen:
+                self._tell(frozenset(), everything=True)
+            seen = version
+
+    def _listen_loop(self) -> None:
+        """PostgreSQL: one listening connection; each notification wakes the feeds of its run (or of work)."""
+        assert self._listen is not None
+        listener: Any = None
+        while not self._closed.is_set():
+            try:
+                if listener is None:
+                    listener = self._listen()
+                    listener.execute(f"LISTEN {CHANGE_CHANNEL}")
+                    listener.execute(f"LISTEN {WAKE_CHANNEL}")
+                    self._tell(frozenset(), everything=True)  # anything may have changed while nobody listened
+                for note in listener.notifies(timeout=0.5):
+                    if note.channel == WAKE_CHANNEL:
+                        self._tell(frozenset({(WORK, "")}))
+                    else:
+                        topic, _, request_id = note.payload.partition(":")
+                        self._tell(frozenset({(topic, request_id)}))
+            except Exception as error:
+                if self._closed.is_set():
+                    break
+                log.warning("%s: listening for changes: %s; listening again", self.where, one_line(error))
+                if listener is not None:
+                    with contextlib.suppress(Exception):
+                        listener.close()
+                listener = None
+                self._tell(frozenset(), everything=True)
+                self._closed.wait(0.5)
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                listener.close()
 
     def _row(self, db: _Cursor, request_id: str, *, lock: bool = False) -> RunRecord | None:
         suffix = " FOR UPDATE" if lock and self.dialect.name == "postgresql" else ""
@@ -506,7 +647,7 @@ class SQLRunStore(RunStore):
                 f"SELECT request_id, status FROM orchestrator_runs"
                 f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
                 f" OR (status = 'running' AND lease_expires < {clock})"
-                " ORDER BY updated LIMIT ?" + self.dialect.lock_rows,
+                " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
                 (limit,),
             )
             for request_id, status in db.fetchall():
@@ -611,6 +752,8 @@ class SQLRunStore(RunStore):
             )
             if status == "queued":
                 self._notify(db)
+            if change.events or status != "running":
+                self._changed(db, RUN, lease.request_id)
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
     def _append_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], now: float) -> None:
@@ -685,6 +828,7 @@ class SQLRunStore(RunStore):
                     (lease_step(row.status, "wake"), now, item.request_id),
                 )
             self._notify(db)
+            self._changed(db, INBOX, item.request_id)
         stored = InboxItem(
             int(new_id), item.session_id, item.request_id, item.name, dict(item.payload), item.idempotency_key, now
         )
@@ -761,6 +905,7 @@ class SQLRunStore(RunStore):
                     " updated = ? WHERE request_id = ?",
                     (lease_step(row.status, "cancel"), event.seq, now, request_id),
                 )
+                self._changed(db, RUN, request_id)
             self._notify(db)
             changed = self._row(db, request_id)
         assert changed is not None
@@ -824,20 +969,25 @@ class SQLRunStore(RunStore):
             raise StoreUnavailable(f"{self.where}: waiting for work: {one_line(error)}") from error
 
     def close(self) -> None:
+        self._closed.set()
+        for feed in list(self._feeds):
+            feed.close()
         with self._lock:
             if self._db is not None:
                 self._db.close()
             if self._listener is not None:
                 self._listener.close()
                 self._listener = None
+        self._drop_idle()
 
 
 class _Dialected:
-    """A cursor whose statements are written with ``?`` placeholders."""
+    """A cursor whose statements are written with ``?`` placeholders, and the changes its transaction made."""
 
     def __init__(self, cursor: Any, dialect: Dialect) -> None:
         self._cursor = cursor
         self._dialect = dialect
+        self.changed: set[tuple[str, str]] = set()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._cursor.execute(self._dialect.sql(sql), tuple(params))
@@ -889,8 +1039,9 @@ def sqlite_run_store(path: str) -> SQLRunStore:
     return SQLRunStore(SQLITE, connect, path)
 
 
-def postgres_run_store(dsn: str, *, connect_timeout: int = 10) -> SQLRunStore:
-    """Runs in the PostgreSQL database ``dsn`` (psycopg 3, synchronous: call it from worker threads)."""
+def postgres_run_store(dsn: str, *, connect_timeout: int = 10, pool_size: int = POOL_SIZE) -> SQLRunStore:
+    """Runs in the PostgreSQL database ``dsn`` (psycopg 3, synchronous: call it from worker threads),
+    over up to ``pool_size`` connections."""
     import psycopg
 
     def connect() -> Any:
@@ -907,7 +1058,7 @@ def postgres_run_store(dsn: str, *, connect_timeout: int = 10) -> SQLRunStore:
         return psycopg.connect(dsn, connect_timeout=connect_timeout, autocommit=True)
 
     shown = dsn.split("@")[-1]
-    return SQLRunStore(POSTGRES, connect, f"postgresql {shown}", listen=listen)
+    return SQLRunStore(POSTGRES, connect, f"postgresql {shown}", listen=listen, pool_size=pool_size)
 
 
 __all__ += ["ACTIVE", "FINAL"]
