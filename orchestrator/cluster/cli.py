@@ -4,7 +4,10 @@
 
 Without ``--app`` the worker runs the CLI's default agent (``--model``, the
 filesystem tools on ``--root``, Plan Mode, ask_user). It runs until
-interrupted; its runs are taken over by other workers once their leases expire.
+stopped. SIGTERM drains it: it claims no more runs, lets the steps running
+finish within ``--grace-seconds``, hands every run it holds back at its last
+commit (another worker resumes it at once) and exits 0. Ctrl-C, or a second
+signal, hands them back at once.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from collections.abc import Sequence
 
 import trio
 
-from orchestrator.cluster.worker import LEASE_SECONDS, RETENTION_SECONDS, Worker
+from orchestrator.cli.signals import Shutdown
+from orchestrator.cluster.worker import GRACE_SECONDS, LEASE_SECONDS, RETENTION_SECONDS, Worker
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -35,13 +39,22 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=RETENTION_SECONDS / 3600,
         help=f"ended runs and their events are pruned after this long (default {RETENTION_SECONDS / 3600:g})",
     )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=GRACE_SECONDS,
+        help=f"at SIGTERM, how long running steps may finish before their runs are handed back"
+        f" (default {GRACE_SECONDS:g})",
+    )
     args = parser.parse_args(list(argv))
+    if args.grace_seconds < 0:
+        parser.error("--grace-seconds cannot be negative")
     if args.app and args.model:
         parser.error("--app brings its own agent: --model does not apply")
     return args
 
 
-async def _work(args: argparse.Namespace) -> None:
+async def _work(args: argparse.Namespace, shutdown: Shutdown) -> None:
     from orchestrator.store.runs_sql import open_run_store
 
     if args.app:
@@ -61,6 +74,8 @@ async def _work(args: argparse.Namespace) -> None:
         lease_seconds=args.lease_seconds,
         retention_seconds=args.retention_hours * 3600,
     )
+    shutdown.drain = lambda: worker.drain(args.grace_seconds)
+    shutdown.hurry = worker.stop_now
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
         print(f"worker {worker.name} carrying runs of {store.where}", file=sys.stderr, flush=True)
@@ -71,4 +86,5 @@ def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.signals import run_service
 
     args = parse(argv)
-    return run_service("worker", lambda: _work(args), (AppSpecError, ValueError))
+    shutdown = Shutdown()
+    return run_service("worker", lambda: _work(args, shutdown), (AppSpecError, ValueError), shutdown=shutdown)

@@ -229,6 +229,12 @@ class RunStore(abc.ABC):
         when the lease is not this holder's."""
 
     @abc.abstractmethod
+    def release(self, lease: Lease) -> None:
+        """Hand the run back at its last commit and end the lease now (a drain): ``queued``, no holder, its
+        checkpoint, inbox and cancel flag kept, claimable at once by any process. Fenced by the lease's token
+        alone; LeaseLost, nothing written, when the run is not this holder's any more."""
+
+    @abc.abstractmethod
     def events(self, request_id: str, after: int = 0, limit: int = 500) -> list[StoredEvent]:
         """The run's events with seq > ``after``, in order."""
 

@@ -613,6 +613,18 @@ class SQLRunStore(RunStore):
                 self._notify(db)
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
+    def release(self, lease: Lease) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE orchestrator_runs SET status = ?, lease_owner = NULL, lease_token = NULL,"
+                " lease_expires = NULL, not_before = NULL, version = version + 1, updated = ?"
+                " WHERE request_id = ? AND lease_token = ? AND status = 'running' RETURNING request_id",
+                (lease_step("running", "release", held=True), time.time(), lease.request_id, lease.token),
+            )
+            if db.fetchone() is None:
+                raise self._lost(db, lease)
+            self._notify(db)
+
     def _append_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], now: float) -> None:
         table = self.dialect.messages_table
         db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))
