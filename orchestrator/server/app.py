@@ -18,6 +18,7 @@ from orchestrator.agent import Agent, AgentClient
 from orchestrator.host import AgentHost
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
+from orchestrator.server.drain import Drain, DrainGuard
 from orchestrator.server.errors import HTTPRefusal, send_refusal
 from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PATH, TokenGuard
 from orchestrator.server.hosted import HostBackend
@@ -104,6 +105,7 @@ def create_app(
     allowed_origins: Iterable[str] = (),
     metrics: object = False,
     stop_streams: Callable[[], str | None] | None = None,
+    drain: Drain | None = None,
 ) -> ASGIApp:
     """The ASGI application for ``agent``: an Agent or its client, an AgentHost, or a Backend (a web node's).
 
@@ -136,6 +138,8 @@ def create_app(
     ``stop_streams`` says why open event streams must end now (a server's
     shutdown), or None while they may go on; it is asked a few times a second.
     uvicorn's shutdown and an AgentHost's closing end them without it.
+    Once ``drain`` has begun, a request that would start a run gets 503 ``Draining`` with
+    ``Retry-After`` (answers, cancels and reads go on; see docs/operations.md).
     """
     settings = ServerSettings(
         token,
@@ -191,7 +195,8 @@ def create_app(
     app.state.service = service
     open_prefixes = CONSOLE_PREFIXES if settings.console else ()
     open_paths = {HEALTH_PATH, *(CONSOLE_PATHS if settings.console else ())}
-    guarded: ASGIApp = TokenGuard(app, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
+    inner: ASGIApp = app if drain is None else DrainGuard(app, drain)
+    guarded: ASGIApp = TokenGuard(inner, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
     if isinstance(backend, LocalBackend):
         guarded = TrioLoopOnly(guarded)
     guarded = OriginGuard(guarded, settings.allowed_origins)

@@ -6,6 +6,12 @@ otherwise, answers only to the bound name and the loopback names (plus
 ``--allow-host``), refuses state changes from other web origins (but
 ``--allow-origin``), and without ``--token`` generates one, printed once in the
 console's URL (``--no-token`` serves without one).
+
+SIGTERM drains it: a request that would start a run gets 503 with
+``Retry-After``, the runs of this process that work (not those only waiting
+for an answer) get ``--grace-seconds`` to finish, then open event streams end
+with ``event: closing`` and the server exits 0. Ctrl-C, or a second signal,
+skips the wait.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ if TYPE_CHECKING:
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+DEFAULT_GRACE_SECONDS = 30.0
+"""How long a drain waits for the runs of this process that work before it stops the server."""
 DEFAULT_BACKLOG = 1024
 """Pending connections the listening socket queues (hypercorn's own default, 100, resets a larger burst)."""
 
@@ -49,6 +57,7 @@ class ServeOptions:
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     token_generated: bool = False
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
     stopped: list[int] = attrs.field(factory=list, eq=False, repr=False)
     """The signal that stopped the server, once one did (SIGINT or SIGTERM)."""
 
@@ -112,7 +121,16 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         help=f"finished runs that stay reachable (events, state, trace) before the oldest answer 404"
         f" (default {DEFAULT_RETAINED_RUNS}; a web node keeps runs in its run store instead)",
     )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        help=f"at SIGTERM, how long runs that work may finish before the server stops"
+        f" (default {DEFAULT_GRACE_SECONDS:g})",
+    )
     args = parser.parse_args(list(argv))
+    if args.grace_seconds < 0:
+        parser.error("--grace-seconds cannot be negative")
     from orchestrator.store.runs_sql import is_run_store_url
 
     web_node = bool(args.db) and is_run_store_url(args.db)
@@ -150,6 +168,7 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         tuple(args.allow_host),
         tuple(args.allow_origin),
         generated,
+        args.grace_seconds,
     )
 
 
@@ -181,6 +200,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
     from orchestrator.server.app import create_app
     from orchestrator.server.backend import Backend, LocalBackend
     from orchestrator.server.default_agent import default_client
+    from orchestrator.server.drain import Drain, busy_runs
     from orchestrator.store.runs_sql import is_run_store_url, open_run_store
 
     backend: Backend
@@ -197,20 +217,38 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
         backend = LocalBackend(client, retained_runs=options.retained_runs)
     config = hypercorn_config(options)
     stopped = options.stopped
+    drain = Drain()
     app = create_app(
         backend,
         token=options.token,
         allowed_hosts=options.hosts,
         allowed_origins=options.allowed_origins,
-        stop_streams=lambda: "the server is shutting down" if stopped else None,
+        stop_streams=lambda: "the server is shutting down" if closing else None,
+        drain=drain,
     )
+    closing: list[bool] = []
 
     async def on_signal() -> None:
-        """Returns at SIGINT or SIGTERM: hypercorn then ends gracefully, its open streams with ``event: closing``."""
+        """Returns at SIGINT, or at SIGTERM once drained: hypercorn then ends gracefully, its open streams
+        with ``event: closing``."""
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for number in signals:
-                stopped.append(number)
-                return
+            first = await signals.__anext__()
+            stopped.append(first)
+            if first == signal.SIGTERM:
+                drain.begin()
+                print(f"serve: draining (up to {options.grace_seconds:g} s)", file=sys.stderr, flush=True)
+                async with trio.open_nursery() as waiting:
+
+                    async def hurried() -> None:
+                        await signals.__anext__()
+                        waiting.cancel_scope.cancel()
+
+                    waiting.start_soon(hurried)
+                    with trio.move_on_after(options.grace_seconds):
+                        while busy_runs(backend):
+                            await trio.sleep(0.05)
+                    waiting.cancel_scope.cancel()
+            closing.append(True)
 
     trigger = on_signal if threading.current_thread() is threading.main_thread() else None
 
@@ -242,6 +280,7 @@ def main(argv: Sequence[str]) -> int:
         await serve(options)
         if options.stopped:  # hypercorn ended gracefully at this signal
             stopped.signal = options.stopped[0]
+            stopped.drained = stopped.signal == signal.SIGTERM
 
     # serve handles SIGINT and SIGTERM itself (hypercorn's graceful end, its open streams closed
     # with ``event: closing``); a press before its receiver is open still ends it in one line.
