@@ -331,6 +331,10 @@ class Agent:
         """Sessions with a running request."""
         return list(self._live)
 
+    def working(self) -> list[str]:
+        """Sessions whose running request works, not only waits for an answer: what a drain lets finish."""
+        return [session for session in self._live if not any(call.live for call in self.pending(session))]
+
     def usage(self, session_id: str) -> RunUsage | None:
         """What the session's running or latest request spent, when it had usage limits (else None)."""
         live = self._live.get(session_id)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import attrs
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.server.errors import send_refusal
 
+DEFAULT_GRACE_SECONDS = 30.0
+"""How long a drain waits for the runs of this process that work before the server stops."""
 DRAIN_RETRY_AFTER = 5
 """Seconds a refused client is told to wait before it tries again (another node, once a balancer moved it)."""
 _STARTS_A_RUN = re.compile(r"/sessions/[^/]+/runs/?$")
@@ -61,7 +64,29 @@ def busy_runs(backend: object) -> list[str]:
     """
     from orchestrator.server.backend import LocalBackend
 
-    if not isinstance(backend, LocalBackend):
-        return []
-    agent = backend.agent
-    return [session_id for session_id in agent.running() if not any(p.live for p in agent.pending(session_id))]
+    return backend.agent.working() if isinstance(backend, LocalBackend) else []
+
+
+async def drained(backend: object, drain: Drain, grace_seconds: float) -> None:
+    """Begin ``drain`` and wait up to ``grace_seconds`` for the runs of this process that work (an ASGI
+    lifespan's shutdown). An ``AgentHost``'s runs are asked about in its thread; a closed host has none."""
+    from orchestrator.host import HostClosed
+    from orchestrator.server.hosted import HostBackend
+
+    drain.begin()
+
+    async def busy() -> bool:
+        if isinstance(backend, HostBackend):
+            try:
+                return bool(await backend.host.call(_working, backend))
+            except HostClosed:
+                return False
+        return bool(busy_runs(backend))
+
+    with anyio.move_on_after(grace_seconds):
+        while await busy():
+            await anyio.sleep(0.05)
+
+
+async def _working(backend: object) -> list[str]:
+    return busy_runs(getattr(backend, "local", backend))

@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS
+from orchestrator.server.drain import DEFAULT_GRACE_SECONDS
 from orchestrator.server.hosts import LOOPBACK_NAMES, AllowedHost
 from orchestrator.server.origins import normalized_origin
 
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-DEFAULT_GRACE_SECONDS = 30.0
-"""How long a drain waits for the runs of this process that work before it stops the server."""
 DEFAULT_BACKLOG = 1024
 """Pending connections the listening socket queues (hypercorn's own default, 100, resets a larger burst)."""
 
