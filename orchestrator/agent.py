@@ -7,6 +7,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+import trio
+
 from machines.build import Step, steps_in
 from orchestrator.checks import each, flag, number, of_type, whole
 from orchestrator.checks import text as _text
@@ -135,6 +137,8 @@ class Agent:
         tool_timeout: float | None = None,
         model_settings: ModelSettings | None = None,
         output_type: object = None,
+        max_concurrent_model_calls: int | None = None,
+        max_concurrent_runs: int | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -145,6 +149,8 @@ class Agent:
         flag().check("Agent.steering", steering)
         of_type(UsageLimits, "a UsageLimits", optional=True).check("Agent.usage_limits", usage_limits)
         number(above=0, optional=True).check("Agent.tool_timeout", tool_timeout)
+        whole(1, optional=True).check("Agent.max_concurrent_model_calls", max_concurrent_model_calls)
+        whole(1, optional=True).check("Agent.max_concurrent_runs", max_concurrent_runs)
         if model_settings is not None and not isinstance(model_settings, ModelSettings):
             kind = type(model_settings).__name__
             raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
@@ -159,6 +165,12 @@ class Agent:
         self.history = history
         self.usage_limits = usage_limits
         self.tool_timeout = tool_timeout
+        # Shared by every request of the agent: a model call past the cap waits for a slot.
+        cap = max_concurrent_model_calls
+        self.model_calls = None if cap is None else trio.CapacityLimiter(cap)
+        # A request past this cap waits, idle (not started), for a running one to end.
+        runs = max_concurrent_runs
+        self.run_slots = None if runs is None else trio.CapacityLimiter(runs)
         self.model_settings = model_settings or DEFAULT_SETTINGS
         self.output_type: OutputType | None = _output_type(output_type)
         self.hooks: dict[str, list[AgentExtension]] = {
@@ -429,6 +441,8 @@ async def create_agent(
     tool_timeout: float | None = None,
     model_settings: ModelSettings | None = None,
     output_type: object = None,
+    max_concurrent_model_calls: int | None = None,
+    max_concurrent_runs: int | None = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
@@ -442,6 +456,10 @@ async def create_agent(
     With ``output_type`` (a dataclass, attrs class, TypedDict, pydantic model, other type hint,
     JSON Schema dict, or an OutputType) every final answer must be JSON of that type:
     ``client.run`` then returns a StructuredAnswer whose ``output`` is the value.
+    ``max_concurrent_model_calls`` caps the model calls the agent's requests make at once; a call
+    past it waits for one to end; ``max_concurrent_runs`` caps the requests running at once (one
+    waiting for an answer included): a request past it stays ``idle`` until one ends, and never
+    fails for it (see docs/concurrency.md).
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -456,5 +474,7 @@ async def create_agent(
         tool_timeout=tool_timeout,
         model_settings=model_settings,
         output_type=output_type,
+        max_concurrent_model_calls=max_concurrent_model_calls,
+        max_concurrent_runs=max_concurrent_runs,
     )
     return AgentClient(agent)
