@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -343,6 +343,34 @@ class Agent:
         """Sessions with a running request."""
         return list(self._live)
 
+    async def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        """Remove the session from this agent: its history, finished runs and their event logs, and its rows
+        (messages, waits and answers, Plan Mode) in a session store extension's store; whether any was there.
+
+        SessionBusy while a request of it runs here (or another process holds it in the store), unless
+        ``cancel``: a request started with ``start`` is then cancelled and its end awaited first (one that
+        ``run`` runs in a caller's task stays SessionBusy: its caller cancels it).
+        """
+        live = self._live.get(session_id)
+        if live is not None:
+            handle = next((h for h in self.runs.live() if h.session_id == session_id), None)
+            if not cancel or handle is None:
+                raise SessionBusy(session_id)
+            handle.cancel()
+            await live.wait_left()
+        found = False
+        forget = getattr(self.history, "delete", None)
+        if callable(forget):
+            found = bool(forget(session_id))
+        for extension in self.extensions:
+            store = getattr(extension, "store", None)
+            if callable(getattr(store, "delete_session", None)) and callable(getattr(store, "lock_session", None)):
+                found = await trio.to_thread.run_sync(_delete_stored, store, session_id) or found
+        self.runs.forget_session(session_id)
+        found = self._last.pop(session_id, None) is not None or found
+        self._budgets.pop(session_id, None)
+        return found
+
     def working(self) -> list[str]:
         """Sessions whose running request works, not only waits for an answer: what a drain lets finish."""
         return [session for session in self._live if not any(call.live for call in self.pending(session))]
@@ -412,6 +440,10 @@ class AgentClient:
         finally:
             self.agent._close_run(run)
 
+    async def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        """Remove the session everywhere this agent keeps it; see ``Agent.delete_session``."""
+        return await self.agent.delete_session(session_id, cancel=cancel)
+
     def state(self, session_id: str) -> str | None:
         return self.agent.state(session_id)
 
@@ -478,3 +510,17 @@ async def create_agent(
         max_concurrent_runs=max_concurrent_runs,
     )
     return AgentClient(agent)
+
+
+def _delete_stored(store: Any, session_id: str) -> bool:
+    """Delete the session's rows from a session store, holding it; SessionBusy when another process runs it."""
+    from orchestrator.store.errors import SessionLocked
+
+    try:
+        lock = store.lock_session(session_id)
+    except SessionLocked:
+        raise SessionBusy(session_id) from None
+    try:
+        return bool(store.delete_session(session_id))
+    finally:
+        lock.release()

@@ -381,6 +381,13 @@ class AgentHost:
     async def _cancel(self, request_id: str) -> None:
         self.client.attach(request_id).cancel()
 
+    async def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        """Remove the session everywhere the agent keeps it; see ``Agent.delete_session``."""
+        return await self.call(self._delete_session, session_id, cancel)
+
+    async def _delete_session(self, session_id: str, cancel: bool) -> bool:
+        return await self.client.delete_session(session_id, cancel=cancel)
+
     async def _history(self, session_id: str) -> list[Message]:
         return await self.client.history(session_id)
 

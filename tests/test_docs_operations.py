@@ -1,4 +1,4 @@
-"""The example of docs/operations.md runs as written, in a fresh interpreter, and prints what the page shows."""
+"""The examples of docs/operations.md run as written, in a fresh interpreter, and print what the page shows."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
@@ -15,11 +17,18 @@ _EXAMPLE = re.compile(
 )
 
 
-def test_the_drain_example_prints_what_the_page_shows(tmp_path: Path) -> None:
-    found = {m["name"]: (m["code"], m["output"]) for m in _EXAMPLE.finditer(PAGE.read_text())}
-    assert sorted(found) == ["drain"]
-    code, output = found["drain"]
-    program = tmp_path / "drain.py"
+def examples() -> dict[str, tuple[str, str]]:
+    return {m["name"]: (m["code"], m["output"]) for m in _EXAMPLE.finditer(PAGE.read_text())}
+
+
+def test_the_page_has_its_two_examples() -> None:
+    assert sorted(examples()) == ["delete", "drain"]
+
+
+@pytest.mark.parametrize("name", sorted(examples()))
+def test_an_example_prints_what_the_page_shows(name: str, tmp_path: Path) -> None:
+    code, output = examples()[name]
+    program = tmp_path / f"{name}.py"
     program.write_text(code + "\n")
     ran = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr

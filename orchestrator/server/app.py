@@ -19,6 +19,7 @@ from orchestrator.agent import Agent, AgentClient
 from orchestrator.host import AgentHost
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
+from orchestrator.server.deletion import session_deletion
 from orchestrator.server.drain import DEFAULT_GRACE_SECONDS, Drain, DrainGuard, drained
 from orchestrator.server.errors import HTTPRefusal, send_refusal
 from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PATH, TokenGuard
@@ -171,6 +172,7 @@ def create_app(
         Route("/openapi.json", service.openapi, methods=["GET"]),
         Route("/sessions", service.list_sessions, methods=["GET"]),
         Route("/sessions/{session_id}", service.show_session, methods=["GET"]),
+        Route("/sessions/{session_id}", session_deletion(backend), methods=["DELETE"]),
         Route("/sessions/{session_id}/runs", service.start_run, methods=["POST"]),
         Route("/sessions/{session_id}/events", service.post_event, methods=["POST"]),
         Route("/runs/{request_id}", service.show_run, methods=["GET"]),

@@ -276,6 +276,13 @@ class RunStore(abc.ABC):
         """Ids of sessions with runs or stored messages, oldest first."""
 
     @abc.abstractmethod
+    def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        """Remove the session's runs, their event logs and inbox, and its history, in one transaction;
+        whether there was any. SessionBusy, nothing removed, while a run of it is ``running`` (held by a
+        worker), unless ``cancel``: its worker's next write or heartbeat then finds it gone (LeaseLost)
+        and stops without writing."""
+
+    @abc.abstractmethod
     def prune(self, older_than: float) -> int:
         """Delete final runs (their events and inbox) last updated before ``older_than``
         (a time.time() value); how many runs went."""

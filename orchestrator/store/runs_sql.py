@@ -804,6 +804,21 @@ class SQLRunStore(RunStore):
             )
             return [row[0] for row in db.fetchall()]
 
+    def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        found = 0
+        with self._transaction() as db:
+            lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
+            db.execute(f"SELECT request_id, status FROM orchestrator_runs WHERE session_id = ?{lock}", (session_id,))
+            runs = db.fetchall()
+            if not cancel and any(status == "running" for _, status in runs):
+                raise SessionBusy(session_id)
+            for (request_id, _) in runs:
+                db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
+            for table in ("orchestrator_inbox", "orchestrator_runs", self.dialect.messages_table):
+                db.execute(f"DELETE FROM {table} WHERE session_id = ? RETURNING 1", (session_id,))
+                found += len(db.fetchall())
+        return found > 0 or bool(runs)
+
     def prune(self, older_than: float) -> int:
         final = "('completed', 'failed', 'cancelled')"
         with self._transaction() as db:
