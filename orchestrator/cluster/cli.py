@@ -13,13 +13,19 @@ signal, hands them back at once.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from collections.abc import Sequence
 
 import trio
 
 from orchestrator.cli.signals import Shutdown
 from orchestrator.cluster.worker import GRACE_SECONDS, LEASE_SECONDS, RETENTION_SECONDS, Worker
+from orchestrator.store.errors import StoreUnavailable
+from orchestrator.store.runs import RunStore
+
+log = logging.getLogger("orchestrator.cluster")
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -40,6 +46,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         help=f"ended runs and their events are pruned after this long (default {RETENTION_SECONDS / 3600:g})",
     )
     parser.add_argument(
+        "--session-retention-hours",
+        type=float,
+        default=None,
+        help="delete sessions idle this long (no run live or parked) with their runs and history (default: keep)",
+    )
+    parser.add_argument(
         "--grace-seconds",
         type=float,
         default=GRACE_SECONDS,
@@ -49,6 +61,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(list(argv))
     if args.grace_seconds < 0:
         parser.error("--grace-seconds cannot be negative")
+    if args.session_retention_hours is not None and args.session_retention_hours <= 0:
+        parser.error("--session-retention-hours must be above 0")
     if args.app and args.model:
         parser.error("--app brings its own agent: --model does not apply")
     return args
@@ -77,8 +91,23 @@ async def _work(args: argparse.Namespace, shutdown: Shutdown) -> None:
     shutdown.drain = lambda: worker.drain(args.grace_seconds)
     shutdown.hurry = worker.stop_now
     async with trio.open_nursery() as nursery:
+        if args.session_retention_hours is not None:
+            nursery.start_soon(prune_idle_sessions, store, args.session_retention_hours * 3600)
         await nursery.start(worker.run)
         print(f"worker {worker.name} carrying runs of {store.where}", file=sys.stderr, flush=True)
+
+
+async def prune_idle_sessions(store: RunStore, idle_seconds: float) -> None:
+    """Delete sessions idle for ``idle_seconds`` now and every tenth of it (at most hourly); an outage skips a round."""
+    while True:
+        try:
+            gone = await trio.to_thread.run_sync(store.prune_sessions, time.time() - idle_seconds)
+        except StoreUnavailable as down:
+            log.warning("no idle sessions pruned: %s", down)
+        else:
+            if gone:
+                log.info("pruned %d idle sessions", len(gone))
+        await trio.sleep(min(idle_seconds / 10, 3600.0))
 
 
 def main(argv: Sequence[str]) -> int:

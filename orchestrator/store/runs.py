@@ -283,6 +283,11 @@ class RunStore(abc.ABC):
         and stops without writing."""
 
     @abc.abstractmethod
+    def prune_sessions(self, idle_before: float) -> list[str]:
+        """Delete (as ``delete_session`` does) every session without a run that is not final whose last
+        message and last run change are older than ``idle_before`` (a time.time() value); their ids."""
+
+    @abc.abstractmethod
     def prune(self, older_than: float) -> int:
         """Delete final runs (their events and inbox) last updated before ``older_than``
         (a time.time() value); how many runs went."""

@@ -52,6 +52,7 @@ __all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_ru
 
 WAKE_CHANNEL = "orchestrator_work"
 _ACTIVE_SQL = "('queued', 'running', 'parked')"
+_FINAL_SQL = "('completed', 'failed', 'cancelled')"
 _RUN_COLUMNS = (
     "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
     " cancel_requested, created, updated"
@@ -818,6 +819,34 @@ class SQLRunStore(RunStore):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ? RETURNING 1", (session_id,))
                 found += len(db.fetchall())
         return found > 0 or bool(runs)
+
+    def prune_sessions(self, idle_before: float) -> list[str]:
+        table = self.dialect.messages_table
+        with self._transaction() as db:
+            db.execute(
+                f"SELECT session_id FROM (SELECT session_id, MAX(updated) AS last FROM orchestrator_runs"
+                f" GROUP BY session_id UNION ALL SELECT session_id, MAX(created) FROM {table} GROUP BY session_id)"
+                f" AS known GROUP BY session_id HAVING MAX(last) < ? ORDER BY session_id",
+                (idle_before,),
+            )
+            idle = [row[0] for row in db.fetchall()]
+            gone: list[str] = []
+            for session_id in idle:
+                db.execute(
+                    f"SELECT 1 FROM orchestrator_runs WHERE session_id = ? AND status IN {_ACTIVE_SQL}", (session_id,)
+                )
+                if db.fetchone() is not None:
+                    continue  # a live or parked run is never pruned
+                # Only final runs go: a run started meanwhile (not yet visible to the check above) stays.
+                ended = f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}"
+                for name in ("orchestrator_run_events", "orchestrator_inbox"):
+                    db.execute(f"DELETE FROM {name} WHERE request_id IN ({ended})", (session_id,))
+                db.execute(
+                    f"DELETE FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}", (session_id,)
+                )
+                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+                gone.append(session_id)
+        return gone
 
     def prune(self, older_than: float) -> int:
         final = "('completed', 'failed', 'cancelled')"

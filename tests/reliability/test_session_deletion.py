@@ -161,3 +161,23 @@ def test_in_memory_history_forgets_the_least_recently_used_session_past_its_cap(
     assert history.delete("a") is True and history.sessions() == ["c"]
     with pytest.raises(ValueError, match="max_sessions"):
         InMemoryHistory(max_sessions=0)
+
+
+def test_idle_sessions_are_pruned_with_their_runs_but_never_one_with_a_live_or_parked_run(
+    run_store: tuple[SQLRunStore, str],
+) -> None:
+    import time
+
+    store, target = run_store
+    fill_one(store, "idle-old")  # a completed run, and a parked one
+    store.create_run("idle-live", "live-r1", encode_message(UserMessage("work")))
+    store.claim("w", 30)
+    store.create_run("idle-ended", "ended-r1", encode_message(UserMessage("done")))
+    (ended,) = store.claim("w", 30)
+    event = StoredEvent("ended-r1", 1, "run_started", {"type": "run_started", "session_id": "idle-ended"})
+    store.commit(ended, RunCommit(messages=(UserMessage("done"),), events=(event,), status="completed"))
+    assert store.prune_sessions(time.time() - 3600) == []  # nothing has been idle an hour
+    assert store.prune_sessions(time.time() + 10) == ["idle-ended"]
+    assert rows_holding(target, "idle-ended") == []
+    assert {run.session_id for run in store.runs()} == {"idle-old", "idle-live"}
+    assert len(store.history("idle-old")) == 2
