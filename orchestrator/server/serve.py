@@ -224,6 +224,7 @@ async def serve(options: ServeOptions, *, task_status: trio.TaskStatus[list[str]
         allowed_origins=options.allowed_origins,
         stop_streams=lambda: "the server is shutting down" if closing else None,
         drain=drain,
+        grace_seconds=0,  # serve drains at SIGTERM itself, before hypercorn's shutdown runs the lifespan's
     )
     closing: list[bool] = []
 
