@@ -104,6 +104,8 @@ class DurableRun:
         # A drain asked this run to stop at its next step boundary (a commit with a checkpoint), then be handed back.
         self.draining = False
         self.handed_back = False
+        self.handing_back = trio.Event()  # set with handed_back: its carrier releases the lease at once
+        self.released = False
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
         self.seen_inbox = 0
@@ -208,6 +210,7 @@ class DurableRun:
         """Stop now, writing nothing more: the run goes back at its last commit (the carrier then releases it)."""
         if not self.lost:
             self.handed_back = True
+            self.handing_back.set()
         self.lost = True
         self.scope.cancel()
 

@@ -152,11 +152,21 @@ class Worker:
         while self.active:
             await trio.sleep(0.02)
 
+    async def _release_when_handed_back(self, durable: DurableRun) -> None:
+        """Release a run as soon as it is handed back, while it unwinds (a thread tool cut off may take a while):
+        nothing of it is written any more, so whoever claims it meanwhile resumes it from its last commit."""
+        await durable.handing_back.wait()
+        await self._release(durable)
+
     async def _release(self, durable: DurableRun) -> None:
         """End the lease of a run handed back (another process may claim it at once); an error leaves it to expire."""
+        if durable.released:
+            return
+        durable.released = True
         try:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self.store.release, durable.lease)
+                async with durable.lock:  # after a commit in flight, which then finds the run lost and stops
+                    await trio.to_thread.run_sync(self.store.release, durable.lease)
         except StoreError as failed:
             request_id = durable.lease.request_id
             log.warning("run %s not handed back (%s); it is resumed once its lease expires", request_id, failed)
@@ -247,6 +257,7 @@ class Worker:
                 helpers.start_soon(self._heartbeat, durable)
                 helpers.start_soon(self._poll_inbox, durable)
                 helpers.start_soon(self._flush, durable)
+                helpers.start_soon(self._release_when_handed_back, durable)
                 with durable.scope:
                     try:
                         await run.run()

@@ -107,12 +107,16 @@ def test_a_second_signal_hands_back_at_once_and_the_cut_off_call_is_not_run_agai
         holder.process.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         holder.process.send_signal(signal.SIGINT)
+        hurried_at = time.time()
         assert holder.process.wait(30) == 0, holder.output()
         until("the run parked at its question", lambda: cluster.query(
             "SELECT 1 FROM orchestrator_runs WHERE session_id = 'hurry' AND status = 'parked'"
         ))
         log = events(cluster, "hurry")
         assert [event[2]["worker"] for event in log if event[1] == "run_resumed"] == [other.name]
+        # Handed back at once: resumed while the cut-off call's thread (3 s) still ran in the holder.
+        resumed_at = next(event[3] for event in log if event[1] == "run_resumed")
+        assert resumed_at - hurried_at < 2.0, (resumed_at - hurried_at, holder.output())
         assert cluster.records() == ["slow job"]
         records = [m for m in tool_results(cluster, "hurry") if m["name"] == "record"]
         assert len(records) == 1 and "may or may not have taken effect" in str(records[0]["content"]), records
