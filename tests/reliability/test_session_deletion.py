@@ -181,3 +181,23 @@ def test_idle_sessions_are_pruned_with_their_runs_but_never_one_with_a_live_or_p
     assert rows_holding(target, "idle-ended") == []
     assert {run.session_id for run in store.runs()} == {"idle-old", "idle-live"}
     assert len(store.history("idle-old")) == 2
+
+
+def test_an_agent_host_deletes_a_session_from_asyncio() -> None:
+    import asyncio
+
+    from orchestrator import AgentHost
+
+    host = AgentHost(lambda: create_agent(ScriptedModel([AssistantMessage("hello")], repeat_last=True)))
+
+    async def main() -> tuple[bool, bool, int, int]:
+        await host.run("hi", config=AgentRunConfig(GONE))
+        await host.run("hi", config=AgentRunConfig("kept"))
+        first = await host.delete_session(GONE)
+        second = await host.delete_session(GONE)
+        return first, second, len(await host.history(GONE)), len(await host.history("kept"))
+
+    try:
+        assert asyncio.run(asyncio.wait_for(main(), 20)) == (True, False, 0, 2)
+    finally:
+        host.close()
