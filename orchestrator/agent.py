@@ -478,7 +478,8 @@ async def create_agent(
 ) -> AgentClient:
     """Build an Agent and return its client.
 
-    History is kept in memory unless ``history`` is given (None keeps none). The
+    History is kept in memory (``InMemoryHistory``: the 10,000 most recently used sessions, for
+    development and tests) unless ``history`` is given (None keeps none). The
     agent steers with its own SteeringExtension unless one is among
     ``extensions`` or ``steering`` is False. ``usage_limits`` bounds what each
     request spends (a run's ``AgentRunConfig.usage_limits`` replaces it);
