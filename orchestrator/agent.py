@@ -7,6 +7,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from machines.build import Step, steps_in
 from orchestrator.checks import each, flag, function, number, of_type, whole
 from orchestrator.checks import text as _text
@@ -138,6 +140,8 @@ class Agent:
         model_settings: ModelSettings | None = None,
         output_type: object = None,
         deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
+        max_concurrent_model_calls: int | None = None,
+        max_concurrent_runs: int | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -148,6 +152,8 @@ class Agent:
         flag().check("Agent.steering", steering)
         of_type(UsageLimits, "a UsageLimits", optional=True).check("Agent.usage_limits", usage_limits)
         number(above=0, optional=True).check("Agent.tool_timeout", tool_timeout)
+        whole(1, optional=True).check("Agent.max_concurrent_model_calls", max_concurrent_model_calls)
+        whole(1, optional=True).check("Agent.max_concurrent_runs", max_concurrent_runs)
         if model_settings is not None and not isinstance(model_settings, ModelSettings):
             kind = type(model_settings).__name__
             raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
@@ -163,6 +169,12 @@ class Agent:
         self.history = history
         self.usage_limits = usage_limits
         self.tool_timeout = tool_timeout
+        # Shared by every request of the agent: a model call past the cap waits for a slot.
+        cap = max_concurrent_model_calls
+        self.model_calls = None if cap is None else trio.CapacityLimiter(cap)
+        # A request past this cap waits, idle (not started), for a running one to end.
+        runs = max_concurrent_runs
+        self.run_slots = None if runs is None else trio.CapacityLimiter(runs)
         self.model_settings = model_settings or DEFAULT_SETTINGS
         self.output_type: OutputType | None = _output_type(output_type)
         self.deps_factory = deps_factory
@@ -344,6 +356,38 @@ class Agent:
         """Sessions with a running request."""
         return list(self._live)
 
+    async def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        """Remove the session from this agent: its history, finished runs and their event logs, and its rows
+        (messages, waits and answers, Plan Mode) in a session store extension's store; whether any was there.
+
+        SessionBusy while a request of it runs here (or another process holds it in the store), unless
+        ``cancel``: a request started with ``start`` is then cancelled and its end awaited first (one that
+        ``run`` runs in a caller's task stays SessionBusy: its caller cancels it).
+        """
+        live = self._live.get(session_id)
+        if live is not None:
+            handle = next((h for h in self.runs.live() if h.session_id == session_id), None)
+            if not cancel or handle is None:
+                raise SessionBusy(session_id)
+            handle.cancel()
+            await live.wait_left()
+        found = False
+        forget = getattr(self.history, "delete", None)
+        if callable(forget):
+            found = bool(forget(session_id))
+        for extension in self.extensions:
+            store = getattr(extension, "store", None)
+            if callable(getattr(store, "delete_session", None)) and callable(getattr(store, "lock_session", None)):
+                found = await trio.to_thread.run_sync(_delete_stored, store, session_id) or found
+        self.runs.forget_session(session_id)
+        found = self._last.pop(session_id, None) is not None or found
+        self._budgets.pop(session_id, None)
+        return found
+
+    def working(self) -> list[str]:
+        """Sessions whose running request works, not only waits for an answer: what a drain lets finish."""
+        return [session for session in self._live if not any(call.live for call in self.pending(session))]
+
     def usage(self, session_id: str) -> RunUsage | None:
         """What the session's running or latest request spent, when it had usage limits (else None)."""
         live = self._live.get(session_id)
@@ -414,6 +458,10 @@ class AgentClient:
         finally:
             self.agent._close_run(run)
 
+    async def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        """Remove the session everywhere this agent keeps it; see ``Agent.delete_session``."""
+        return await self.agent.delete_session(session_id, cancel=cancel)
+
     def state(self, session_id: str) -> str | None:
         return self.agent.state(session_id)
 
@@ -444,10 +492,13 @@ async def create_agent(
     model_settings: ModelSettings | None = None,
     output_type: object = None,
     deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
+    max_concurrent_model_calls: int | None = None,
+    max_concurrent_runs: int | None = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
-    History is kept in memory unless ``history`` is given (None keeps none). The
+    History is kept in memory (``InMemoryHistory``: the 10,000 most recently used sessions, for
+    development and tests) unless ``history`` is given (None keeps none). The
     agent steers with its own SteeringExtension unless one is among
     ``extensions`` or ``steering`` is False. ``usage_limits`` bounds what each
     request spends (a run's ``AgentRunConfig.usage_limits`` replaces it);
@@ -459,6 +510,10 @@ async def create_agent(
     ``client.run`` then returns a StructuredAnswer whose ``output`` is the value.
     ``deps_factory(metadata)`` makes the ``context.deps`` of a request started without deps (a
     run resumed from a store).
+    ``max_concurrent_model_calls`` caps the model calls the agent's requests make at once; a call
+    past it waits for one to end; ``max_concurrent_runs`` caps the requests running at once (one
+    waiting for an answer included): a request past it stays ``idle`` until one ends, and never
+    fails for it (see docs/concurrency.md).
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -474,5 +529,21 @@ async def create_agent(
         model_settings=model_settings,
         output_type=output_type,
         deps_factory=deps_factory,
+        max_concurrent_model_calls=max_concurrent_model_calls,
+        max_concurrent_runs=max_concurrent_runs,
     )
     return AgentClient(agent)
+
+
+def _delete_stored(store: Any, session_id: str) -> bool:
+    """Delete the session's rows from a session store, holding it; SessionBusy when another process runs it."""
+    from orchestrator.store.errors import SessionLocked
+
+    try:
+        lock = store.lock_session(session_id)
+    except SessionLocked:
+        raise SessionBusy(session_id) from None
+    try:
+        return bool(store.delete_session(session_id))
+    finally:
+        lock.release()

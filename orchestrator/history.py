@@ -9,6 +9,7 @@ so they are read in a worker thread.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -29,20 +30,51 @@ class SessionHistory(Protocol):
     def replace(self, session_id: str, messages: Sequence[Message]) -> None: ...
 
 
-class InMemoryHistory:
-    """History kept in this process's memory (the default)."""
+DEFAULT_MAX_SESSIONS = 10_000
+"""How many sessions an ``InMemoryHistory`` keeps before it forgets the least recently used."""
 
-    def __init__(self) -> None:
-        self._sessions: dict[str, list[Message]] = {}
+
+class InMemoryHistory:
+    """History kept in this process's memory (the default), for development and tests.
+
+    It keeps at most ``max_sessions`` sessions: loading or appending to one makes it the most
+    recently used, and a new session past the cap makes the history forget the least recently
+    used one (a running request's session is used at each of its messages, so it is never the
+    one forgotten). Nothing survives the process; keep sessions in a store in production.
+    """
+
+    def __init__(self, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"InMemoryHistory.max_sessions must be a whole number of at least 1, got {max_sessions!r}")
+        self.max_sessions = max_sessions
+        self._sessions: collections.OrderedDict[str, list[Message]] = collections.OrderedDict()
+
+    def _used(self, session_id: str) -> list[Message]:
+        messages = self._sessions.get(session_id)
+        if messages is None:
+            messages = self._sessions[session_id] = []
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(session_id)
+        return messages
 
     def load(self, session_id: str) -> list[Message]:
-        return list(self._sessions.get(session_id, ()))
+        messages = self._sessions.get(session_id)
+        if messages is None:
+            return []
+        self._sessions.move_to_end(session_id)
+        return list(messages)
 
     def append(self, session_id: str, message: Message) -> None:
-        self._sessions.setdefault(session_id, []).append(message)
+        self._used(session_id).append(message)
 
     def replace(self, session_id: str, messages: Sequence[Message]) -> None:
-        self._sessions[session_id] = list(messages)
+        self._used(session_id)[:] = list(messages)
+
+    def delete(self, session_id: str) -> bool:
+        """Forget the session; whether it was kept."""
+        return self._sessions.pop(session_id, None) is not None
 
     def sessions(self) -> list[str]:
         return list(self._sessions)

@@ -16,8 +16,9 @@ Cancelling an awaiting asyncio task cancels what it started in the trio thread
 (``await host.run(...)`` then cancels the request). A caller of ``host.start``
 cancelled before it holds its HostedRun leaves no run behind: a run started for
 it anyway is cancelled before anything the caller does next reaches the thread.
-``close()`` ends the loop: requests still running are cancelled and settle their
-open calls first.
+``close()`` drains, then ends the loop: no call is taken any more, requests that
+work (not those only waiting for an answer) get ``grace_seconds`` to finish, and
+those still running then are cancelled and settle their open calls first.
 
 The host's lifecycle is the ``agent_host`` machine (``machines/host.py``):
 ``starting -> serving -> closing -> closed``, or ``starting -> failed``; calls
@@ -53,8 +54,10 @@ T = TypeVar("T")
 ClientFactory = Callable[[], "AgentClient | Awaitable[AgentClient]"]
 UserInput = str | UserMessage | Sequence[ContentPart]
 
+GRACE_SECONDS = 30.0
+"""How long ``close()`` lets requests that work finish before it cancels them."""
 CLOSE_SECONDS = 30.0
-"""How long ``close()`` waits for the host's thread (running requests settle under their own bound)."""
+"""How long ``close()`` waits for the host's thread past the grace period (requests settle under their own bound)."""
 
 
 class HostClosed(AgentError):
@@ -99,11 +102,20 @@ class AgentHost:
     ``client_or_factory`` is an ``AgentClient``, or a callable returning one (or an
     awaitable of one, such as ``lambda: create_agent(model, ...)``), called in the
     host's thread. The constructor returns once the client exists (raising the
-    factory's error, if any).
+    factory's error, if any). ``grace_seconds`` is how long ``close()`` lets requests that work finish.
     """
 
-    def __init__(self, client_or_factory: AgentClient | ClientFactory, *, name: str = "orchestrator-host") -> None:
+    def __init__(
+        self,
+        client_or_factory: AgentClient | ClientFactory,
+        *,
+        name: str = "orchestrator-host",
+        grace_seconds: float = GRACE_SECONDS,
+    ) -> None:
+        if grace_seconds < 0:
+            raise ValueError("grace_seconds cannot be negative")
         self._source = client_or_factory
+        self.grace_seconds = grace_seconds
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -168,6 +180,9 @@ class AgentHost:
                 self._fire("ready")
                 self._ready.set()
                 await self._stop.wait()
+                with trio.move_on_after(self.grace_seconds):
+                    while client.agent.working():
+                        await trio.sleep(0.05)
                 nursery.cancel_scope.cancel()
         finally:
             self._fire("close")
@@ -366,20 +381,28 @@ class AgentHost:
     async def _cancel(self, request_id: str) -> None:
         self.client.attach(request_id).cancel()
 
+    async def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        """Remove the session everywhere the agent keeps it; see ``Agent.delete_session``."""
+        return await self.call(self._delete_session, session_id, cancel)
+
+    async def _delete_session(self, session_id: str, cancel: bool) -> bool:
+        return await self.client.delete_session(session_id, cancel=cancel)
+
     async def _history(self, session_id: str) -> list[Message]:
         return await self.client.history(session_id)
 
     # closing ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """End the host's loop (running requests are cancelled) and wait for its thread."""
+        """Drain and end the host's loop: no call is taken; requests that work get ``grace_seconds`` to finish,
+        then what still runs is cancelled. Waits for the host's thread."""
         if self._fire("close"):
             token, stop = self._token, self._stop
             if token is not None and stop is not None:
                 with contextlib.suppress(trio.RunFinishedError):
                     token.run_sync_soon(stop.set)
         if threading.current_thread() is not self._thread:
-            self._thread.join(CLOSE_SECONDS)
+            self._thread.join(self.grace_seconds + CLOSE_SECONDS)
 
     async def aclose(self) -> None:
         """``close`` without blocking the caller's asyncio loop."""

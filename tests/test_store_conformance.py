@@ -438,3 +438,55 @@ def test_an_agent_reports_an_unreadable_row_once_in_every_store(backend: Backend
         assert problems(list(request.messages)) == []
     assert placeholder(bad.row_id, "'status' must be a str, got int") in model.requests[0].messages
     assert [q.row_id for q in store.quarantined("s")] == [bad.row_id]
+
+
+# deletion ---------------------------------------------------------------------------------
+
+
+def rows_holding(backend: Backend, store: SessionStore, text: str) -> list[str]:
+    """Every row, in any table of the store, with a value that holds ``text``: ``table: row``."""
+    if backend.name == "memory":
+        return [repr(vars(store))] if text in repr(vars(store)) else []
+    if backend.name == "sqlite":
+        db = sqlite3.connect(backend.target)
+        try:
+            tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            found = [f"{t}: {row}" for t in tables for row in db.execute(f"SELECT * FROM {t}") if text in repr(row)]
+        finally:
+            db.close()
+        return found
+    import psycopg
+
+    with psycopg.connect(backend.target, autocommit=True) as db:
+        tables = [
+            name
+            for (name,) in db.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+            ).fetchall()
+        ]
+        rows = [(t, row) for t in tables for row in db.execute(f"SELECT * FROM {t}").fetchall()]
+        return [f"{t}: {row}" for t, row in rows if text in repr(row)]
+
+
+def test_deleting_a_session_leaves_no_row_holding_its_id_and_keeps_the_others(backend: Backend) -> None:
+    store = backend.open()
+    for session_id in ("gone-7f3a", "kept"):
+        append(store, session_id, UserMessage("a"), UserMessage("b"))
+        store.record_wait(_wait(session_id, "q1"))
+        store.record_wait(_wait(session_id, "q2"))
+        store.record_response(session_id, "q2", "ask_user_response", {"tool_call_id": "q2", "answer": "yes"})
+        store.apply(session_id, SessionChange(plan_mode="plan_active"))
+        bad = store.rows(session_id)[1]
+        backend.corrupt(session_id, bad.row_id, "{broken")
+        stand_in = placeholder(bad.row_id, "not JSON")
+        store.apply(session_id, SessionChange(quarantine=(Unreadable(bad.row_id, "not JSON", stand_in),)))
+    assert rows_holding(backend, store, "gone-7f3a")
+    lock = store.lock_session("gone-7f3a")
+    try:
+        assert store.delete_session("gone-7f3a") is True
+    finally:
+        lock.release()
+    assert rows_holding(backend, store, "gone-7f3a") == []
+    assert store.delete_session("gone-7f3a") is False
+    assert store.sessions() == ["kept"] and len(store.pending_approvals("kept")) == 2
+    assert store.plan_mode("kept") == "plan_active" and len(store.quarantined("kept")) == 1

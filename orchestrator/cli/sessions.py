@@ -14,7 +14,7 @@ from orchestrator.cli.render import Screen, call_line, result_line, shorten
 from orchestrator.cli.titles import set_title, set_titles, title_of
 from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from orchestrator.store import SessionChange, SessionLocked
+from orchestrator.store import SessionLocked
 
 
 @attrs.frozen
@@ -92,7 +92,8 @@ def show_session(store: SessionStoreExtension, screen: Screen, session_id: str, 
 
 
 def delete_session(store: SessionStoreExtension, screen: Screen, session_id: str, db: str) -> int:
-    """Forget a session's messages, waits and Plan Mode (refused while a process runs it)."""
+    """Remove every row of a session: messages, waits and answers, Plan Mode, rows set aside (refused while a
+    process runs it)."""
     if session_id not in store.sessions() and not store.pending_approvals(session_id):
         screen.say(f"no session {session_id} in {db}")
         return 1
@@ -102,8 +103,7 @@ def delete_session(store: SessionStoreExtension, screen: Screen, session_id: str
         screen.say(f"session {session_id} is running in another process; not deleted")
         return 1
     try:
-        waits = frozenset(p.tool_call_id for p in store.pending_approvals(session_id))
-        store.store.apply(session_id, SessionChange(replace=(), drop_approvals=waits, plan_mode="normal"))
+        store.store.delete_session(session_id)
     finally:
         lock.release()
     if last_session(store, db) is None and os.path.exists(_last_file(db)):

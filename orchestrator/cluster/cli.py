@@ -4,24 +4,34 @@
 
 Without ``--app`` the worker runs the default agent (``--model``, the
 filesystem tools on ``--root``, Plan Mode, ask_user, and the project
-configuration of ``--project DIR`` when given). It runs until
-interrupted; its runs are taken over by other workers once their leases expire.
+configuration of ``--project DIR`` when given). It runs until stopped.
+SIGTERM drains it: it claims no more runs, lets the steps running finish
+within ``--grace-seconds``, hands every run it holds back at its last commit
+(another worker resumes it at once) and exits 0. Ctrl-C, or a second signal,
+hands them back at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import trio
 
-from orchestrator.cluster.worker import CAPACITY, LEASE_SECONDS, RETENTION_SECONDS, Worker
+from orchestrator.cli.signals import Shutdown
+from orchestrator.cluster.worker import CAPACITY, GRACE_SECONDS, LEASE_SECONDS, RETENTION_SECONDS, Worker
+from orchestrator.store.errors import StoreUnavailable
+from orchestrator.store.runs import RunStore
 
 if TYPE_CHECKING:
     from orchestrator.project.config import ProjectConfig
+
+log = logging.getLogger("orchestrator.cluster")
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -50,7 +60,24 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=RETENTION_SECONDS / 3600,
         help=f"ended runs and their events are pruned after this long (default {RETENTION_SECONDS / 3600:g})",
     )
+    parser.add_argument(
+        "--session-retention-hours",
+        type=float,
+        default=None,
+        help="delete sessions idle this long (no run live or parked) with their runs and history (default: keep)",
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=GRACE_SECONDS,
+        help=f"at SIGTERM, how long running steps may finish before their runs are handed back"
+        f" (default {GRACE_SECONDS:g})",
+    )
     args = parser.parse_args(list(argv))
+    if args.grace_seconds < 0:
+        parser.error("--grace-seconds cannot be negative")
+    if args.session_retention_hours is not None and args.session_retention_hours <= 0:
+        parser.error("--session-retention-hours must be above 0")
     if args.app and (args.model or args.project or args.trust_project):
         parser.error("--app brings its own agent: --model, --project and --trust-project do not apply")
     if args.trust_project and not args.project:
@@ -65,12 +92,14 @@ def project_config(args: argparse.Namespace) -> ProjectConfig:
     return load_config(Flags(model=args.model, trust_project=args.trust_project), args.project)
 
 
-async def _work(args: argparse.Namespace, config: ProjectConfig | None) -> None:
+async def _work(args: argparse.Namespace, config: ProjectConfig | None, shutdown: Shutdown) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        await _carry(args, config, stack)
+        await _carry(args, config, shutdown, stack)
 
 
-async def _carry(args: argparse.Namespace, config: ProjectConfig | None, stack: contextlib.AsyncExitStack) -> None:
+async def _carry(
+    args: argparse.Namespace, config: ProjectConfig | None, shutdown: Shutdown, stack: contextlib.AsyncExitStack
+) -> None:
     from orchestrator.store.runs_sql import open_run_store
 
     if config is None:
@@ -93,9 +122,26 @@ async def _carry(args: argparse.Namespace, config: ProjectConfig | None, stack: 
         lease_seconds=args.lease_seconds,
         retention_seconds=args.retention_hours * 3600,
     )
+    shutdown.drain = lambda: worker.drain(args.grace_seconds)
+    shutdown.hurry = worker.stop_now
     async with trio.open_nursery() as nursery:
+        if args.session_retention_hours is not None:
+            nursery.start_soon(prune_idle_sessions, store, args.session_retention_hours * 3600)
         await nursery.start(worker.run)
         print(f"worker {worker.name} carrying runs of {store.where}", file=sys.stderr, flush=True)
+
+
+async def prune_idle_sessions(store: RunStore, idle_seconds: float) -> None:
+    """Delete sessions idle for ``idle_seconds`` now and every tenth of it (at most hourly); an outage skips a round."""
+    while True:
+        try:
+            gone = await trio.to_thread.run_sync(store.prune_sessions, time.time() - idle_seconds)
+        except StoreUnavailable as down:
+            log.warning("no idle sessions pruned: %s", down)
+        else:
+            if gone:
+                log.info("pruned %d idle sessions", len(gone))
+        await trio.sleep(min(idle_seconds / 10, 3600.0))
 
 
 def main(argv: Sequence[str]) -> int:
@@ -109,4 +155,7 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as error:  # a configuration file that cannot be used: said before anything starts
         print(f"worker: {error}", file=sys.stderr)
         return 2
-    return run_service("worker", lambda: _work(args, config), (AppSpecError, ValueError))
+    shutdown = Shutdown()
+    return run_service(
+        "worker", lambda: _work(args, config, shutdown), (AppSpecError, ValueError), shutdown=shutdown
+    )

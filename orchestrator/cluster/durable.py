@@ -101,6 +101,13 @@ class DurableRun:
         self.scope = trio.CancelScope()
         self.lost = False
         self.parked = False
+        # A drain asked this run to stop at its next step boundary (a commit with a checkpoint), then be handed back.
+        self.draining = False
+        self.handed_back = False
+        self.handing_back = trio.Event()  # set with handed_back: its carrier releases the lease at once
+        self.released = False
+        # Calls whose body was entered here and whose result message is not committed yet.
+        self.unrecorded: set[str] = set()
         self.seen_inbox = 0
 
     # the sink of the run's streamed events ----------------------------------
@@ -133,8 +140,13 @@ class DurableRun:
             answers=dict(self.answers),
         )
 
-    async def commit(self, status: str = "running") -> None:
-        """Write what is pending (and the checkpoint) in one fenced transaction."""
+    async def commit(self, status: str = "running", *, boundary: bool = True) -> None:
+        """Write what is pending (and the checkpoint) in one fenced transaction.
+
+        While draining, a commit at a step ``boundary`` that keeps the run running, with no call body still
+        running, is its last: the run stops there and is handed back (streamed text flushed between steps
+        is no boundary).
+        """
         async with self.lock:
             if self.lost:
                 return
@@ -163,6 +175,8 @@ class DurableRun:
                 self.events[:0] = change.events
                 self.consumed[:0] = change.consumed
                 raise
+            if self.draining and boundary and status == "running" and not self.unrecorded:
+                self.hand_back()  # every call body entered here has its result committed
 
     async def _committed(self, change: RunCommit) -> Lease:
         """``store.commit``, tried again while the store cannot be reached (COMMIT_RETRY_SECONDS apart).
@@ -182,9 +196,21 @@ class DurableRun:
     async def flush(self) -> None:
         """Commit streamed events that wait (text deltas between other commits)."""
         if self.events and not self.lost:
-            await self.commit()
+            await self.commit(boundary=False)
 
     def lose(self) -> None:
+        self.lost = True
+        self.scope.cancel()
+
+    def drain(self) -> None:
+        """Stop at the next step boundary (the step running now finishes and is committed), then be handed back."""
+        self.draining = True
+
+    def hand_back(self) -> None:
+        """Stop now, writing nothing more: the run goes back at its last commit (the carrier then releases it)."""
+        if not self.lost:
+            self.handed_back = True
+            self.handing_back.set()
         self.lost = True
         self.scope.cancel()
 
@@ -301,6 +327,7 @@ class DurableExtension(AgentExtension):
             message = event.payload["message"]
             durable.messages.append(message)
             if isinstance(message, ToolMessage):
+                durable.unrecorded.discard(message.tool_call_id)
                 # The result is recorded in this commit: the call is no longer an intent without a result,
                 # even if the worker stops before its settled event is committed.
                 durable.settled(message.tool_call_id)
@@ -350,9 +377,15 @@ class DurableExtension(AgentExtension):
             definition = context.tools.get(call.name)
             if definition is None or not getattr(definition, "idempotent", False):
                 return ToolResult(STOPPED_MID_CALL, "failed")
+        if durable.draining and not durable.unrecorded:
+            # A drain starts no new step (calls of the step running go on): the process resuming the run runs it.
+            durable.hand_back()
+            await trio.lowlevel.checkpoint()
+            return ToolResult(STOPPED_MID_CALL, "failed")
         # The body is entered only once the ledger says so (with any answer it consumed): a run resumed
         # after this commit never runs the call again.
         durable.phases[call.id] = "executing"
+        durable.unrecorded.add(call.id)
         await durable.commit()
         if durable.lost:
             await trio.lowlevel.checkpoint()  # the run is being cancelled: the body is not entered

@@ -190,6 +190,10 @@ class StoreBackend:
         changed: RunRecord = await self._call(self.store.cancel, request_id, final_event, settle_open_calls)
         return self._view(changed), not record.final
 
+    async def delete_session(self, session_id: str, cancel: bool) -> bool:
+        deleted: bool = await trio.to_thread.run_sync(lambda: self.store.delete_session(session_id, cancel=cancel))
+        return deleted
+
     async def transitions(self, request_id: str) -> list[Step]:
         session_id = (await self._record(request_id)).session_id
         steps: list[Step] = []

@@ -10,7 +10,11 @@ flusher commits streamed text. A run that only waits for answers is parked:
 its worker lets it go, and whichever worker claims it after an answer arrives
 resumes it. A worker claims again the moment a run ends or a new one is queued.
 A worker that stops (killed, or its lease lost) leaves its runs to
-be claimed again once their leases expire.
+be claimed again once their leases expire. A worker that drains (``drain``:
+SIGTERM to ``python -m orchestrator worker``) stops claiming, lets each run
+finish the step it is in, and hands every run it holds back at its last commit
+with the lease ended at once, so another worker resumes it without waiting for
+the lease to expire.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ BUSY_RETRY_SECONDS = 1.0
 """How long a run its worker could not run (its session runs here already) waits before it may be claimed again."""
 RETENTION_SECONDS = 7 * 24 * 3600.0
 """Ended runs, with their events and inbox, are pruned this long after their last change (7 days)."""
+GRACE_SECONDS = 30.0
+"""How long a drain lets the steps running in it finish before it hands their runs back where they are."""
 
 
 def default_name() -> str:
@@ -92,37 +98,45 @@ class Worker:
         self.wakeups = Wakeups(store)
         self._slot_freed = trio.Event()
         self._outage = False
+        self.draining = False
+        self._hurried = False
+        self._claiming = trio.CancelScope()
         self.agent.extensions.insert(0, self.durable)
         for hook in ("on_event", "on_tool_call"):
             self.agent.hooks[hook].insert(0, self.durable)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Claim and carry runs until cancelled."""
+        """Claim and carry runs until cancelled, or until a drain has handed back every run held."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._prune)
             task_status.started()
-            work = self.wakeups.arm(WORK)
-            backlog = True  # runs may wait beyond what the last claim took
-            while True:
-                free = self.capacity - len(self.active)
-                if free > 0 and (backlog or work.is_set()):
-                    # Armed before the claim: work queued after it still wakes the loop.
-                    work = self.wakeups.arm(WORK)
-                    try:
-                        leases = await trio.to_thread.run_sync(self.store.claim, self.name, self.lease_seconds, free)
-                    except StoreUnavailable as down:
-                        self._note_outage(down)
-                        await trio.sleep(self.poll_seconds)
+            with self._claiming:
+                work = self.wakeups.arm(WORK)
+                backlog = True  # runs may wait beyond what the last claim took
+                while True:
+                    free = self.capacity - len(self.active)
+                    if free > 0 and (backlog or work.is_set()):
+                        # Armed before the claim: work queued after it still wakes the loop.
+                        work = self.wakeups.arm(WORK)
+                        try:
+                            leases = await trio.to_thread.run_sync(
+                                self.store.claim, self.name, self.lease_seconds, free
+                            )
+                        except StoreUnavailable as down:
+                            self._note_outage(down)
+                            await trio.sleep(self.poll_seconds)
+                            continue
+                        self._note_recovery()
+                        for lease in leases:
+                            self.active[lease.request_id] = None
+                            nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
+                        backlog = len(leases) == free
                         continue
-                    self._note_recovery()
-                    for lease in leases:
-                        self.active[lease.request_id] = None
-                        nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
-                    backlog = len(leases) == free
-                    continue
-                # Full: until a slot frees. Not full and nothing left: until work is queued (or a poll's time).
-                if not await self._until_work(work if free > 0 else None):
-                    backlog = True
+                    # Full: until a slot frees. Not full and nothing left: until work is queued (or a poll's time).
+                    if not await self._until_work(work if free > 0 else None):
+                        backlog = True
+            await self._until_idle()
+            nursery.cancel_scope.cancel()
 
     async def _until_work(self, work: trio.Event | None) -> bool:
         """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds passed first."""
@@ -134,6 +148,54 @@ class Worker:
                         either.start_soon(_set_then_cancel, event, either.cancel_scope)
             return True
         return False
+
+    async def drain(self, grace_seconds: float = GRACE_SECONDS) -> None:
+        """Stop claiming; let each held run finish its step within ``grace_seconds``, then hand every run still
+        held back at its last commit, its lease ended at once. Returns once the worker holds no run (``run``
+        returns then too)."""
+        self.draining = True
+        self._claiming.cancel()
+        log.warning("worker %s draining: %d runs held, %.0f s of grace", self.name, len(self.active), grace_seconds)
+        for durable in list(self.active.values()):
+            if durable is not None:
+                durable.drain()
+        with trio.move_on_after(grace_seconds):
+            await self._until_idle()
+        self.stop_now()
+        await self._until_idle()
+
+    def stop_now(self) -> None:
+        """Hand every held run back at once, at its last commit (a drain's grace cut short); claim nothing more."""
+        self.draining = self._hurried = True
+        self._claiming.cancel()
+        for durable in list(self.active.values()):
+            if durable is not None:
+                durable.hand_back()
+
+    async def _until_idle(self) -> None:
+        while self.active:
+            await trio.sleep(0.02)
+
+    async def _release_when_handed_back(self, durable: DurableRun) -> None:
+        """Release a run as soon as it is handed back, while it unwinds (a thread tool cut off may take a while):
+        nothing of it is written any more, so whoever claims it meanwhile resumes it from its last commit."""
+        await durable.handing_back.wait()
+        await self._release(durable)
+
+    async def _release(self, durable: DurableRun) -> None:
+        """End the lease of a run handed back (another process may claim it at once); an error leaves it to expire."""
+        if durable.released:
+            return
+        durable.released = True
+        try:
+            with trio.CancelScope(shield=True):
+                async with durable.lock:  # after a commit in flight, which then finds the run lost and stops
+                    await trio.to_thread.run_sync(self.store.release, durable.lease)
+        except StoreError as failed:
+            request_id = durable.lease.request_id
+            log.warning("run %s not handed back (%s); it is resumed once its lease expires", request_id, failed)
+        else:
+            log.warning("run %s handed back at its last commit", durable.lease.request_id)
 
     def _note_outage(self, down: StoreUnavailable) -> None:
         """Say once that the store cannot be reached (the worker keeps asking every poll_seconds)."""
@@ -197,6 +259,10 @@ class Worker:
             answers=checkpoint.answers if checkpoint else {},
         )
         self.active[lease.request_id] = durable
+        if self.draining:
+            durable.drain()
+        if self._hurried:
+            durable.hand_back()
         resume = None
         if checkpoint is not None and checkpoint.input_recorded:
             resume = restored(checkpoint, history, worker=self.name, last_seq=lease.last_seq)
@@ -218,6 +284,7 @@ class Worker:
                 helpers.start_soon(self._heartbeat, durable)
                 helpers.start_soon(self._poll_inbox, durable)
                 helpers.start_soon(self._flush, durable)
+                helpers.start_soon(self._release_when_handed_back, durable)
                 with durable.scope:
                     try:
                         await run.run()
@@ -228,6 +295,8 @@ class Worker:
         finally:
             self.durable.detach(durable)
             self.agent._close_run(run)
+            if durable.handed_back:
+                await self._release(durable)
 
     async def _cancel_claimed(self, lease: Lease, checkpoint: Checkpoint | None, history: list[Message]) -> None:
         """End a run claimed with its cancel flag set instead of resuming it: a cancelled result for each

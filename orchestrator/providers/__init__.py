@@ -19,6 +19,7 @@ from orchestrator.providers.errors import (
 from orchestrator.providers.gemini import GeminiModel
 from orchestrator.providers.openai import OpenAIChatModel
 from orchestrator.providers.openai_responses import OpenAIResponsesModel
+from orchestrator.providers.rate_limit import RateLimit
 from orchestrator.providers.retry import RetryPolicy
 from orchestrator.providers.sse import ServerSentEvent, parse_sse
 
@@ -33,6 +34,7 @@ __all__ = [
     "ProviderConnectionError",
     "ProviderError",
     "ProviderTimeoutError",
+    "RateLimit",
     "RateLimitError",
     "RetryPolicy",
     "ServerError",

@@ -12,6 +12,7 @@ from orchestrator.checks import function, mapping, number, of_type, whole
 from orchestrator.checks import text as _text
 from orchestrator.model import ModelEvent, ModelRequest, ResponseCompletedEvent
 from orchestrator.output import OutputType
+from orchestrator.providers.rate_limit import RateLimit, rate_limited
 from orchestrator.providers.retry import RetryPolicy, Sleep, stream_with_retry
 
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ class ProviderSettings(TypedDict, total=False):
     (2) or a whole ``retry`` policy; ``timeout`` (60 s) httpx's bound on each
     connect, read, write and pool wait; ``idle_timeout`` (DEFAULT_IDLE_TIMEOUT) between events of a started
     stream, None for no bound; ``extra_body`` fields merged into every request body;
-    ``sleep`` what waits between retries (tests pass their own). Each is checked when the
+    ``sleep`` what waits between retries (tests pass their own); ``rate_limit`` a ``RateLimit`` (requests
+    per second, tokens per minute) shared with other models of the same key. Each is checked when the
     model is made: a wrong type raises TypeError, a bad value ValueError, naming it.
     """
 
@@ -53,6 +55,7 @@ class ProviderSettings(TypedDict, total=False):
     retry: RetryPolicy | None
     extra_body: Mapping[str, Any] | None
     sleep: Sleep | None
+    rate_limit: RateLimit | None
 
 
 class HTTPStreamingModel:
@@ -76,6 +79,7 @@ class HTTPStreamingModel:
         retry: RetryPolicy | None = None,
         extra_body: Mapping[str, Any] | None = None,
         sleep: Sleep | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         owner = type(self).__name__
         _text(optional=True).check(f"{owner}.model", model)
@@ -87,6 +91,7 @@ class HTTPStreamingModel:
         of_type(RetryPolicy, "a RetryPolicy", optional=True).check(f"{owner}.retry", retry)
         mapping(optional=True).check(f"{owner}.extra_body", extra_body)
         function(optional=True).check(f"{owner}.sleep", sleep)
+        of_type(RateLimit, "a RateLimit", optional=True).check(f"{owner}.rate_limit", rate_limit)
         if client is not None and not callable(getattr(client, "stream", None)):
             raise TypeError(f"{owner}.client must be an httpx.AsyncClient or None, got {type(client).__name__}")
         prefix = self.env_prefix
@@ -102,6 +107,7 @@ class HTTPStreamingModel:
         self.retry = retry or RetryPolicy(max_retries=max_retries)
         self.extra_body = dict(extra_body or {})
         self.sleep = sleep
+        self.rate_limit = rate_limit
 
     @property
     def needs_key(self) -> bool:
@@ -109,8 +115,11 @@ class HTTPStreamingModel:
         return self.api_key is None and self.base_url == self.default_base_url
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream one response; retried only until its first event."""
-        return stream_with_retry(lambda: self._attempt(request), self.retry, sleep=self.sleep)
+        """Stream one response; retried only until its first event. Each attempt waits for the rate limit."""
+        limit = self.rate_limit
+        if limit is None:
+            return stream_with_retry(lambda: self._attempt(request), self.retry, sleep=self.sleep)
+        return stream_with_retry(lambda: rate_limited(limit, request, self._attempt), self.retry, sleep=self.sleep)
 
     def _attempt(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         raise NotImplementedError

@@ -328,6 +328,12 @@ class RunRegistry:
     def live(self) -> list[RunHandle]:
         return list(self._live.values())
 
+    def forget_session(self, session_id: str) -> None:
+        """Drop the finished runs of ``session_id`` (their handles and event logs)."""
+        for request_id, handle in list(self._finished.items()):
+            if handle.session_id == session_id:
+                del self._finished[request_id]
+
 
 class RunLauncher(RunOpener, Protocol):
     """An agent as ``start_run`` uses it: it opens and closes requests, and keeps their handles."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
+import trio
+
 from machines.build import BoundMachine, Step
 from orchestrator.config import AgentRunConfig
 from orchestrator.errors import ValueMismatch
@@ -63,6 +65,12 @@ class AgentPort(AgentView, Protocol):
 
     @property
     def tool_timeout(self) -> float | None: ...
+
+    @property
+    def model_calls(self) -> trio.CapacityLimiter | None: ...
+
+    @property
+    def run_slots(self) -> trio.CapacityLimiter | None: ...
 
     @property
     def model_settings(self) -> ModelSettings: ...

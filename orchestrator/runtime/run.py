@@ -54,6 +54,7 @@ from orchestrator.runtime.budget import Budget, Deadline
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.runtime.edges import CALLBACKS, GUARDS, has_work
 from orchestrator.runtime.emission import _DROP, _heard_names, _new_text_delta
+from orchestrator.runtime.model_calls import capped_stream
 from orchestrator.runtime.response_checks import checked_response, checked_stop, checked_usage
 from orchestrator.runtime.restored import Restored
 from orchestrator.runtime.sinks import EventSink, StreamQueue
@@ -394,7 +395,12 @@ class RequestRun(SteeringPoints):
         """
         self._enter_extensions()
         deadline = self.deadline
+        slots, holding = self.agent.run_slots, False
         try:
+            if slots is not None:
+                # Past the agent's cap on runs at once the request waits here, still idle (not started).
+                await slots.acquire_on_behalf_of(self)
+                holding = True
             with _NO_DEADLINE if deadline is None else deadline.start():
                 if self.restored is None:
                     await self.step("start")
@@ -436,6 +442,8 @@ class RequestRun(SteeringPoints):
             await self._ended_by(error)
             raise  # not reached: _ended_by raises
         finally:
+            if holding and slots is not None:
+                slots.release_on_behalf_of(self)
             self._tear_down()
 
     async def _finish_turn(self, response: AssistantMessage, *, resumed: bool = False) -> AssistantMessage | None:
@@ -538,7 +546,8 @@ class RequestRun(SteeringPoints):
         """The model's stream seen through on_model_request wrappers ``index`` onwards."""
         wrappers = self.hooks["on_model_request"]
         if index == len(wrappers):
-            return self.agent.model.stream(request)
+            cap, model = self.agent.model_calls, self.agent.model
+            return model.stream(request) if cap is None else capped_stream(cap, model.stream, request)
         return wrappers[index].on_model_request(
             self.context, request, functools.partial(self._model_stream, index=index + 1)
         )

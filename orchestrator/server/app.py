@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
 from importlib import resources
 
 import attrs
@@ -18,6 +19,8 @@ from orchestrator.agent import Agent, AgentClient
 from orchestrator.host import AgentHost
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
+from orchestrator.server.deletion import session_deletion
+from orchestrator.server.drain import DEFAULT_GRACE_SECONDS, Drain, DrainGuard, drained
 from orchestrator.server.errors import HTTPRefusal, send_refusal
 from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PATH, TokenGuard
 from orchestrator.server.hosted import HostBackend
@@ -106,6 +109,8 @@ def create_app(
     allowed_origins: Iterable[str] = (),
     metrics: object = False,
     stop_streams: Callable[[], str | None] | None = None,
+    drain: Drain | None = None,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
 ) -> ASGIApp:
     """The ASGI application for ``agent``: an Agent or its client, an AgentHost, or a Backend (a web node's).
 
@@ -114,7 +119,8 @@ def create_app(
     requests run in the serving trio loop. Given an ``AgentHost``, serve it
     with any ASGI server (uvicorn, hypercorn's asyncio worker) or mount it in a
     FastAPI or Starlette application: the routes run on the server's loop and
-    the agent in the host's thread. Nothing depends on the app's lifespan, and
+    the agent in the host's thread. Nothing depends on the app's lifespan (its shutdown, when the
+    server runs it, drains: see ``drain``), and
     under a mount the console and the links it answers follow the mount's prefix.
     Open event streams end with an ``event: closing`` frame when the server
     shuts down or the host closes (see docs/asyncio.md).
@@ -138,6 +144,9 @@ def create_app(
     ``stop_streams`` says why open event streams must end now (a server's
     shutdown), or None while they may go on; it is asked a few times a second.
     uvicorn's shutdown and an AgentHost's closing end them without it.
+    Once ``drain`` has begun, a request that would start a run gets 503 ``Draining`` with
+    ``Retry-After`` (answers, cancels and reads go on; see docs/operations.md). An ASGI lifespan
+    shutdown begins it and waits up to ``grace_seconds`` for the runs of this process that work.
     """
     settings = ServerSettings(
         token,
@@ -166,6 +175,7 @@ def create_app(
         Route("/sessions", service.list_sessions, methods=["GET"]),
         Route("/sessions/{session_id}", service.show_session, methods=["GET"]),
         Route("/sessions/{session_id}/export", service.export_session, methods=["GET"]),
+        Route("/sessions/{session_id}", session_deletion(backend), methods=["DELETE"]),
         Route("/sessions/{session_id}/runs", service.start_run, methods=["POST"]),
         Route("/sessions/{session_id}/events", service.post_event, methods=["POST"]),
         Route("/runs/{request_id}", service.show_run, methods=["GET"]),
@@ -184,7 +194,15 @@ def create_app(
         static = resources.files("orchestrator.server") / "static"
         routes.append(Route("/", service.console, methods=["GET"]))
         routes.append(Mount("/static", StaticFiles(directory=str(static)), name="static"))
+    drain = Drain() if drain is None else drain
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await drained(backend, drain, grace_seconds)
+
     app = Starlette(
+        lifespan=lifespan,
         routes=routes,
         exception_handlers={
             HTTPRefusal: _refused,
@@ -196,7 +214,8 @@ def create_app(
     app.state.service = service
     open_prefixes = CONSOLE_PREFIXES if settings.console else ()
     open_paths = {HEALTH_PATH, CARD_PATH, *(CONSOLE_PATHS if settings.console else ())}
-    guarded: ASGIApp = TokenGuard(app, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
+    inner: ASGIApp = DrainGuard(app, drain)
+    guarded: ASGIApp = TokenGuard(inner, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
     if isinstance(backend, LocalBackend):
         guarded = TrioLoopOnly(guarded)
     guarded = OriginGuard(guarded, settings.allowed_origins)

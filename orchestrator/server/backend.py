@@ -82,6 +82,11 @@ class Backend(Protocol):
 
     async def transitions(self, request_id: str) -> list[Step]: ...
 
+    async def delete_session(self, session_id: str, cancel: bool) -> bool:
+        """Remove the session from every store; whether it was there. SessionBusy while a run of it runs,
+        unless ``cancel``."""
+        ...
+
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         """The paths of the run's subagent requests, nested (none where they did not run in this process)."""
 
@@ -188,6 +193,9 @@ class LocalBackend:
 
     async def transitions(self, request_id: str) -> list[Step]:
         return self._handle(request_id).transitions
+
+    async def delete_session(self, session_id: str, cancel: bool) -> bool:
+        return await self.client.delete_session(session_id, cancel=cancel)
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return self.agent.child_traces(self._handle(request_id).session_id, request_id)

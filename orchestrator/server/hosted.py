@@ -70,6 +70,9 @@ class HostBackend:
     async def session(self, session_id: str) -> dict[str, Any] | None:
         return await self.host.call(self.local.session, session_id)
 
+    async def delete_session(self, session_id: str, cancel: bool) -> bool:
+        return await self.host.call(self.local.delete_session, session_id, cancel)
+
     async def transitions(self, request_id: str) -> list[Step]:
         return await self.host.call(self.local.transitions, request_id)
 

@@ -163,7 +163,23 @@ def _document() -> dict[str, Any]:
                         "404": _refusal("no such session"),
                     },
                     parameters=[_path("session_id")],
-                )
+                ),
+                "delete": _operation(
+                    "remove the session from every store: history, waits and answers, runs, event logs, inbox",
+                    {
+                        "200": _json(
+                            {"type": "object", "required": ["deleted"], "properties": {"deleted": {"type": "string"}}},
+                            "the session is gone",
+                        ),
+                        "400": _refusal("bad session id, or cancel not true or false"),
+                        "404": _refusal("no such session"),
+                        "409": _refusal("a run of the session is running (?cancel=true cancels it first)"),
+                    },
+                    parameters=[
+                        _path("session_id"),
+                        {"name": "cancel", "in": "query", "required": False, "schema": {"type": "boolean"}},
+                    ],
+                ),
             },
             "/sessions/{session_id}/export": {
                 "get": _operation(
@@ -207,6 +223,7 @@ def _document() -> dict[str, Any]:
                             "the run started",
                         ),
                         "409": _refusal("the session is busy, or the request id is taken"),
+                        "503": _refusal("the server is draining (shutting down): try again after Retry-After"),
                         **_POSTED,
                     },
                     parameters=[_path("session_id"), _IDEMPOTENCY],

@@ -6,6 +6,12 @@ otherwise, answers only to the bound name and the loopback names (plus
 ``--allow-host``), refuses state changes from other web origins (but
 ``--allow-origin``), and without ``--token`` generates one, printed once in the
 console's URL (``--no-token`` serves without one).
+
+SIGTERM drains it: a request that would start a run gets 503 with
+``Retry-After``, the runs of this process that work (not those only waiting
+for an answer) get ``--grace-seconds`` to finish, then open event streams end
+with ``event: closing`` and the server exits 0. Ctrl-C, or a second signal,
+skips the wait.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import attrs
 import trio
 
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS
+from orchestrator.server.drain import DEFAULT_GRACE_SECONDS
 from orchestrator.server.hosts import LOOPBACK_NAMES, AllowedHost
 from orchestrator.server.origins import normalized_origin
 
@@ -54,6 +61,7 @@ class ServeOptions:
     token_generated: bool = False
     project: str | None = None
     trust_project: bool = False
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
     stopped: list[int] = attrs.field(factory=list, eq=False, repr=False)
     """The signal that stopped the server, once one did (SIGINT or SIGTERM)."""
 
@@ -126,7 +134,16 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         help=f"finished runs that stay reachable (events, state, trace) before the oldest answer 404"
         f" (default {DEFAULT_RETAINED_RUNS}; a web node keeps runs in its run store instead)",
     )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        help=f"at SIGTERM, how long runs that work may finish before the server stops"
+        f" (default {DEFAULT_GRACE_SECONDS:g})",
+    )
     args = parser.parse_args(list(argv))
+    if args.grace_seconds < 0:
+        parser.error("--grace-seconds cannot be negative")
     from orchestrator.store.runs_sql import is_run_store_url
 
     web_node = bool(args.db) and is_run_store_url(args.db)
@@ -170,6 +187,7 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         generated,
         args.project,
         args.trust_project,
+        args.grace_seconds,
     )
 
 
@@ -222,6 +240,7 @@ async def _serve(
 
     from orchestrator.server.app import create_app
     from orchestrator.server.backend import Backend, LocalBackend
+    from orchestrator.server.drain import Drain, busy_runs
     from orchestrator.store.runs_sql import is_run_store_url, open_run_store
 
     backend: Backend
@@ -250,20 +269,39 @@ async def _serve(
         backend = LocalBackend(built.client, retained_runs=options.retained_runs)
     config = hypercorn_config(options)
     stopped = options.stopped
+    drain = Drain()
     app = create_app(
         backend,
         token=options.token,
         allowed_hosts=options.hosts,
         allowed_origins=options.allowed_origins,
-        stop_streams=lambda: "the server is shutting down" if stopped else None,
+        stop_streams=lambda: "the server is shutting down" if closing else None,
+        drain=drain,
+        grace_seconds=0,  # serve drains at SIGTERM itself, before hypercorn's shutdown runs the lifespan's
     )
+    closing: list[bool] = []
 
     async def on_signal() -> None:
-        """Returns at SIGINT or SIGTERM: hypercorn then ends gracefully, its open streams with ``event: closing``."""
+        """Returns at SIGINT, or at SIGTERM once drained: hypercorn then ends gracefully, its open streams
+        with ``event: closing``."""
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for number in signals:
-                stopped.append(number)
-                return
+            first = await signals.__anext__()
+            stopped.append(first)
+            if first == signal.SIGTERM:
+                drain.begin()
+                print(f"serve: draining (up to {options.grace_seconds:g} s)", file=sys.stderr, flush=True)
+                async with trio.open_nursery() as waiting:
+
+                    async def hurried() -> None:
+                        await signals.__anext__()
+                        waiting.cancel_scope.cancel()
+
+                    waiting.start_soon(hurried)
+                    with trio.move_on_after(options.grace_seconds):
+                        while busy_runs(backend):
+                            await trio.sleep(0.05)
+                    waiting.cancel_scope.cancel()
+            closing.append(True)
 
     trigger = on_signal if threading.current_thread() is threading.main_thread() else None
 
@@ -307,6 +345,7 @@ def main(argv: Sequence[str]) -> int:
         await serve(options, config=config)
         if options.stopped:  # hypercorn ended gracefully at this signal
             stopped.signal = options.stopped[0]
+            stopped.drained = stopped.signal == signal.SIGTERM
 
     # serve handles SIGINT and SIGTERM itself (hypercorn's graceful end, its open streams closed
     # with ``event: closing``); a press before its receiver is open still ends it in one line.

@@ -116,6 +116,11 @@ class SessionStore(abc.ABC):
     def quarantined(self, session_id: str | None = None) -> list[Quarantined]:
         """Rows set aside as unreadable, oldest first (optionally of one session)."""
 
+    @abc.abstractmethod
+    def delete_session(self, session_id: str) -> bool:
+        """Remove every row of the session (messages, waits and answers, Plan Mode, quarantined rows) in one
+        transaction; whether there was any. The caller holds the session (``lock_session``)."""
+
     # approvals --------------------------------------------------------------
 
     @abc.abstractmethod

@@ -54,6 +54,18 @@ class MemoryStore(SessionStore):
         with self._lock:
             return list(self._rows.get(session_id, ()))
 
+    def delete_session(self, session_id: str) -> bool:
+        with self._lock:
+            found = bool(self._rows.pop(session_id, None)) | (self._modes.pop(session_id, None) is not None)
+            self._started.pop(session_id, None)
+            for key in [key for key in self._approvals if key[0] == session_id]:
+                del self._approvals[key]
+                found = True
+            kept = [q for q in self._quarantined if q.session_id != session_id]
+            found |= len(kept) != len(self._quarantined)
+            self._quarantined = kept
+        return found
+
     def apply(self, session_id: str, change: SessionChange) -> None:
         try:
             replacing = None if change.replace is None else [encode_message(m) for m in change.replace]

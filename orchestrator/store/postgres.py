@@ -266,6 +266,15 @@ class PostgresStore(SessionStore):
             rows = db.execute(query + " ORDER BY seq", params).fetchall()
         return [Quarantined(int(r), str(s), int(p), str(b), str(why)) for r, s, p, b, why in rows]
 
+    def delete_session(self, session_id: str) -> bool:
+        found = 0
+        tables = ("messages", "pending_approvals", "session_modes", "unreadable_rows")
+        with self._transaction(session_id) as db, db.cursor() as cursor:
+            for table in tables:
+                cursor.execute(f"DELETE FROM orchestrator_{table} WHERE session_id = %s", (session_id,))
+                found += cursor.rowcount
+        return found > 0
+
     def apply(self, session_id: str, change: SessionChange) -> None:
         now = time.time()
         rows = change_rows(session_id, change, now)

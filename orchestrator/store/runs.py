@@ -230,6 +230,12 @@ class RunStore(abc.ABC):
         when the lease is not this holder's."""
 
     @abc.abstractmethod
+    def release(self, lease: Lease) -> None:
+        """Hand the run back at its last commit and end the lease now (a drain): ``queued``, no holder, its
+        checkpoint, inbox and cancel flag kept, claimable at once by any process. Fenced by the lease's token
+        alone; LeaseLost, nothing written, when the run is not this holder's any more."""
+
+    @abc.abstractmethod
     def events(self, request_id: str, after: int = 0, limit: int = 500) -> list[StoredEvent]:
         """The run's events with seq > ``after``, in order."""
 
@@ -269,6 +275,18 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def sessions(self) -> list[str]:
         """Ids of sessions with runs or stored messages, oldest first."""
+
+    @abc.abstractmethod
+    def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        """Remove the session's runs, their event logs and inbox, and its history, in one transaction;
+        whether there was any. SessionBusy, nothing removed, while a run of it is ``running`` (held by a
+        worker), unless ``cancel``: its worker's next write or heartbeat then finds it gone (LeaseLost)
+        and stops without writing."""
+
+    @abc.abstractmethod
+    def prune_sessions(self, idle_before: float) -> list[str]:
+        """Delete (as ``delete_session`` does) every session without a run that is not final whose last
+        message and last run change are older than ``idle_before`` (a time.time() value); their ids."""
 
     @abc.abstractmethod
     def prune(self, older_than: float) -> int:

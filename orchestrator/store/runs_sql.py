@@ -63,6 +63,7 @@ DATA_VERSION_SECONDS = 0.25
 """How often a watched SQLite store asks whether another process wrote to its file (``PRAGMA data_version``)."""
 log = logging.getLogger("orchestrator.store")
 _ACTIVE_SQL = "('queued', 'running', 'parked')"
+_FINAL_SQL = "('completed', 'failed', 'cancelled')"
 _RUN_COLUMNS = (
     "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
     " cancel_requested, created, updated"
@@ -756,6 +757,18 @@ class SQLRunStore(RunStore):
                 self._changed(db, RUN, lease.request_id)
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
+    def release(self, lease: Lease) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE orchestrator_runs SET status = ?, lease_owner = NULL, lease_token = NULL,"
+                " lease_expires = NULL, not_before = NULL, version = version + 1, updated = ?"
+                " WHERE request_id = ? AND lease_token = ? AND status = 'running' RETURNING request_id",
+                (lease_step("running", "release", held=True), time.time(), lease.request_id, lease.token),
+            )
+            if db.fetchone() is None:
+                raise self._lost(db, lease)
+            self._notify(db)
+
     def _append_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], now: float) -> None:
         table = self.dialect.messages_table
         db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))
@@ -936,6 +949,49 @@ class SQLRunStore(RunStore):
                 f" AS known GROUP BY session_id ORDER BY MIN(first), session_id"
             )
             return [row[0] for row in db.fetchall()]
+
+    def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+        found = 0
+        with self._transaction() as db:
+            lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
+            db.execute(f"SELECT request_id, status FROM orchestrator_runs WHERE session_id = ?{lock}", (session_id,))
+            runs = db.fetchall()
+            if not cancel and any(status == "running" for _, status in runs):
+                raise SessionBusy(session_id)
+            for (request_id, _) in runs:
+                db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
+            for table in ("orchestrator_inbox", "orchestrator_runs", self.dialect.messages_table):
+                db.execute(f"DELETE FROM {table} WHERE session_id = ? RETURNING 1", (session_id,))
+                found += len(db.fetchall())
+        return found > 0 or bool(runs)
+
+    def prune_sessions(self, idle_before: float) -> list[str]:
+        table = self.dialect.messages_table
+        with self._transaction() as db:
+            db.execute(
+                f"SELECT session_id FROM (SELECT session_id, MAX(updated) AS last FROM orchestrator_runs"
+                f" GROUP BY session_id UNION ALL SELECT session_id, MAX(created) FROM {table} GROUP BY session_id)"
+                f" AS known GROUP BY session_id HAVING MAX(last) < ? ORDER BY session_id",
+                (idle_before,),
+            )
+            idle = [row[0] for row in db.fetchall()]
+            gone: list[str] = []
+            for session_id in idle:
+                db.execute(
+                    f"SELECT 1 FROM orchestrator_runs WHERE session_id = ? AND status IN {_ACTIVE_SQL}", (session_id,)
+                )
+                if db.fetchone() is not None:
+                    continue  # a live or parked run is never pruned
+                # Only final runs go: a run started meanwhile (not yet visible to the check above) stays.
+                ended = f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}"
+                for name in ("orchestrator_run_events", "orchestrator_inbox"):
+                    db.execute(f"DELETE FROM {name} WHERE request_id IN ({ended})", (session_id,))
+                db.execute(
+                    f"DELETE FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}", (session_id,)
+                )
+                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+                gone.append(session_id)
+        return gone
 
     def prune(self, older_than: float) -> int:
         final = "('completed', 'failed', 'cancelled')"

@@ -220,6 +220,13 @@ class SQLiteStore(SessionStore):
             rows = self._db.execute(query + " ORDER BY found, rowid", params).fetchall()
         return [Quarantined(int(r), str(s), int(p), str(b), str(why)) for r, s, p, b, why in rows]
 
+    def delete_session(self, session_id: str) -> bool:
+        found = 0
+        with self._transaction() as db:
+            for table in ("messages", "pending_approvals", "session_modes", "unreadable_rows"):
+                found += db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
+        return found > 0
+
     def apply(self, session_id: str, change: SessionChange) -> None:
         now = time.time()
         rows = change_rows(session_id, change, now)
