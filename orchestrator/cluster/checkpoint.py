@@ -190,4 +190,5 @@ def _open(history: Sequence[Message]) -> tuple[AssistantMessage | None, tuple[st
 def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
     """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
     response, open_ids = _open(history)
-    return Restored(worker, last_seq, checkpoint.iterations, response, open_ids, checkpoint.stop_reason)
+    asked = tuple(w.tool_call_id for w in checkpoint.waiting)
+    return Restored(worker, last_seq, checkpoint.iterations, response, open_ids, checkpoint.stop_reason, asked)

@@ -39,7 +39,7 @@ from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.context import AgentRunContext
+    from orchestrator.runtime.context import AgentRunContext, ContextRun
 
 log = logging.getLogger("orchestrator.pending")
 
@@ -408,7 +408,9 @@ class ResponseRouter:
         """Pause the request in awaiting_approval until ``response_event`` for ``key``.
 
         ``announce`` is emitted once the wait is registered and the request paused,
-        so an answer to it can never arrive before the wait exists. With
+        so an answer to it can never arrive before the wait exists. A request resumed from a
+        run store whose log already holds that question only publishes it to its extensions
+        (they record the wait and find its answer): the log and its readers get it once. With
         ``expires_after`` (seconds), a wait nobody answered in time expires: a
         ``wait_expired`` event (saying ``expired_outcome``) is emitted, the wait
         raises ResponseExpired, and a later answer is refused saying it expired.
@@ -433,7 +435,7 @@ class ResponseRouter:
             await run.pause()
             try:
                 if announce is not None:
-                    await run.emit(announce)
+                    await _announce(run, key, announce)
                 if pending.expires_at is None:
                     abort = pending.parked()
                     if abort is None:
@@ -508,3 +510,11 @@ class ResponseRouter:
         for wait in dropped:
             with contextlib.suppress(trio.RunFinishedError):
                 wait.token.run_sync_soon(wait.wake)
+
+
+async def _announce(run: ContextRun, key: str, announce: AgentEvent) -> None:
+    """Stream the question of a wait, or (asked before the request was resumed) only publish it."""
+    if run.asked_before(key):
+        await run.publish(announce)
+    else:
+        await run.emit(announce)

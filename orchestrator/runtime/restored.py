@@ -15,6 +15,8 @@ class Restored(FieldValues):
 
     ``response`` is the last assistant message of the session's history (None when
     the run had not had one), ``open_calls`` the ids of its calls without a result,
+    ``asked`` those of its calls whose question the run's log already holds (waiting again,
+    they are not announced a second time),
     ``last_seq`` the seq of the last event the run's log kept, ``stop_reason`` why
     that response ended (a response cut off at ``max_tokens`` runs none of its calls,
     also after a restore).
@@ -26,3 +28,4 @@ class Restored(FieldValues):
     response: AssistantMessage | None
     open_calls: tuple[str, ...]
     stop_reason: StopReason = "end_turn"
+    asked: tuple[str, ...] = ()

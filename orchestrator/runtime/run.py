@@ -659,6 +659,10 @@ class RequestRun(SteeringPoints):
 
     # approvals and plan mode ------------------------------------------------
 
+    def asked_before(self, tool_call_id: str) -> bool:
+        """Whether the log of this resumed request already holds the question ``tool_call_id`` waits on."""
+        return self.restored is not None and tool_call_id in self.restored.asked
+
     async def pause(self) -> None:
         self.approvals += 1
         if self.deadline is not None and self.approvals == 1:
