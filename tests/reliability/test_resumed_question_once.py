@@ -34,9 +34,9 @@ async def test_a_parked_question_answered_later_is_in_the_log_once(tmp_path: Pat
 
                 async def answer(event: dict[str, Any]) -> None:
                     if event["type"] == "run_parked":  # the worker let the run go: the answer resumes it
+                        payload = {"tool_call_id": event["waiting"][0], "answer": "yes"}
                         reply = await http.post(
-                            f"{base}/sessions/s1/events",
-                            json={"name": "ask_user_response", "payload": {"tool_call_id": event["waiting"][0], "answer": "yes"}},
+                            f"{base}/sessions/s1/events", json={"name": "ask_user_response", "payload": payload}
                         )
                         assert reply.status_code == 202, reply.text
 
