@@ -703,7 +703,7 @@ class SQLRunStore(RunStore):
         with self._transaction() as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
             db.execute(
-                f"SELECT lease_token, version, status, last_seq, session_id FROM orchestrator_runs"
+                f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested FROM orchestrator_runs"
                 f" WHERE request_id = ?{lock}",
                 (lease.request_id,),
             )
@@ -734,11 +734,13 @@ class SQLRunStore(RunStore):
                 raise StoreError(f"a commit cannot set the status {change.status!r}")
             status = lease_step("running", trigger, held=True)
             if status == "parked":
+                # Queued at once instead when an answer already waits, or when it was asked to stop
+                # while it ran (the claim that follows ends it cancelled: a parked run is claimed by nothing else).
                 db.execute(
                     "SELECT 1 FROM orchestrator_inbox WHERE request_id = ? AND consumed = 0 LIMIT 1",
                     (lease.request_id,),
                 )
-                if db.fetchone() is not None:
+                if db.fetchone() is not None or bool(held_row[5]):
                     status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
             held = status == "running"

@@ -58,7 +58,8 @@ async def start_with_loop_busy(host: AgentHost) -> HostedRun:
 @pytest.mark.parametrize("busy", ["host", "loop"])
 def test_a_cancelled_start_cancels_the_run_it_started(attempt: int, busy: str) -> None:
     async def main() -> list[str] | None:
-        async with AgentHost(lambda: create_agent(ScriptedModel([blocks], repeat_last=True))) as host:
+        # grace_seconds: the runs of a model that never answers are cancelled at close, not waited for
+        async with AgentHost(lambda: create_agent(ScriptedModel([blocks], repeat_last=True)), grace_seconds=0.5) as host:
             with pytest.raises(TimeoutError):
                 await (start_with_host_busy(host) if busy == "host" else start_with_loop_busy(host))
             # the next start of the session is taken, not refused as SessionBusy
