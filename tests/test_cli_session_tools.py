@@ -153,9 +153,10 @@ def test_sessions_title_export_and_fork_subcommands(tmp_path: Path) -> None:
     forked = sessions(tmp_path, "fork", "s", "--turn", "1", "--as", "t")
     assert forked.stdout == "forked s into t (4 messages)\n"
     again = sessions(tmp_path, "fork", "s", "--as", "t")
-    assert again.returncode == 1 and again.stdout == "cannot fork: the session 't' exists already\n"
-    assert sessions(tmp_path, "fork", "s", "--turn", "3").stdout == (
-        "cannot fork: the session 's' has 2 turns; fork from turn 1 to 2\n"
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr == "sessions fork: the session 't' exists already\n"
+    assert sessions(tmp_path, "fork", "s", "--turn", "3").stderr == (
+        "sessions fork: the session 's' has 2 turns; fork from turn 1 to 2\n"
     )
     exported = sessions(tmp_path, "export", "t", str(tmp_path / "t.md"))
     assert exported.stdout == f"exported 4 messages to {tmp_path / 't.md'}\n"

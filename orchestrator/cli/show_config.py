@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.cli.parsing import OneLineParser
 from orchestrator.project.config import Flags, ProjectConfig, load_config, user_settings_path
 from orchestrator.project.settings import ConfigError
 from orchestrator.providers.choice import MODEL_SPECS, names_a_provider
 
 
 def _parse(argv: Sequence[str]) -> tuple[Flags, str, bool]:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m orchestrator config",
         description="The configuration run and chat would use here: flags, then the project's files, then the user's.",
     )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from orchestrator.cli.parsing import OneLineParser
 from orchestrator.cluster.worker import LEASE_SECONDS, RETENTION_SECONDS, Worker
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     from orchestrator.providers.choice import MODEL_SPECS
 
-    parser = argparse.ArgumentParser(prog="python -m orchestrator worker", description="Carry runs of a run store.")
+    parser = OneLineParser(prog="python -m orchestrator worker", description="Carry runs of a run store.")
     parser.add_argument("--db", required=True, help="the run store: postgresql://... or sqlite:///PATH")
     parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
     parser.add_argument("--model", help=f"without --app: scripted (default), {MODEL_SPECS}")
