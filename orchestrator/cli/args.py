@@ -8,7 +8,7 @@ import sys
 
 import attrs
 
-from orchestrator.cli.parsing import OneLineParser
+from orchestrator.cli.parsing import OneLineParser, tool_pattern
 from orchestrator.extensions.files.sandbox import DEFAULT_LEVEL, SANDBOX_LEVELS, SandboxLevel
 from orchestrator.providers.choice import MODEL_SPECS, default_db, names_a_provider
 
@@ -48,8 +48,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", action="store_true", help="show every state machine transition")
     parser.add_argument("--json", action="store_true", help="print the events as JSON, one object per line")
     parser.add_argument("--yes", action="store_true", help="allow every tool without asking")
-    parser.add_argument("--allow", action="append", default=[], metavar="TOOL", help="allow TOOL (a name or pattern)")
-    parser.add_argument("--deny", action="append", default=[], metavar="TOOL", help="deny TOOL (a name or pattern)")
+    parser.add_argument(
+        "--allow", action="append", type=tool_pattern, default=[], metavar="TOOL", help="allow TOOL (a name or pattern)"
+    )
+    parser.add_argument(
+        "--deny", action="append", type=tool_pattern, default=[], metavar="TOOL", help="deny TOOL (a name or pattern)"
+    )
     parser.add_argument(
         "--sandbox",
         choices=SANDBOX_LEVELS,

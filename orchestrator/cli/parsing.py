@@ -28,4 +28,8 @@ def port_number(text: str) -> int:
     return port
 
 
-__all__ = ["OneLineParser", "port_number"]
+def tool_pattern(text: str) -> str:
+    """A tool name or pattern for ``--allow`` / ``--deny``; a blank one is a usage error."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a tool name or pattern must not be blank")
+    return text
