@@ -188,14 +188,14 @@ def test_fork_session_copies_up_to_a_turn_and_refuses_what_it_cannot_do() -> Non
     assert fork_session(store, "a", "b", turns=1) == 4
     assert [type(read_row(row)[0]).__name__ for row in store.rows("b")] == [type(m).__name__ for m in messages[:4]]
     assert fork_session(store, "a", "c") == 6
-    for source, target, turns, reason in (
-        ("missing", "d", None, "no stored session 'missing' to fork"),
-        ("a", "b", None, "the session 'b' exists already"),
-        ("a", "d", 0, "the session 'a' has 2 turns; fork from turn 1 to 2"),
+    for source, target, turns, reason, kind in (
+        ("missing", "d", None, "no stored session 'missing' to fork", "unknown"),
+        ("a", "b", None, "the session 'b' exists already", "exists"),
+        ("a", "d", 0, "the session 'a' has 2 turns; fork from turn 1 to 2", "turn"),
     ):
         with pytest.raises(ForkRefused) as refused:
             fork_session(store, source, target, turns=turns)
-        assert refused.value.reason == reason
+        assert (refused.value.reason, refused.value.kind) == (reason, kind)
 
 
 def test_exports_escape_what_the_conversation_holds() -> None:
