@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 INTERRUPTED_EXIT = 130
@@ -47,28 +48,58 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names; whatever ends it is one line on stderr, never a traceback."""
     args = sys.argv[1:] if argv is None else argv
     command = args[0] if args else "help"
     try:
         return _command(command, args)
-    except KeyboardInterrupt:  # Ctrl-C before the command handles it (while it starts)
-        print(f"{command}: interrupted", file=sys.stderr)
-        return INTERRUPTED_EXIT
     except ModuleNotFoundError as missing:
         module = (missing.name or "").partition(".")[0]
         if module not in EXTRA_OF_MODULE:
-            raise
+            return _failed(command, missing)
         extra = EXTRA_OF_MODULE[module]
         print(f"{command} needs {module}, which is not installed: pip install 'orchestrator[{extra}]'", file=sys.stderr)
         return 2
+    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as error:
+        return _failed(command, error)
+
+
+def sole_error(error: BaseException) -> BaseException:
+    """The one error inside (nested) exception groups that hold only it; otherwise ``error`` itself."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def _failed(command: str, error: BaseException) -> int:
+    """Say in one line why ``command`` ended with ``error``; its exit status.
+
+    Ctrl-C is ``COMMAND: interrupted`` (130); an error of the operating system (a file that cannot be
+    written, a port in use) names the reason and the file (1); anything else names its type and message
+    (1), and ``ORCHESTRATOR_TRACEBACK=1`` shows its traceback instead.
+    """
+    leaf = sole_error(error)
+    if isinstance(leaf, KeyboardInterrupt) or (
+        isinstance(error, BaseExceptionGroup) and error.split(KeyboardInterrupt)[1] is None
+    ):  # Ctrl-C before the command handles it (while it starts)
+        print(f"{command}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    if isinstance(leaf, OSError) and leaf.strerror:
+        where = f": {leaf.filename}" if leaf.filename is not None else ""
+        print(f"{command}: {leaf.strerror}{where}", file=sys.stderr)
+        return 1
+    if os.environ.get("ORCHESTRATOR_TRACEBACK"):
+        raise error
+    reason = " ".join(str(leaf).split()) or "(no message)"
+    print(f"{command}: {type(leaf).__name__}: {reason} (ORCHESTRATOR_TRACEBACK=1 shows where)", file=sys.stderr)
+    return 1
 
 
 def _command(command: str, args: list[str]) -> int:
     if command == "demo":
         from orchestrator.cli.demo import main as demo
 
-        demo()
-        return 0
+        return demo(args[1:])
     if command == "diagrams":
         from orchestrator.observe.diagrams import main as diagrams
 
@@ -96,7 +127,7 @@ def _command(command: str, args: list[str]) -> int:
     if command in ("help", "-h", "--help"):
         print(usage())
         return 0
-    print(f"unknown command {command!r}\n{usage()}", file=sys.stderr)
+    print(f"unknown command {command!r}: use one of {', '.join(COMMANDS)} (--help describes them)", file=sys.stderr)
     return 2
 
 

@@ -153,9 +153,10 @@ def test_sessions_title_export_and_fork_subcommands(tmp_path: Path) -> None:
     forked = sessions(tmp_path, "fork", "s", "--turn", "1", "--as", "t")
     assert forked.stdout == "forked s into t (4 messages)\n"
     again = sessions(tmp_path, "fork", "s", "--as", "t")
-    assert again.returncode == 1 and again.stdout == "cannot fork: the session 't' exists already\n"
-    assert sessions(tmp_path, "fork", "s", "--turn", "3").stdout == (
-        "cannot fork: the session 's' has 2 turns; fork from turn 1 to 2\n"
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr == "sessions fork: the session 't' exists already\n"
+    assert sessions(tmp_path, "fork", "s", "--turn", "3").stderr == (
+        "sessions fork: the session 's' has 2 turns; fork from turn 1 to 2\n"
     )
     exported = sessions(tmp_path, "export", "t", str(tmp_path / "t.md"))
     assert exported.stdout == f"exported 4 messages to {tmp_path / 't.md'}\n"
@@ -187,14 +188,14 @@ def test_fork_session_copies_up_to_a_turn_and_refuses_what_it_cannot_do() -> Non
     assert fork_session(store, "a", "b", turns=1) == 4
     assert [type(read_row(row)[0]).__name__ for row in store.rows("b")] == [type(m).__name__ for m in messages[:4]]
     assert fork_session(store, "a", "c") == 6
-    for source, target, turns, reason in (
-        ("missing", "d", None, "no stored session 'missing' to fork"),
-        ("a", "b", None, "the session 'b' exists already"),
-        ("a", "d", 0, "the session 'a' has 2 turns; fork from turn 1 to 2"),
+    for source, target, turns, reason, kind in (
+        ("missing", "d", None, "no stored session 'missing' to fork", "unknown"),
+        ("a", "b", None, "the session 'b' exists already", "exists"),
+        ("a", "d", 0, "the session 'a' has 2 turns; fork from turn 1 to 2", "turn"),
     ):
         with pytest.raises(ForkRefused) as refused:
             fork_session(store, source, target, turns=turns)
-        assert refused.value.reason == reason
+        assert (refused.value.reason, refused.value.kind) == (reason, kind)
 
 
 def test_exports_escape_what_the_conversation_holds() -> None:

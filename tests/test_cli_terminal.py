@@ -273,7 +273,7 @@ def test_sessions_list_show_and_delete(tmp_path: Path) -> None:
     assert "<- word_count succeeded: 4" in shown.stdout
     assert piped(tmp_path, "sessions", [], "delete", "drop").stdout == "deleted session drop\n"
     again = piped(tmp_path, "sessions", [], "delete", "drop")
-    assert again.returncode == 1 and "no session drop" in again.stdout
+    assert again.returncode == 1 and "no session drop" in again.stderr
     assert "drop" not in piped(tmp_path, "sessions", [], "list").stdout
 
 

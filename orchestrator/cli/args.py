@@ -8,6 +8,7 @@ import sys
 
 import attrs
 
+from orchestrator.cli.parsing import OneLineParser, tool_pattern
 from orchestrator.extensions.files.sandbox import DEFAULT_LEVEL, SANDBOX_LEVELS, SandboxLevel
 from orchestrator.providers.choice import MODEL_SPECS, default_db, names_a_provider
 
@@ -47,8 +48,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", action="store_true", help="show every state machine transition")
     parser.add_argument("--json", action="store_true", help="print the events as JSON, one object per line")
     parser.add_argument("--yes", action="store_true", help="allow every tool without asking")
-    parser.add_argument("--allow", action="append", default=[], metavar="TOOL", help="allow TOOL (a name or pattern)")
-    parser.add_argument("--deny", action="append", default=[], metavar="TOOL", help="deny TOOL (a name or pattern)")
+    parser.add_argument(
+        "--allow", action="append", type=tool_pattern, default=[], metavar="TOOL", help="allow TOOL (a name or pattern)"
+    )
+    parser.add_argument(
+        "--deny", action="append", type=tool_pattern, default=[], metavar="TOOL", help="deny TOOL (a name or pattern)"
+    )
     parser.add_argument(
         "--sandbox",
         choices=SANDBOX_LEVELS,
@@ -115,7 +120,7 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: 
 
 def parse(argv: list[str]) -> Options:
     """``run "PROMPT" [options]``."""
-    parser = argparse.ArgumentParser(prog="python -m orchestrator run", description="Run one request.")
+    parser = OneLineParser(prog="python -m orchestrator run", description="Run one request.")
     parser.add_argument("prompt", help="the user input")
     _common(parser)
     args = parser.parse_args(argv)
@@ -127,7 +132,7 @@ def parse(argv: list[str]) -> Options:
 
 def parse_chat(argv: list[str]) -> Options:
     """``chat [options]``."""
-    parser = argparse.ArgumentParser(prog="python -m orchestrator chat", description="An interactive session.")
+    parser = OneLineParser(prog="python -m orchestrator chat", description="An interactive session.")
     _common(parser)
     args = parser.parse_args(argv)
     return _options(parser, args, None)
@@ -145,7 +150,7 @@ class SessionsCommand:
 
 
 def parse_sessions(argv: list[str]) -> SessionsCommand:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator sessions", description="Stored sessions.")
+    parser = OneLineParser(prog="python -m orchestrator sessions", description="Stored sessions.")
     parser.add_argument("--db", help="session database (default: $XDG_DATA_HOME/orchestrator/sessions.db)")
     actions = parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="the stored sessions, latest first")

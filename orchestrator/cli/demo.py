@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -54,5 +54,13 @@ async def run_demo(print_line: Callable[[str], None] = print) -> None:
     print_line("path: " + " | ".join(taken))
 
 
-def main() -> None:
+def main(argv: Sequence[str] = ()) -> int:
+    """``demo``: takes no arguments (a usage error names any it is given)."""
+    from orchestrator.cli.parsing import OneLineParser
+
+    parser = OneLineParser(
+        prog="python -m orchestrator demo", description="Run a scripted request and print its events and path."
+    )
+    parser.parse_args(list(argv))
     trio.run(run_demo)
+    return 0

@@ -78,7 +78,7 @@ def command(name: str, argv: list[str]) -> int:
 def _sessions(parsed: object) -> int:
     from orchestrator.cli.args import SessionsCommand
     from orchestrator.cli.render import Screen
-    from orchestrator.cli.sessions import delete_session, list_sessions, show_session
+    from orchestrator.cli.sessions import SessionsRefused, delete_session, list_sessions, show_session
     from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 
     assert isinstance(parsed, SessionsCommand)
@@ -104,5 +104,9 @@ def _sessions(parsed: object) -> int:
                 return export_session(store, screen, parsed.session, parsed.db, parsed.argument)
             return fork_stored(store, screen, parsed.session, parsed.db, parsed.argument, parsed.turn)
         return delete_session(store, screen, parsed.session, parsed.db)
+    except SessionsRefused as refused:  # errors go to stderr, so that stdout holds only what was asked for
+        screen.end_text()
+        print(f"sessions {parsed.action}: {refused}", file=sys.stderr)
+        return 1
     finally:
         store.close()

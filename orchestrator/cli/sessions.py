@@ -24,6 +24,10 @@ class SessionSummary:
     title: str  # the one set, else the first input
 
 
+class SessionsRefused(Exception):
+    """A ``sessions`` action that cannot be done; the message says why (printed as one line on stderr)."""
+
+
 def _last_file(db: str) -> str:
     return db + ".last"
 
@@ -73,8 +77,7 @@ def list_sessions(store: SessionStoreExtension, screen: Screen, db: str, current
 def show_session(store: SessionStoreExtension, screen: Screen, session_id: str, db: str) -> int:
     messages = store.messages(session_id)
     if not messages:
-        screen.say(f"no session {session_id} in {db}")
-        return 1
+        raise SessionsRefused(f"no session {session_id} in {db}")
     screen.say(f"session {session_id}: {len(messages)} messages", style="bold")
     for message in messages:
         if isinstance(message, UserMessage):
@@ -95,13 +98,11 @@ def delete_session(store: SessionStoreExtension, screen: Screen, session_id: str
     """Remove every row of a session: messages, waits and answers, Plan Mode, rows set aside (refused while a
     process runs it)."""
     if session_id not in store.sessions() and not store.pending_approvals(session_id):
-        screen.say(f"no session {session_id} in {db}")
-        return 1
+        raise SessionsRefused(f"no session {session_id} in {db}")
     try:
         lock = store.store.lock_session(session_id)
     except SessionLocked:
-        screen.say(f"session {session_id} is running in another process; not deleted")
-        return 1
+        raise SessionsRefused(f"session {session_id} is running in another process; not deleted") from None
     try:
         store.store.delete_session(session_id)
     finally:
@@ -116,8 +117,7 @@ def title_session(store: SessionStoreExtension, screen: Screen, session_id: str,
     """Show ``session_id``'s title, or set it to ``text``."""
     messages = store.messages(session_id)
     if not messages and session_id not in store.sessions():
-        screen.say(f"no session {session_id} in {db}")
-        return 1
+        raise SessionsRefused(f"no session {session_id} in {db}")
     if text is not None:
         set_title(db, session_id, text)
     screen.say(title_of(db, session_id, messages))
@@ -129,8 +129,7 @@ def export_session(store: SessionStoreExtension, screen: Screen, session_id: str
     from orchestrator.observe.export import to_html, to_markdown
 
     if session_id not in store.sessions():
-        screen.say(f"no session {session_id}")
-        return 1
+        raise SessionsRefused(f"no session {session_id}")
     messages = store.messages(session_id)
     heading = title_of(db, session_id, messages) or session_id
     text = to_html(messages, heading) if path.lower().endswith((".html", ".htm")) else to_markdown(messages, heading)
@@ -138,8 +137,7 @@ def export_session(store: SessionStoreExtension, screen: Screen, session_id: str
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
     except OSError as error:
-        screen.say(f"cannot write {path}: {error.strerror or error}")
-        return 1
+        raise SessionsRefused(f"cannot write {path}: {error.strerror or error}") from None
     screen.say(f"exported {len(messages)} messages to {path}")
     return 0
 
@@ -154,8 +152,7 @@ def fork_stored(
     try:
         copied = fork_session(store.store, session_id, new, turns=turn)
     except ForkRefused as refused:
-        screen.say(f"cannot fork: {refused.reason}")
-        return 1
+        raise SessionsRefused(refused.reason) from None
     set_title(db, new, f"{title_of(db, session_id, store.messages(session_id))} (fork)")
     screen.say(f"forked {session_id} into {new} ({copied} messages)")
     return 0

@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.cli.parsing import OneLineParser, tool_pattern
 from orchestrator.project.config import Flags, ProjectConfig, load_config, user_settings_path
 from orchestrator.project.settings import ConfigError
 from orchestrator.providers.choice import MODEL_SPECS, names_a_provider
 
 
 def _parse(argv: Sequence[str]) -> tuple[Flags, str, bool]:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m orchestrator config",
         description="The configuration run and chat would use here: flags, then the project's files, then the user's.",
     )
     parser.add_argument("--project", metavar="DIR", default=".", help="the project folder (default: .)")
     parser.add_argument("--model", help=MODEL_SPECS)
     parser.add_argument("--yes", action="store_true", help="as run --yes")
-    parser.add_argument("--allow", action="append", default=[], metavar="TOOL", help="as run --allow")
-    parser.add_argument("--deny", action="append", default=[], metavar="TOOL", help="as run --deny")
+    parser.add_argument(
+        "--allow", action="append", type=tool_pattern, default=[], metavar="TOOL", help="as run --allow"
+    )
+    parser.add_argument(
+        "--deny", action="append", type=tool_pattern, default=[], metavar="TOOL", help="as run --deny"
+    )
     parser.add_argument("--trust-project", action="store_true", help="as run --trust-project")
     parser.add_argument("--json", action="store_true", help="print it as one JSON object")
     args = parser.parse_args(list(argv))

@@ -1,47 +1,7 @@
-"""Session titles: the first input, shortened, unless one was set; set titles live in ``<db>.titles.json``."""
+"""Session titles (kept in ``orchestrator.store.titles``, which the service reads too)."""
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Sequence
+from orchestrator.store.titles import TITLE_LENGTH, set_title, set_titles, title_of
 
-from orchestrator.cli.render import shorten
-from orchestrator.messages import Message, UserMessage
-
-TITLE_LENGTH = 60
-
-
-def _file(db: str) -> str:
-    return db + ".titles.json"
-
-
-def set_titles(db: str) -> dict[str, str]:
-    """The titles set by hand, by session id (none when the file is missing or unreadable)."""
-    try:
-        with open(_file(db), encoding="utf-8") as handle:
-            found = json.load(handle)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(found, dict):
-        return {}
-    return {key: value for key, value in found.items() if isinstance(key, str) and isinstance(value, str)}
-
-
-def set_title(db: str, session_id: str, title: str) -> None:
-    """Give ``session_id`` the title ``title`` (written whole, then moved into place)."""
-    titles = set_titles(db)
-    titles[session_id] = title
-    temporary = _file(db) + f".{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(titles, handle, ensure_ascii=False, indent=1)
-    os.replace(temporary, _file(db))
-
-
-def title_of(db: str, session_id: str, messages: Sequence[Message], titles: dict[str, str] | None = None) -> str:
-    """The title set for ``session_id``, else its first input shortened, else ""."""
-    chosen = (set_titles(db) if titles is None else titles).get(session_id)
-    if chosen is not None:
-        return chosen
-    first = next((m.text for m in messages if isinstance(m, UserMessage)), "")
-    return shorten(" ".join(first.split()), TITLE_LENGTH)
+__all__ = ["TITLE_LENGTH", "set_title", "set_titles", "title_of"]

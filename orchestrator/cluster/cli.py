@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from orchestrator.cli.parsing import OneLineParser
 from orchestrator.cli.signals import Shutdown
 from orchestrator.cluster.worker import CAPACITY, GRACE_SECONDS, LEASE_SECONDS, RETENTION_SECONDS, Worker
 from orchestrator.store.errors import StoreUnavailable
@@ -37,7 +38,7 @@ log = logging.getLogger("orchestrator.cluster")
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     from orchestrator.providers.choice import MODEL_SPECS
 
-    parser = argparse.ArgumentParser(prog="python -m orchestrator worker", description="Carry runs of a run store.")
+    parser = OneLineParser(prog="python -m orchestrator worker", description="Carry runs of a run store.")
     parser.add_argument("--db", required=True, help="the run store: postgresql://... or sqlite:///PATH")
     parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
     parser.add_argument("--model", help=f"without --app: scripted (default), {MODEL_SPECS}")

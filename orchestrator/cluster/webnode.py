@@ -39,11 +39,12 @@ from orchestrator.messages import Message, UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import UnknownRun
 from orchestrator.runtime.pending import WaitRule
-from orchestrator.server.backend import IdempotencyKeyReused, RunExists, RunView
+from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunView
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.changes import RUN
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
+from orchestrator.store.titles import first_input_title
 
 POLL_SECONDS = 0.1
 """How often a web node asks again for a run's events while the store cannot be reached."""
@@ -291,6 +292,7 @@ class StoreBackend:
             listed.append(
                 {
                     "session_id": session_id,
+                    "title": None,  # a web node does not read every history to list sessions
                     "request_id": record.request_id if record else None,
                     "state": view.state if view else None,
                     "states": view.states if view else None,
@@ -308,12 +310,19 @@ class StoreBackend:
         checkpoint = read(record.checkpoint) if record else None
         return {
             "session_id": session_id,
+            "title": first_input_title(messages),
             "request_id": record.request_id if record else None,
             "messages": [wire.encode_message(m) for m in messages],
             "states": self._view(record).states if record else None,
             "plan_mode": checkpoint.plan_mode if checkpoint else None,
             "pending": await self.pending(session_id),
         }
+
+    async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
+        raise NotSupported("a web node cannot fork sessions: the run store keeps no way to copy a session's history")
+
+    async def set_title(self, session_id: str, title: str) -> bool:
+        raise NotSupported("a web node cannot set titles: the run store has nowhere to keep them")
 
     def running(self) -> int | None:
         return None

@@ -12,7 +12,6 @@ called stale, and the command says so; ``--strict`` makes that exit 2.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
@@ -195,7 +194,9 @@ def _request_mermaid() -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    from orchestrator.cli.parsing import OneLineParser
+
+    parser = OneLineParser(
         prog="python -m orchestrator diagrams", description="Draw every machine definition as Mermaid, DOT and SVG."
     )
     parser.add_argument("--out", type=Path, default=Path("diagrams"), help="output folder (default: diagrams)")

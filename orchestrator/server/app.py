@@ -177,6 +177,8 @@ def create_app(
         Route("/sessions/{session_id}/export", service.export_session, methods=["GET"]),
         Route("/sessions/{session_id}", session_deletion(backend), methods=["DELETE"]),
         Route("/sessions/{session_id}/runs", service.start_run, methods=["POST"]),
+        Route("/sessions/{session_id}/fork", service.fork_session, methods=["POST"]),
+        Route("/sessions/{session_id}/title", service.set_title, methods=["PUT"]),
         Route("/sessions/{session_id}/events", service.post_event, methods=["POST"]),
         Route("/runs/{request_id}", service.show_run, methods=["GET"]),
         Route("/runs/{request_id}/events", service.run_events, methods=["GET"]),

@@ -8,6 +8,7 @@ format, so the routes and the console cannot tell them apart.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -19,12 +20,24 @@ from orchestrator import wire
 from orchestrator.agent import AgentClient
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
-from orchestrator.errors import AgentError
+from orchestrator.errors import AgentError, SessionBusy
+from orchestrator.extensions.session_store import SessionStoreExtension
+from orchestrator.history import ListsSessions
 from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import RunHandle, UnknownRun
 from orchestrator.server import sessions
+from orchestrator.store.fork import ForkRefused, first_turns, fork_session
+from orchestrator.store.titles import first_input_title, set_title, set_titles
 from orchestrator.wire.sse import encode_pending
+
+
+class NotSupported(AgentError):
+    """This backend cannot do the operation; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class RunExists(AgentError):
@@ -80,6 +93,15 @@ class Backend(Protocol):
 
     async def session(self, session_id: str) -> dict[str, Any] | None: ...
 
+    async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
+        """A new session with ``session_id``'s messages (its first ``turns`` turns): its id and message count.
+
+        Raises ForkRefused (no such session, target taken, no such turn), SessionBusy while the session runs,
+        or NotSupported."""
+
+    async def set_title(self, session_id: str, title: str) -> bool:
+        """Give the session a title; False when there is no such session. NotSupported where titles cannot be kept."""
+
     async def transitions(self, request_id: str) -> list[Step]: ...
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
@@ -112,6 +134,18 @@ class LocalBackend:
         self.client = client
         self.agent = client.agent
         self.agent.runs.keep = retained_runs
+        self._titles: dict[str, str] = {}  # set titles, where no SQLite store keeps them
+
+    def _store(self) -> SessionStoreExtension | None:
+        return next((e for e in self.agent.extensions if isinstance(e, SessionStoreExtension)), None)
+
+    def _titles_db(self) -> str | None:
+        path = getattr(self._store(), "path", None)
+        return path if isinstance(path, str) else None
+
+    async def _title_book(self) -> dict[str, str]:
+        db = self._titles_db()
+        return self._titles if db is None else await anyio.to_thread.run_sync(set_titles, db)
 
     def _handle(self, request_id: str) -> RunHandle:
         return self.client.attach(request_id)
@@ -164,12 +198,17 @@ class LocalBackend:
         handle.cancel()
         return self._view(handle), not was_done
 
+    async def _first_input_title(self, session_id: str) -> str:
+        return first_input_title(await sessions.history(self.agent, session_id) or [])
+
     async def sessions(self) -> list[dict[str, Any]]:
         stored = await sessions.stored_session_ids(self.agent)
         ids = list(dict.fromkeys([*stored, *self.agent.running()]))
+        titles = await self._title_book()
         return [
             {
                 "session_id": session_id,
+                "title": titles.get(session_id) or await self._first_input_title(session_id),
                 "request_id": self._live_request(session_id),
                 "state": self.agent.state(session_id),
                 "states": self.agent.states(session_id),
@@ -184,12 +223,48 @@ class LocalBackend:
             return None
         return {
             "session_id": session_id,
+            "title": (await self._title_book()).get(session_id) or first_input_title(messages),
             "request_id": self._live_request(session_id),
             "messages": [wire.encode_message(m) for m in messages],
             "states": self.agent.states(session_id),
             "plan_mode": sessions.plan_mode(self.agent, session_id),
             "pending": await self.pending(session_id),
         }
+
+    async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
+        if session_id in self.agent.running():
+            raise SessionBusy(session_id)
+        new = target or f"{session_id}-fork-{os.urandom(3).hex()}"
+        store = self._store()
+        if store is not None:
+            kept = store.store
+            copied = await anyio.to_thread.run_sync(lambda: fork_session(kept, session_id, new, turns=turns))
+        else:
+            history = self.agent.history
+            if history is None or not isinstance(history, ListsSessions):
+                raise NotSupported("this agent keeps its sessions where they cannot be listed, so none can be forked")
+            known = history.sessions()
+            if session_id not in known:
+                raise ForkRefused(f"no stored session {session_id!r} to fork")
+            if new in known:
+                raise ForkRefused(f"the session {new!r} exists already", "exists")
+            messages = first_turns(session_id, history.load(session_id), turns)
+            history.replace(new, messages)
+            copied = len(messages)
+        source_title = (await self._title_book()).get(session_id)
+        if source_title is not None:
+            await self.set_title(new, f"{source_title} (fork)")
+        return new, copied
+
+    async def set_title(self, session_id: str, title: str) -> bool:
+        if await sessions.history(self.agent, session_id) is None:
+            return False
+        db = self._titles_db()
+        if db is None:
+            self._titles[session_id] = title
+        else:
+            await anyio.to_thread.run_sync(set_title, db, session_id, title)
+        return True
 
     async def transitions(self, request_id: str) -> list[Step]:
         return self._handle(request_id).transitions

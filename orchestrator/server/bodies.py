@@ -143,3 +143,25 @@ def external_event(body: Mapping[str, Any]) -> tuple[ExternalEvent, str | None]:
     if "tool_call_id" in payload:
         checked_id(payload["tool_call_id"], "'payload.tool_call_id'")
     return ExternalEvent(name, payload), _optional_id(body, "request_id")
+
+
+MAX_TURN = 10**9
+
+
+def fork_input(body: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """``{"turn"?: int >= 1, "session_id"?: str}``: the turn to fork after (all when absent) and the new id."""
+    unknown = set(body) - {"turn", "session_id"}
+    if unknown:
+        raise bad_request(f"unknown fields: {sorted(unknown)}")
+    turn = body.get("turn")
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or not 1 <= turn <= MAX_TURN):
+        raise bad_request(f"'turn' must be a whole number from 1 to {MAX_TURN}")
+    return turn, _optional_id(body, "session_id")
+
+
+def title_input(body: Mapping[str, Any]) -> str:
+    """``{"title": str}``: a title that is not blank, has no control characters and at most 200 characters."""
+    unknown = set(body) - {"title"}
+    if unknown:
+        raise bad_request(f"unknown fields: {sorted(unknown)}")
+    return checked_id(body.get("title"), "'title'")

@@ -72,6 +72,11 @@ class HostBackend:
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         return await self.host.call(self.local.delete_session, session_id, cancel)
+    async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
+        return await self.host.call(self.local.fork, session_id, target, turns)
+
+    async def set_title(self, session_id: str, title: str) -> bool:
+        return await self.host.call(self.local.set_title, session_id, title)
 
     async def transitions(self, request_id: str) -> list[Step]:
         return await self.host.call(self.local.transitions, request_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
+from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES, MAX_TURN
 from orchestrator.server.protocols.a2a_wire import openapi_paths as a2a_openapi_paths
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"}
@@ -103,10 +103,17 @@ def _document() -> dict[str, Any]:
         "additionalProperties": False,
         "properties": {"name": {"type": "string", "minLength": 1}, "payload": {"type": "object"}, "request_id": _ID},
     }
+    fork_body = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"turn": {"type": "integer", "minimum": 1, "maximum": MAX_TURN}, "session_id": _ID},
+    }
+    title_body = {"type": "object", "required": ["title"], "additionalProperties": False, "properties": {"title": _ID}}
     session = {
         "type": "object",
         "properties": {
             "session_id": {"type": "string"},
+            "title": {"type": ["string", "null"]},
             "request_id": {"type": ["string", "null"]},
             "state": {"type": ["string", "null"]},
             "states": _STATES,
@@ -204,6 +211,51 @@ def _document() -> dict[str, Any]:
                             "schema": {"type": "string", "enum": ["markdown", "html"], "default": "markdown"},
                         },
                     ],
+                )
+            },
+            "/sessions/{session_id}/fork": {
+                "post": _operation(
+                    "a new session holding this one's messages, all or up to the end of turn `turn`",
+                    {
+                        "201": _json(
+                            {
+                                "type": "object",
+                                "required": ["session_id", "forked_from", "messages"],
+                                "properties": {
+                                    "session_id": {"type": "string"},
+                                    "forked_from": {"type": "string"},
+                                    "messages": {"type": "integer", "minimum": 0},
+                                },
+                            },
+                            "the new session",
+                        ),
+                        "404": _refusal("no such session"),
+                        "409": _refusal("the session is running, or the new session id is taken"),
+                        "501": _refusal("this server cannot fork sessions (a cluster's web node)"),
+                        **_POSTED,
+                    },
+                    parameters=[_path("session_id"), _IDEMPOTENCY],
+                    requestBody={"required": True, "content": {"application/json": {"schema": fork_body}}},
+                )
+            },
+            "/sessions/{session_id}/title": {
+                "put": _operation(
+                    "set the session's title (otherwise its first input, shortened)",
+                    {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["session_id", "title"],
+                                "properties": {"session_id": {"type": "string"}, "title": {"type": "string"}},
+                            },
+                            "the title set",
+                        ),
+                        "404": _refusal("no such session"),
+                        "501": _refusal("this server cannot keep titles (a cluster's web node)"),
+                        **{code: refusal for code, refusal in _POSTED.items() if code != "422"},
+                    },
+                    parameters=[_path("session_id")],
+                    requestBody={"required": True, "content": {"application/json": {"schema": title_body}}},
                 )
             },
             "/sessions/{session_id}/runs": {

@@ -22,7 +22,7 @@ from orchestrator.server.hosts import header, split_host
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
-CORS_METHODS = b"GET, POST"
+CORS_METHODS = b"GET, POST, PUT, DELETE"
 CORS_REQUEST_HEADERS = b"Authorization, Content-Type, Idempotency-Key, Last-Event-ID"
 CORS_EXPOSED_HEADERS = b"Idempotent-Replay, Retry-After, WWW-Authenticate"
 PREFLIGHT_MAX_AGE = b"600"

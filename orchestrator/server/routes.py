@@ -22,13 +22,14 @@ from machines.registry import all_definitions
 from orchestrator.errors import SessionBusy
 from orchestrator.observe.trace import trace_mermaid
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
-from orchestrator.server.backend import Backend, IdempotencyKeyReused, RunExists, RunView
-from orchestrator.server.bodies import external_event, read_object, run_input, whole_number
+from orchestrator.server.backend import Backend, IdempotencyKeyReused, NotSupported, RunExists, RunView
+from orchestrator.server.bodies import external_event, fork_input, read_object, run_input, title_input, whole_number
 from orchestrator.server.errors import HTTPRefusal, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
 from orchestrator.server.ids import checked_id
 from orchestrator.server.openapi import openapi_document
 from orchestrator.server.streams import SSE_HEADERS, EventStreamResponse, StopReason, first_reason
+from orchestrator.store.fork import ForkRefused
 from orchestrator.wire.sse import sse_error_frame, sse_frame
 
 __all__ = ["SSE_HEADERS", "Service", "sse_error_frame", "sse_frame"]
@@ -125,6 +126,35 @@ class Service:
         if kind == "html":
             return Response(to_html(messages, session_id), media_type="text/html; charset=utf-8")
         return Response(to_markdown(messages, session_id), media_type="text/markdown; charset=utf-8")
+
+    @_idempotent
+    async def fork_session(self, request: Request, body: dict[str, Any]) -> Answer:
+        """A new session holding this one's messages (``turn``: up to the end of that turn); 201 with its id."""
+        session_id = _path_id(request, "session_id")
+        turn, target = fork_input(body)
+        try:
+            new, copied = await self.backend.fork(session_id, target, turn)
+        except ForkRefused as refused:
+            status = {"unknown": 404, "exists": 409}.get(refused.kind, 400)
+            kind = {"unknown": "NotFound", "exists": "SessionExists"}.get(refused.kind, "BadRequest")
+            raise HTTPRefusal(status, kind, refused.reason) from None
+        except SessionBusy as busy:
+            raise HTTPRefusal(409, "SessionBusy", f"{busy}; fork it when the run has ended") from None
+        except NotSupported as unsupported:
+            raise HTTPRefusal(501, "NotSupported", unsupported.reason) from None
+        return Answer(201, {"session_id": new, "forked_from": session_id, "messages": copied})
+
+    async def set_title(self, request: Request) -> Response:
+        """Set the session's title; 200 with it."""
+        session_id = _path_id(request, "session_id")
+        title = title_input(await read_object(request, self.max_body_bytes))
+        try:
+            found = await self.backend.set_title(session_id, title)
+        except NotSupported as unsupported:
+            raise HTTPRefusal(501, "NotSupported", unsupported.reason) from None
+        if not found:
+            raise not_found(f"no session {session_id!r}")
+        return JSONResponse({"session_id": session_id, "title": title})
 
     @_idempotent
     async def start_run(self, request: Request, body: dict[str, Any]) -> Answer:

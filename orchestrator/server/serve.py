@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from orchestrator.cli.parsing import OneLineParser, port_number
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS
 from orchestrator.server.drain import DEFAULT_GRACE_SECONDS
 from orchestrator.server.hosts import LOOPBACK_NAMES, AllowedHost
@@ -74,7 +75,7 @@ class ServeOptions:
 def parse(argv: Sequence[str]) -> ServeOptions:
     from orchestrator.providers.choice import MODEL_SPECS
 
-    parser = argparse.ArgumentParser(prog="python -m orchestrator serve", description="Serve an agent over HTTP.")
+    parser = OneLineParser(prog="python -m orchestrator serve", description="Serve an agent over HTTP.")
     parser.add_argument("--model", help=f"scripted (default), {MODEL_SPECS}")
     parser.add_argument(
         "--db",
@@ -83,7 +84,9 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     )
     parser.add_argument("--root", default=".", help="workspace of the filesystem tools")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
+    parser.add_argument(
+        "--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)"
+    )
     tokens = parser.add_mutually_exclusive_group()
     tokens.add_argument(
         "--token",

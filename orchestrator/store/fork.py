@@ -8,16 +8,30 @@ from orchestrator.store.restore import read_row
 
 
 class ForkRefused(ValueError):
-    """A fork that cannot be made: ``reason`` says why (no such session, the target exists, no such turn)."""
+    """A fork that cannot be made: ``reason`` says why, ``kind`` which case it is.
 
-    def __init__(self, reason: str) -> None:
+    ``kind`` is ``"unknown"`` (no such session), ``"exists"`` (the target is taken) or ``"turn"`` (no such turn).
+    """
+
+    def __init__(self, reason: str, kind: str = "unknown") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.kind = kind
 
 
 def turn_starts(messages: list[Message]) -> list[int]:
     """The positions where each turn begins (its user message)."""
     return [index for index, message in enumerate(messages) if isinstance(message, UserMessage)]
+
+
+def first_turns(source: str, messages: list[Message], turns: int | None) -> list[Message]:
+    """``messages`` up to the end of turn ``turns`` (all of them when None); ForkRefused when there is no such turn."""
+    if turns is None:
+        return messages
+    starts = turn_starts(messages)
+    if not 1 <= turns <= len(starts):
+        raise ForkRefused(f"the session {source!r} has {len(starts)} turns; fork from turn 1 to {len(starts)}", "turn")
+    return messages if turns == len(starts) else messages[: starts[turns]]
 
 
 def fork_session(store: SessionStore, source: str, target: str, *, turns: int | None = None) -> int:
@@ -30,13 +44,7 @@ def fork_session(store: SessionStore, source: str, target: str, *, turns: int | 
     if source not in stored:
         raise ForkRefused(f"no stored session {source!r} to fork")
     if target in stored:
-        raise ForkRefused(f"the session {target!r} exists already")
-    messages = [read_row(row)[0] for row in store.rows(source)]
-    if turns is not None:
-        starts = turn_starts(messages)
-        if not 1 <= turns <= len(starts):
-            raise ForkRefused(f"the session {source!r} has {len(starts)} turns; fork from turn 1 to {len(starts)}")
-        if turns < len(starts):
-            messages = messages[: starts[turns]]
+        raise ForkRefused(f"the session {target!r} exists already", "exists")
+    messages = first_turns(source, [read_row(row)[0] for row in store.rows(source)], turns)
     store.apply(target, SessionChange(replace=tuple(messages)))
     return len(messages)

@@ -10,7 +10,6 @@ nothing is written: the command exits 1 naming what is stale.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import sys
@@ -289,7 +288,9 @@ def write(out: Path, page: Path | None) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    from orchestrator.cli.parsing import OneLineParser
+
+    parser = OneLineParser(
         prog=REGENERATE, description="Write the JSON Schema of every event and the documentation's event list."
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"schema file (default: {DEFAULT_OUT})")
