@@ -127,15 +127,29 @@ class AgentRunContext:
         #: The application's per-run object (a user, a database pool, a client), given with the request or made
         #: by the agent's ``deps_factory`` from ``metadata``; None when neither gives one.
         self.deps: Any = None
-        #: Approval records of this request's calls, by call id, set in ``before_tool``: the call's ToolMessage
-        #: carries its record (``approval``), and a record's ``arguments`` are the ones the call runs with.
-        self.approvals: dict[str, dict[str, Any]] = {}
+        self._approvals: dict[str, dict[str, Any]] | None = None  # made on first use: see ``approvals``
         self.tools: dict[str, ToolDefinition] = {}
         # Made on first use (most requests use neither): see the properties below.
         self._server_tools: list[ServerToolDefinition] | None = None
         self._state: dict[str, Any] | None = None
         self._messages: list[Message] = []
         self._model_settings = DEFAULT_SETTINGS
+
+    @property
+    def approvals(self) -> dict[str, dict[str, Any]]:
+        """Approval records of this request's calls, by call id, set in ``before_tool``: the call's ToolMessage
+        carries its record (``approval``), and a record's ``arguments`` are the ones the call runs with."""
+        if self._approvals is None:
+            self._approvals = {}
+        return self._approvals
+
+    def approval_of(self, call_id: str) -> dict[str, Any] | None:
+        """The approval record of ``call_id`` (None when it has none); makes no record table."""
+        return self._approvals.get(call_id) if self._approvals else None
+
+    def take_approval(self, call_id: str) -> dict[str, Any] | None:
+        """The approval record of ``call_id``, removed (None when it has none); makes no record table."""
+        return self._approvals.pop(call_id, None) if self._approvals else None
 
     @property
     def model_settings(self) -> ModelSettings:

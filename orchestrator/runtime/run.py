@@ -175,7 +175,7 @@ class RequestRun(SteeringPoints):
         self.raw_stop_reason: str | None = None
         self.open_calls: dict[str, ToolCall] = {}
         # Results of concurrent calls that completed before a call ahead of them: recorded in call order.
-        self.held_results: dict[str, ToolMessage] = {}
+        self.held_results: dict[str, ToolMessage] | None = None  # made for the first result held for call order
         # The last response's text, held from the stream while output guardrails are attached (None: nothing held).
         self.held_text: str | None = None
         self.approvals: int = 0
@@ -308,7 +308,7 @@ class RequestRun(SteeringPoints):
 
     async def settle(self, call: ToolCall, status: ToolStatus, content: ToolResultContent) -> ToolMessage:
         """Append the one result of ``call`` (text, or parts as ``tool_content`` makes them) and stream its outcome."""
-        approval = self.context.approvals.pop(call.id, None)
+        approval = self.context.take_approval(call.id)
         appended = await self.append(_tool_message(call.id, call.name, tool_content(content), status, approval))
         assert isinstance(appended, ToolMessage)
         await self._emit(_TOOL_EVENTS[status], call, appended)
@@ -319,9 +319,11 @@ class RequestRun(SteeringPoints):
     ) -> None:
         """``settle`` for one of the concurrent calls ``order``: its outcome streams now, its result is recorded
         once every call before it has its own, so history (and the next model request) keep the calls' order."""
-        approval = self.context.approvals.pop(call.id, None)
+        approval = self.context.take_approval(call.id)
         message = clean_message(_tool_message(call.id, call.name, tool_content(content), status, approval))
         assert isinstance(message, ToolMessage)
+        if self.held_results is None:
+            self.held_results = {}
         self.held_results[call.id] = message
         await self._emit(_TOOL_EVENTS[status], call, message)
         await self._record_held(order)
@@ -331,7 +333,7 @@ class RequestRun(SteeringPoints):
         for call_id in order:
             if call_id not in self.open_calls:
                 continue  # recorded already
-            held = self.held_results.pop(call_id, None)
+            held = self.held_results.pop(call_id, None) if self.held_results else None
             if held is None:
                 return
             await self.append(held, cleaned=True)
@@ -522,7 +524,7 @@ class RequestRun(SteeringPoints):
         # A parked run keeps its open calls: the run that resumes it settles them. A result already
         # streamed but held for call order is recorded, in its place (parking: with the others held).
         for call in list(self.open_calls.values()):
-            held = self.held_results.pop(call.id, None)
+            held = self.held_results.pop(call.id, None) if self.held_results else None
             if held is None and trigger == "park":
                 continue
             try:

@@ -136,7 +136,7 @@ class ToolRunner:
             except ToolRejected as rejected:
                 result, error = ToolResult(f"rejected: {rejected}", "failed"), rejected
             else:
-                approval = run.context.approvals.get(call.id) if run.context.approvals else None
+                approval = run.context.approval_of(call.id)
                 if approval is not None and approval.get("edited"):
                     # Approved with edited arguments (checked against the tool's schema): the call runs with them.
                     call = _copied_call(call.id, call.name, dict(approval["arguments"]), None)
