@@ -75,46 +75,65 @@ class EventStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        reason: str | None = None
-        gone = ended = False
-
-        async with anyio.create_task_group() as group:
-
-            async def pump() -> None:
-                nonlocal gone, ended
-                try:
-                    async for frames in _frames(self.batches, self.stop):
-                        await send({"type": "http.response.body", "body": frames.encode(), "more_body": True})
-                    ended = True
-                except OSError:  # the reader is gone; the run goes on
-                    gone = True
-                group.cancel_scope.cancel()
-
-            async def watch() -> None:
-                nonlocal reason
-                while (reason := self.stop()) is None:
-                    await anyio.sleep(CLOSING_POLL_SECONDS)
-                group.cancel_scope.cancel()
-
-            async def listen() -> None:
-                nonlocal gone
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                gone = True
-                group.cancel_scope.cancel()
-
-            group.start_soon(pump)
-            group.start_soon(watch)
-            group.start_soon(listen)
+        frames = (chunk.encode() async for chunk in _frames(self.batches, self.stop))
+        end = await stream_frames(receive, send, frames, self.stop)
         aclose = getattr(self.batches, "aclose", None)
         if aclose is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 await aclose()
-        if gone:
+        if end.gone:
             return
         with anyio.move_on_after(1), _suppress_os_error():
-            tail = sse_closing_frame(reason).encode() if reason is not None and not ended else b""
+            tail = sse_closing_frame(end.reason).encode() if end.reason is not None and not end.ended else b""
             await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+class StreamEnd:
+    """How a streamed response's frames ended: the reader went away (``gone``), they ran out (``ended``), or the
+    server stopped them (``reason``, from its StopReason)."""
+
+    __slots__ = ("ended", "gone", "reason")
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.ended = False
+        self.reason: str | None = None
+
+
+async def stream_frames(
+    receive: Receive, send: Send, frames: AsyncIterator[bytes], stop: StopReason | None = None
+) -> StreamEnd:
+    """Send ``frames`` as body chunks until they run out, the reader disconnects (a send that fails counts as
+    that), or ``stop()`` gives a reason (asked every CLOSING_POLL_SECONDS); the caller sends the last chunk."""
+    end = StreamEnd()
+    async with anyio.create_task_group() as group:
+
+        async def pump() -> None:
+            try:
+                async for frame in frames:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+                end.ended = True
+            except OSError:  # the reader is gone; the run goes on
+                end.gone = True
+            group.cancel_scope.cancel()
+
+        async def watch(stop: StopReason) -> None:
+            while (reason := stop()) is None:
+                await anyio.sleep(CLOSING_POLL_SECONDS)
+            end.reason = reason
+            group.cancel_scope.cancel()
+
+        async def listen() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            end.gone = True
+            group.cancel_scope.cancel()
+
+        group.start_soon(pump)
+        if stop is not None:
+            group.start_soon(watch, stop)
+        group.start_soon(listen)
+    return end
 
 
 class _suppress_os_error:

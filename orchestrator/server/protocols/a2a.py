@@ -59,7 +59,7 @@ from orchestrator.server.protocols.a2a_wire import (
     task_result,
 )
 from orchestrator.server.routes import Service as NativeService
-from orchestrator.server.streams import CLOSING_POLL_SECONDS, SSE_HEADERS, StopReason
+from orchestrator.server.streams import SSE_HEADERS, StopReason, stream_frames
 from orchestrator.store.errors import StoreUnavailable
 
 logger = logging.getLogger(__name__)
@@ -392,41 +392,13 @@ class A2AStream(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        reason: str | None = None
-        gone = ended = False
-        async with anyio.create_task_group() as group:
-
-            async def pump() -> None:
-                nonlocal gone, ended
-                try:
-                    async for frame in _frames(self.rpc_id, self.results):
-                        await send({"type": "http.response.body", "body": frame, "more_body": True})
-                    ended = True
-                except OSError:
-                    gone = True
-                group.cancel_scope.cancel()
-
-            async def watch() -> None:
-                nonlocal reason
-                while (reason := self.stop()) is None:
-                    await anyio.sleep(CLOSING_POLL_SECONDS)
-                group.cancel_scope.cancel()
-
-            async def listen() -> None:
-                nonlocal gone
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                gone = True
-                group.cancel_scope.cancel()
-
-            group.start_soon(pump)
-            group.start_soon(watch)
-            group.start_soon(listen)
-        if gone:
+        end = await stream_frames(receive, send, _frames(self.rpc_id, self.results), self.stop)
+        if end.gone:
             return
         tail = b""
-        if reason is not None and not ended:
-            tail = _frame(RpcError(INTERNAL_ERROR, f"{reason}; the task goes on: SubscribeToTask").json(self.rpc_id))
+        if end.reason is not None and not end.ended:
+            stopped = RpcError(INTERNAL_ERROR, f"{end.reason}; the task goes on: SubscribeToTask")
+            tail = _frame(stopped.json(self.rpc_id))
         with anyio.move_on_after(1), contextlib.suppress(OSError):
             await send({"type": "http.response.body", "body": tail, "more_body": False})
 

@@ -10,7 +10,7 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from orchestrator.server.streams import SSE_HEADERS
+from orchestrator.server.streams import SSE_HEADERS, stream_frames
 
 logger = logging.getLogger(__name__)
 
@@ -34,36 +34,21 @@ class ProtocolStreamResponse(Response):
         self.failed = failed
         self.aborted = aborted
 
+    async def _guarded(self) -> AsyncIterator[bytes]:
+        """The frames; a producer that raises ends them with its error frame, never a cut response."""
+        try:
+            async for frame in self.frames:
+                yield frame
+        except OSError:
+            raise
+        except Exception as error:
+            logger.exception("the protocol stream failed")
+            yield self.failed(error)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        gone = ended = False
-        async with anyio.create_task_group() as group:
-
-            async def pump() -> None:
-                nonlocal gone, ended
-                try:
-                    async for frame in self.frames:
-                        await send({"type": "http.response.body", "body": frame, "more_body": True})
-                    ended = True
-                except OSError:
-                    gone = True
-                except Exception as error:  # a protocol stream ends with its error frame, never a cut response
-                    logger.exception("the protocol stream failed")
-                    ended = True
-                    with anyio.move_on_after(1), contextlib.suppress(OSError):
-                        await send({"type": "http.response.body", "body": self.failed(error), "more_body": True})
-                group.cancel_scope.cancel()
-
-            async def listen() -> None:
-                nonlocal gone
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                gone = True
-                group.cancel_scope.cancel()
-
-            group.start_soon(pump)
-            group.start_soon(listen)
-        if gone and not ended:
+        end = await stream_frames(receive, send, self._guarded())
+        if end.gone and not end.ended:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self.aborted()
             return
