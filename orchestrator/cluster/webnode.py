@@ -42,7 +42,7 @@ from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunView
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.changes import RUN
-from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.errors import SessionOwned, StoreError, StoreUnavailable
 from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
 from orchestrator.store.titles import first_input_title
 
@@ -101,11 +101,14 @@ class StoreBackend:
         request_id: str | None,
         idempotency_key: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
     ) -> str:
         """Insert a queued run. A run started with an Idempotency-Key and no request id is named
         after the key (``keyed_request_id``), so a retry to any node finds the run it started:
         the same input in the same session gets that run's id again, another input a refusal.
-        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message."""
+        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message;
+        ``owner`` is the principal the run is kept for (SessionOwned when the session is another's)."""
         keyed = request_id is None and idempotency_key is not None
         if request_id is None:
             request_id = uuid.uuid4().hex if idempotency_key is None else keyed_request_id(session_id, idempotency_key)
@@ -113,8 +116,8 @@ class StoreBackend:
         if metadata:
             encoded["metadata"] = dict(AgentRunConfig(metadata=metadata).metadata)
         try:
-            await self._call(self.store.create_run, session_id, request_id, encoded)
-        except StoreUnavailable:
+            await self._call(lambda: self.store.create_run(session_id, request_id, encoded, owner=owner))
+        except (StoreUnavailable, SessionOwned):
             raise
         except (SessionBusy, StoreError) as refused:
             if idempotency_key is not None:
@@ -318,7 +321,13 @@ class StoreBackend:
             "pending": await self.pending(session_id),
         }
 
-    async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
+    async def owners(self, session_ids: list[str]) -> dict[str, str]:
+        found: dict[str, str] = await self._call(self.store.owners, session_ids)
+        return found
+
+    async def fork(
+        self, session_id: str, target: str | None, turns: int | None, *, owner: str | None = None
+    ) -> tuple[str, int]:
         raise NotSupported("a web node cannot fork sessions: the run store keeps no way to copy a session's history")
 
     async def set_title(self, session_id: str, title: str) -> bool:

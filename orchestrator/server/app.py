@@ -26,6 +26,7 @@ from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PA
 from orchestrator.server.hosted import HostBackend
 from orchestrator.server.hosts import HostGuard
 from orchestrator.server.idempotency import DEFAULT_CAPACITY
+from orchestrator.server.identity import Authenticate, AuthGuard, Authorize, OwnedBackend, SessionNotFound, owner_only
 from orchestrator.server.origins import OriginGuard
 from orchestrator.server.protocols.a2a import CARD_PATH, a2a_routes, card_info_of
 from orchestrator.server.protocols.routes import protocol_routes
@@ -62,6 +63,12 @@ async def _refused(request: Request, error: Exception) -> Response:
 async def _store_unavailable(request: Request, error: Exception) -> Response:
     # A run store whose database cannot be reached (a cluster's web node): the client may retry.
     return HTTPRefusal(503, "StoreUnavailable", str(error)).response({"Retry-After": "1"})
+
+
+async def _session_not_found(request: Request, error: Exception) -> Response:
+    # Unknown, or another principal's: the same answer either way.
+    assert isinstance(error, SessionNotFound)
+    return HTTPRefusal(404, "NotFound", str(error)).response()
 
 
 async def _not_found(request: Request, error: Exception) -> Response:
@@ -111,6 +118,8 @@ def create_app(
     stop_streams: Callable[[], str | None] | None = None,
     drain: Drain | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    authenticate: Authenticate | None = None,
+    authorize: Authorize | None = None,
 ) -> ASGIApp:
     """The ASGI application for ``agent``: an Agent or its client, an AgentHost, or a Backend (a web node's).
 
@@ -147,7 +156,20 @@ def create_app(
     Once ``drain`` has begun, a request that would start a run gets 503 ``Draining`` with
     ``Retry-After`` (answers, cancels and reads go on; see docs/operations.md). An ASGI lifespan
     shutdown begins it and waits up to ``grace_seconds`` for the runs of this process that work.
+
+    ``authenticate(headers)`` (sync or async) gives the principal of each request, or None for a 401;
+    it replaces ``token`` (giving both is a ValueError). A session then belongs to the principal that
+    started it, and ``authorize(principal, action, session)`` (sync or async; default: the owner alone)
+    decides every action on it; a session a principal may not act on answers as an unknown one. See
+    docs/identity.md.
     """
+    if authenticate is not None and token is not None:
+        raise ValueError(
+            "give create_app a token or an authenticate function, not both: authenticate replaces the token check"
+            " (check the bearer token in it)"
+        )
+    if authorize is not None and authenticate is None:
+        raise ValueError("authorize needs authenticate: without it every request is the one principal 'local'")
     settings = ServerSettings(
         token,
         max_body_bytes,
@@ -168,14 +190,15 @@ def create_app(
         backend = hosted
     else:
         backend = agent
-    service = Service(backend, settings.max_body_bytes, settings.idempotency_keys, stop_reasons)
+    served = OwnedBackend(backend, None if authenticate is None else authorize or owner_only)
+    service = Service(served, settings.max_body_bytes, settings.idempotency_keys, stop_reasons)
     routes: list[BaseRoute] = [
         Route("/health", service.health, methods=["GET"]),
         Route("/openapi.json", service.openapi, methods=["GET"]),
         Route("/sessions", service.list_sessions, methods=["GET"]),
         Route("/sessions/{session_id}", service.show_session, methods=["GET"]),
         Route("/sessions/{session_id}/export", service.export_session, methods=["GET"]),
-        Route("/sessions/{session_id}", session_deletion(backend), methods=["DELETE"]),
+        Route("/sessions/{session_id}", session_deletion(served), methods=["DELETE"]),
         Route("/sessions/{session_id}/runs", service.start_run, methods=["POST"]),
         Route("/sessions/{session_id}/fork", service.fork_session, methods=["POST"]),
         Route("/sessions/{session_id}/title", service.set_title, methods=["PUT"]),
@@ -185,7 +208,7 @@ def create_app(
         Route("/runs/{request_id}/cancel", service.cancel_run, methods=["POST"]),
         Route("/runs/{request_id}/trace", service.run_trace, methods=["GET"]),
         Route("/machines/{name}", service.machine, methods=["GET"]),
-        *protocol_routes(backend, settings.max_body_bytes),
+        *protocol_routes(served, settings.max_body_bytes),
     ]
     routes += a2a_routes(service, card_info_of(agent), bearer=settings.token is not None)
     if metrics is not False:
@@ -209,6 +232,7 @@ def create_app(
         exception_handlers={
             HTTPRefusal: _refused,
             StoreUnavailable: _store_unavailable,
+            SessionNotFound: _session_not_found,
             404: _not_found,
             405: _method_not_allowed,
         },
@@ -217,7 +241,11 @@ def create_app(
     open_prefixes = CONSOLE_PREFIXES if settings.console else ()
     open_paths = {HEALTH_PATH, CARD_PATH, *(CONSOLE_PATHS if settings.console else ())}
     inner: ASGIApp = DrainGuard(app, drain)
-    guarded: ASGIApp = TokenGuard(inner, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
+    guarded: ASGIApp
+    if authenticate is not None:
+        guarded = AuthGuard(inner, authenticate, open_paths=open_paths, open_prefixes=open_prefixes)
+    else:
+        guarded = TokenGuard(inner, settings.token, open_paths=open_paths, open_prefixes=open_prefixes)
     if isinstance(backend, LocalBackend):
         guarded = TrioLoopOnly(guarded)
     guarded = OriginGuard(guarded, settings.allowed_origins)

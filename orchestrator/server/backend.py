@@ -9,7 +9,7 @@ format, so the routes and the console cannot tell them apart.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -27,7 +27,10 @@ from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import RunHandle, UnknownRun
 from orchestrator.server import sessions
+from orchestrator.store.errors import SessionOwned
 from orchestrator.store.fork import ForkRefused, first_turns, fork_session
+from orchestrator.store.owners import read_owners, write_owners
+from orchestrator.store.runs import LOCAL_PRINCIPAL
 from orchestrator.store.titles import first_input_title, set_title, set_titles
 from orchestrator.wire.sse import encode_pending
 
@@ -65,12 +68,24 @@ pending_json = encode_pending
 
 class Backend(Protocol):
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
     ) -> str:
         """Start a run; its request id. SessionBusy, RunExists, IdempotencyKeyReused.
 
         With ``idempotency_key``, a backend may answer a retry with the run the key already
-        started (its request id) instead of refusing it."""
+        started (its request id) instead of refusing it. ``metadata`` is the run's
+        ``AgentRunConfig.metadata``. ``owner`` is the principal the session is kept for: a new session
+        becomes its, one of another principal is SessionOwned (None records and checks nothing)."""
+
+    async def owners(self, session_ids: list[str]) -> dict[str, str]:
+        """The owner of each of ``session_ids`` that exists (stored or running); unknown ones are left out."""
 
     async def run(self, request_id: str) -> RunView:
         """UnknownRun when there is no such run."""
@@ -93,8 +108,11 @@ class Backend(Protocol):
 
     async def session(self, session_id: str) -> dict[str, Any] | None: ...
 
-    async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
-        """A new session with ``session_id``'s messages (its first ``turns`` turns): its id and message count.
+    async def fork(
+        self, session_id: str, target: str | None, turns: int | None, *, owner: str | None = None
+    ) -> tuple[str, int]:
+        """A new session with ``session_id``'s messages (its first ``turns`` turns), kept for ``owner``: its id
+        and message count.
 
         Raises ForkRefused (no such session, target taken, no such turn), SessionBusy while the session runs,
         or NotSupported."""
@@ -135,6 +153,7 @@ class LocalBackend:
         self.agent = client.agent
         self.agent.runs.keep = retained_runs
         self._titles: dict[str, str] = {}  # set titles, where no SQLite store keeps them
+        self._owner_book: dict[str, str] | None = None  # sessions of principals other than LOCAL_PRINCIPAL
 
     def _store(self) -> SessionStoreExtension | None:
         return next((e for e in self.agent.extensions if isinstance(e, SessionStoreExtension)), None)
@@ -147,6 +166,45 @@ class LocalBackend:
         db = self._titles_db()
         return self._titles if db is None else await anyio.to_thread.run_sync(set_titles, db)
 
+    async def _owners(self) -> dict[str, str]:
+        """The recorded owners (read once from beside a SQLite store; this backend is their only writer)."""
+        if self._owner_book is None:
+            db = self._titles_db()
+            self._owner_book = {} if db is None else await anyio.to_thread.run_sync(read_owners, db)
+        return self._owner_book
+
+    async def _keep_owners(self) -> None:
+        db = self._titles_db()
+        if db is not None:
+            book = await self._owners()  # copied under the writers' lock: the last write holds every claim
+            await anyio.to_thread.run_sync(write_owners, db, book)
+
+    async def _known(self, session_id: str) -> bool:
+        return session_id in self.agent.running() or await sessions.history(self.agent, session_id) is not None
+
+    async def owners(self, session_ids: list[str]) -> dict[str, str]:
+        book = await self._owners()
+        found: dict[str, str] = {}
+        for session_id in session_ids:
+            if session_id in book:
+                found[session_id] = book[session_id]
+            elif await self._known(session_id):
+                found[session_id] = LOCAL_PRINCIPAL
+        return found
+
+    async def _claim(self, session_id: str, owner: str | None) -> None:
+        """Make a new session ``owner``'s; SessionOwned when it exists and is another principal's (None: no check)."""
+        if owner is None:
+            return
+        book = await self._owners()
+        known = session_id in book or await self._known(session_id)
+        kept = book.get(session_id, LOCAL_PRINCIPAL if known else None)  # read after the awaits, then set at once
+        if kept is None and owner != LOCAL_PRINCIPAL:
+            book[session_id] = owner
+            await self._keep_owners()
+        elif kept is not None and kept != owner:
+            raise SessionOwned(session_id, kept)
+
     def _handle(self, request_id: str) -> RunHandle:
         return self.client.attach(request_id)
 
@@ -158,7 +216,14 @@ class LocalBackend:
         return run.context.request_id if run is not None else None
 
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
     ) -> str:
         # One process: the routes' cache of answers already replays a retried key.
         if request_id is not None:
@@ -168,7 +233,9 @@ class LocalBackend:
                 pass
             else:
                 raise RunExists(f"a run {request_id!r} already exists")
-        handle = await self.client.start(message, config=AgentRunConfig(session_id=session_id, request_id=request_id))
+        config = AgentRunConfig(session_id=session_id, request_id=request_id, metadata=metadata or {})
+        await self._claim(session_id, owner)
+        handle = await self.client.start(message, config=config)
         return handle.request_id
 
     async def run(self, request_id: str) -> RunView:
@@ -231,7 +298,9 @@ class LocalBackend:
             "pending": await self.pending(session_id),
         }
 
-    async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
+    async def fork(
+        self, session_id: str, target: str | None, turns: int | None, *, owner: str | None = None
+    ) -> tuple[str, int]:
         if session_id in self.agent.running():
             raise SessionBusy(session_id)
         new = target or f"{session_id}-fork-{os.urandom(3).hex()}"
@@ -251,6 +320,9 @@ class LocalBackend:
             messages = first_turns(session_id, history.load(session_id), turns)
             history.replace(new, messages)
             copied = len(messages)
+        if owner is not None and owner != LOCAL_PRINCIPAL:
+            (await self._owners())[new] = owner
+            await self._keep_owners()
         source_title = (await self._title_book()).get(session_id)
         if source_title is not None:
             await self.set_title(new, f"{source_title} (fork)")
@@ -270,7 +342,10 @@ class LocalBackend:
         return self._handle(request_id).transitions
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
-        return await self.client.delete_session(session_id, cancel=cancel)
+        deleted = await self.client.delete_session(session_id, cancel=cancel)
+        if (await self._owners()).pop(session_id, None) is not None:
+            await self._keep_owners()  # a deleted session's id is free again
+        return deleted
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return self.agent.child_traces(self._handle(request_id).session_id, request_id)

@@ -9,7 +9,8 @@ else: the run goes on.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from machines.build import Step
@@ -35,9 +36,21 @@ class HostBackend:
         return host_closing(self.host)
 
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
     ) -> str:
-        return await self.host.call(self.local.start, session_id, message, request_id, idempotency_key)
+        return await self.host.call(
+            functools.partial(self.local.start, owner=owner), session_id, message, request_id, idempotency_key, metadata
+        )
+
+    async def owners(self, session_ids: list[str]) -> dict[str, str]:
+        return await self.host.call(self.local.owners, session_ids)
 
     async def run(self, request_id: str) -> RunView:
         return await self.host.call(self.local.run, request_id)
@@ -72,8 +85,11 @@ class HostBackend:
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         return await self.host.call(self.local.delete_session, session_id, cancel)
-    async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
-        return await self.host.call(self.local.fork, session_id, target, turns)
+
+    async def fork(
+        self, session_id: str, target: str | None, turns: int | None, *, owner: str | None = None
+    ) -> tuple[str, int]:
+        return await self.host.call(functools.partial(self.local.fork, owner=owner), session_id, target, turns)
 
     async def set_title(self, session_id: str, title: str) -> bool:
         return await self.host.call(self.local.set_title, session_id, title)

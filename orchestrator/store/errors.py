@@ -14,6 +14,15 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+class SessionOwned(StoreError):
+    """The session belongs to another principal than the one that would add to it (or take it as its own)."""
+
+    def __init__(self, session_id: str, owner: str) -> None:
+        self.session_id = session_id
+        self.owner = owner
+        super().__init__(f"session {session_id!r} belongs to another principal")
+
+
 class StoreUnavailable(StoreError):
     """The store's database could not be reached: its connection broke during the call, or none could be made.
 

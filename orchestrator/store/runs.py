@@ -34,6 +34,7 @@ from orchestrator.store.errors import StoreError
 __all__ = [
     "ACTIVE",
     "FINAL",
+    "LOCAL_PRINCIPAL",
     "AnswerWaiting",
     "InboxItem",
     "InboxKeyReused",
@@ -47,6 +48,9 @@ __all__ = [
     "StoredEvent",
     "UnknownRunRow",
 ]
+
+LOCAL_PRINCIPAL = "local"
+"""The principal of requests served without identities, and the owner of sessions kept before owners were."""
 
 ACTIVE = frozenset({"queued", "running", "parked"})
 FINAL = frozenset({"completed", "failed", "cancelled"})
@@ -199,9 +203,17 @@ class RunStore(abc.ABC):
     where: str = "a run store"
 
     @abc.abstractmethod
-    def create_run(self, session_id: str, request_id: str, input_message: Mapping[str, Any]) -> RunRecord:
+    def create_run(
+        self, session_id: str, request_id: str, input_message: Mapping[str, Any], *, owner: str | None = None
+    ) -> RunRecord:
         """A new ``queued`` run; SessionBusy when the session has a run that is not final,
-        StoreError when the request id is taken."""
+        StoreError when the request id is taken. ``owner`` is the principal the run is kept for:
+        SessionOwned when the session belongs to another (see ``owners``); None checks nothing."""
+
+    @abc.abstractmethod
+    def owners(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The owner of each of ``session_ids`` the store knows (its runs or its history): the principal its
+        first run was started for, else ``LOCAL_PRINCIPAL`` (sessions kept before owners were recorded)."""
 
     @abc.abstractmethod
     def run(self, request_id: str) -> RunRecord | None:

@@ -32,10 +32,18 @@ from orchestrator.errors import SessionBusy
 from orchestrator.messages import Message
 from orchestrator.store.changes import INBOX, RUN, WORK, ChangeFeed
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
-from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, StoreError, StoreUnavailable, one_line
+from orchestrator.store.errors import (
+    SchemaTooNew,
+    SchemaUnrecognised,
+    SessionOwned,
+    StoreError,
+    StoreUnavailable,
+    one_line,
+)
 from orchestrator.store.runs import (
     ACTIVE,
     FINAL,
+    LOCAL_PRINCIPAL,
     AnswerWaiting,
     InboxItem,
     InboxKeyReused,
@@ -109,7 +117,8 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             cancel_requested INTEGER NOT NULL DEFAULT 0,
             created {real} NOT NULL,
             updated {real} NOT NULL,
-            not_before {real}
+            not_before {real},
+            owner TEXT
         )""",
         f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
         f" WHERE status IN {_ACTIVE_SQL}",
@@ -167,13 +176,14 @@ POSTGRES = Dialect(
 
 # schema versions -------------------------------------------------------------
 
-RUN_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION = 3
 """The version of the run store's tables this library writes; ``orchestrator_run_schema`` holds a database's own.
 
 Version 0 is a run store from before the version was recorded (no such table): its tables may
 lack columns added since, which opening it adds with their defaults. Version 2 adds a run's
 ``not_before`` (a give-back's back-off) and makes an inbox idempotency key unique per session
-instead of across the database, with the digest of the body it was first used with.
+instead of across the database, with the digest of the body it was first used with. Version 3 adds
+a run's ``owner`` (the principal it was started for; NULL for runs kept before).
 """
 _SCHEMA_TABLE = "orchestrator_run_schema"
 _SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
@@ -268,7 +278,14 @@ def _to_version_2(dialect: Dialect, db: _Cursor, where: str) -> None:
         db.execute("ALTER TABLE orchestrator_inbox DROP CONSTRAINT IF EXISTS orchestrator_inbox_idempotency_key_key")
 
 
-_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2)
+def _to_version_3(dialect: Dialect, db: _Cursor, where: str) -> None:
+    """Version 2 to 3: runs get ``owner``, the principal a run was started for (NULL for runs kept before)."""
+    db.execute(dialect.columns_of, ("orchestrator_runs",))
+    if {str(row[0]).lower() for row in db.fetchall()}:
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN owner TEXT")
+
+
+_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2, _to_version_3)
 """``_UPGRADES[n]`` migrates version n to n + 1; a new version appends its upgrade."""
 assert len(_UPGRADES) == RUN_SCHEMA_VERSION
 
@@ -596,7 +613,9 @@ class SQLRunStore(RunStore):
 
     # runs -------------------------------------------------------------------
 
-    def create_run(self, session_id: str, request_id: str, input_message: Mapping[str, Any]) -> RunRecord:
+    def create_run(
+        self, session_id: str, request_id: str, input_message: Mapping[str, Any], *, owner: str | None = None
+    ) -> RunRecord:
         now = time.time()
         try:
             with self._transaction() as db:
@@ -608,10 +627,13 @@ class SQLRunStore(RunStore):
                     raise SessionBusy(session_id)
                 if self._row(db, request_id) is not None:
                     raise StoreError(f"a run {request_id!r} already exists")
+                kept_for = None if owner is None else self._owners(db, [session_id]).get(session_id)
+                if kept_for is not None and kept_for != owner:
+                    raise SessionOwned(session_id, kept_for)
                 db.execute(
                     "INSERT INTO orchestrator_runs (request_id, session_id, status, input, version, last_seq,"
-                    " cancel_requested, created, updated) VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?)",
-                    (request_id, session_id, _dumps(dict(input_message)), now, now),
+                    " cancel_requested, created, updated, owner) VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?, ?)",
+                    (request_id, session_id, _dumps(dict(input_message)), now, now, owner),
                 )
                 self._notify(db)
                 created = self._row(db, request_id)
@@ -623,6 +645,31 @@ class SQLRunStore(RunStore):
     def run(self, request_id: str) -> RunRecord | None:
         with self._transaction() as db:
             return self._row(db, request_id)
+
+    def owners(self, session_ids: Sequence[str]) -> dict[str, str]:
+        with self._transaction() as db:
+            return self._owners(db, session_ids)
+
+    def _owners(self, db: _Cursor, session_ids: Sequence[str]) -> dict[str, str]:
+        """Each known session's owner: its first run's (the runs of a session share one), else LOCAL_PRINCIPAL."""
+        if not session_ids:
+            return {}
+        marks = ", ".join("?" for _ in session_ids)
+        db.execute(
+            f"SELECT session_id, owner FROM orchestrator_runs WHERE session_id IN ({marks})"
+            " ORDER BY created, request_id",
+            list(session_ids),
+        )
+        found: dict[str, str] = {}
+        for session_id, owner in db.fetchall():
+            found.setdefault(session_id, owner or LOCAL_PRINCIPAL)
+        rest = [session_id for session_id in session_ids if session_id not in found]
+        if rest:
+            marks = ", ".join("?" for _ in rest)
+            table = self.dialect.messages_table
+            db.execute(f"SELECT DISTINCT session_id FROM {table} WHERE session_id IN ({marks})", rest)
+            found.update((row[0], LOCAL_PRINCIPAL) for row in db.fetchall())
+        return found
 
     def runs(self, session_id: str | None = None, *, active: bool = False) -> list[RunRecord]:
         clauses, params = [], []

@@ -29,6 +29,7 @@ from orchestrator.messages import UserMessage
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, RunView
 from orchestrator.server.errors import HTTPRefusal
+from orchestrator.server.identity import SessionNotFound
 from orchestrator.server.protocols.a2a_requests import (
     INTERNAL_ERROR,
     TASK_NOT_CANCELABLE,
@@ -115,6 +116,8 @@ class A2AService:
             return JSONResponse({"jsonrpc": "2.0", "id": rpc_id, "result": result})
         except RpcError as error:
             return JSONResponse(error.json(rpc_id))
+        except SessionNotFound as unknown:  # a context of another principal: as an unknown one would be
+            return JSONResponse(RpcError(TASK_NOT_FOUND, str(unknown)).json(rpc_id))
         except (HTTPRefusal, StoreUnavailable):
             raise  # answered by the app's handlers: a 4xx with its reason, a 503 to retry
         except Exception as error:  # a fault of ours: logged here, its type told, never a traceback

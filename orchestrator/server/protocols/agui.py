@@ -37,6 +37,7 @@ from orchestrator.runtime.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, RunExists
 from orchestrator.server.bodies import read_object
 from orchestrator.server.errors import bad_request
+from orchestrator.server.identity import SessionNotFound
 from orchestrator.server.ids import checked_id
 from orchestrator.server.protocols.streaming import ProtocolStreamResponse
 
@@ -448,6 +449,8 @@ class AguiRun:
             ) from None
         except RunExists as exists:
             raise AguiInputError("RunExists", str(exists)) from None
+        except SessionNotFound as unknown:  # another principal's thread
+            raise AguiInputError("NotFound", str(unknown)) from None
         self.machine.fire("start")
         return request_id
 
