@@ -26,6 +26,7 @@ from orchestrator.server.backend import Backend, IdempotencyKeyReused, NotSuppor
 from orchestrator.server.bodies import external_event, fork_input, read_object, run_input, title_input, whole_number
 from orchestrator.server.errors import HTTPRefusal, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
+from orchestrator.server.identity import current_principal
 from orchestrator.server.ids import checked_id
 from orchestrator.server.openapi import openapi_document
 from orchestrator.server.streams import SSE_HEADERS, EventStreamResponse, StopReason, first_reason
@@ -63,7 +64,7 @@ def _idempotent(method: Callable[[Service, Request, dict[str, Any]], Awaitable[A
             answer = await method(self, request, body)
             return JSONResponse(answer.body, status_code=answer.status)
         self.idempotency.check_key(key)
-        scope = f"{request.method} {request.url.path}"
+        scope = f"{current_principal.get()} {request.method} {request.url.path}"  # a key replays to its sender only
         fingerprint = self.idempotency.fingerprint(body)
         answer = await self.idempotency.once(scope, key, fingerprint, lambda: method(self, request, body))
         return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replay": key})

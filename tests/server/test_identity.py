@@ -366,3 +366,17 @@ async def test_ownership_survives_a_restart_of_the_web_node_on_sqlite(tmp_path: 
             assert (await http.get(f"{base}/sessions/{SESSION}", headers=BOB)).status_code == 404
             call = await waiting(http, base, SESSION, ALICE)
             assert call["event"] == "ask_user"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_idempotency_key_replays_an_answer_to_its_own_principal_only(kind: str, tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with served(kind, tmp_path) as base, httpx.AsyncClient(timeout=20) as http:
+            url, body = f"{base}/sessions/{SESSION}/runs", {"input": "paint"}
+            first = await http.post(url, json=body, headers={**ALICE, "Idempotency-Key": "k1"})
+            assert first.status_code == 202, first.text
+            again = await http.post(url, json=body, headers={**ALICE, "Idempotency-Key": "k1"})
+            assert (again.status_code, again.json()) == (202, first.json())
+            replayed = await http.post(url, json=body, headers={**BOB, "Idempotency-Key": "k1"})
+            assert replayed.status_code == 404, replayed.text
+            assert replayed.json() == {"error": {"type": "NotFound", "message": f"no session {SESSION!r}"}}
