@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -19,13 +19,14 @@ from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.server import create_app
 from orchestrator.server.identity import SessionRef, Unauthenticated
-from orchestrator.store.runs_sql import sqlite_run_store
+from orchestrator.store.runs_sql import SQLRunStore, postgres_run_store, sqlite_run_store
 from tests.cluster import apps
 from tests.protocols.agui_support import agui_events, run_input
 from tests.server.support import SSE, read_sse, serving_on
 
-KINDS = ("hypercorn", "uvicorn", "webnode")
-"""One process on trio, one process on asyncio (an AgentHost), and a web node with a worker on SQLite."""
+KINDS = ("hypercorn", "uvicorn", "webnode", "webnode-postgres")
+"""One process on trio, one process on asyncio (an AgentHost), and a web node with a worker on SQLite, then on
+PostgreSQL."""
 TOKENS = {"alice-token": "alice", "bob-token": "bob", "carol-token": "carol"}
 ALICE = {"Authorization": "Bearer alice-token"}
 BOB = {"Authorization": "Bearer bob-token"}
@@ -46,21 +47,42 @@ def marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @asynccontextmanager
-async def served(kind: str, tmp_path: Path, **settings: Any) -> AsyncIterator[str]:
-    """The approval agent (record, lookup, then ask_user) served by ``kind``; yields the base URL."""
+async def served(kind: str, tmp_path: Path, dsn: str | None = None, **settings: Any) -> AsyncIterator[str]:
+    """The approval agent (record, lookup, then ask_user) served by ``kind``; yields the base URL.
+
+    A web node and its worker share a run store: SQLite in ``tmp_path``, or PostgreSQL at ``dsn``."""
     settings.setdefault("authenticate", by_bearer)
-    if kind != "webnode":
+    if not kind.startswith("webnode"):
         async with serving_on(kind)(await apps.approval_agent(), **settings) as base:
             yield base
         return
     path = str(tmp_path / "cluster.db")
-    worker = Worker(await apps.approval_agent(), sqlite_run_store(path), name="w", poll_seconds=0.05)
+
+    def store() -> SQLRunStore:
+        return postgres_run_store(dsn) if dsn is not None else sqlite_run_store(path)
+
+    worker = Worker(await apps.approval_agent(), store(), name="w", poll_seconds=0.05)
     async with trio.open_nursery() as nursery:
         await nursery.start(worker.run)
-        backend = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
+        backend = StoreBackend(store(), poll_seconds=0.02)
         async with serving_on("hypercorn")(backend, **settings) as base:
             yield base
         nursery.cancel_scope.cancel()
+
+
+class Serve(Protocol):
+    def __call__(self, **settings: Any) -> AbstractAsyncContextManager[str]: ...
+
+
+@pytest.fixture
+def serve(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Serve:
+    """``served`` for the test's ``kind`` (a throwaway PostgreSQL database for webnode-postgres)."""
+    dsn = request.getfixturevalue("postgres_dsn") if kind == "webnode-postgres" else None
+
+    def open_served(**settings: Any) -> AbstractAsyncContextManager[str]:
+        return served(kind, tmp_path, dsn, **settings)
+
+    return open_served
 
 
 async def started_and_waiting(http: httpx.AsyncClient, base: str, session: str, text: str) -> str:
@@ -128,9 +150,9 @@ async def probe(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_native_routes_show_another_principals_session_as_an_unknown_one(kind: str, tmp_path: Path) -> None:
+async def test_native_routes_show_another_principals_session_as_an_unknown_one(kind: str, serve: Serve) -> None:
     with trio.fail_after(60):
-        async with served(kind, tmp_path) as base, httpx.AsyncClient(timeout=20) as http:
+        async with serve() as base, httpx.AsyncClient(timeout=20) as http:
             request_id = await started_and_waiting(http, base, SESSION, "paint")
             for method, template, body in NATIVE_PROBES:
                 foreign = await probe(http, base, method, template.format(s=SESSION, r=request_id), body, BOB)
@@ -168,9 +190,9 @@ def a2a_message(text: str | None = None, data: dict[str, Any] | None = None, **i
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_a2a_shows_another_principals_tasks_and_contexts_as_unknown_ones(kind: str, tmp_path: Path) -> None:
+async def test_a2a_shows_another_principals_tasks_and_contexts_as_unknown_ones(kind: str, serve: Serve) -> None:
     with trio.fail_after(60):
-        async with served(kind, tmp_path) as base, httpx.AsyncClient(timeout=20) as http:
+        async with serve() as base, httpx.AsyncClient(timeout=20) as http:
             card = await http.get(f"{base}/.well-known/agent-card.json")
             assert card.status_code == 200  # public
             task = (await rpc(http, base, "SendMessage", a2a_message("paint", contextId=SESSION), ALICE))["result"]
@@ -205,9 +227,9 @@ async def test_a2a_shows_another_principals_tasks_and_contexts_as_unknown_ones(k
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_agui_threads_of_another_principal_are_neither_run_nor_resumed(kind: str, tmp_path: Path) -> None:
+async def test_agui_threads_of_another_principal_are_neither_run_nor_resumed(kind: str, serve: Serve) -> None:
     with trio.fail_after(60):
-        async with served(kind, tmp_path) as base, httpx.AsyncClient(timeout=20) as http:
+        async with serve() as base, httpx.AsyncClient(timeout=20) as http:
             http.headers.update(ALICE)
             first = await agui_events(http, base, run_input(SESSION, "paint"))
             [asked] = first[-1]["outcome"]["interrupts"]
@@ -226,9 +248,9 @@ async def test_agui_threads_of_another_principal_are_neither_run_nor_resumed(kin
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_ai_sdk_chats_of_another_principal_are_neither_run_nor_answered(kind: str, tmp_path: Path) -> None:
+async def test_ai_sdk_chats_of_another_principal_are_neither_run_nor_answered(kind: str, serve: Serve) -> None:
     with trio.fail_after(60):
-        async with served(kind, tmp_path) as base, httpx.AsyncClient(timeout=20) as http:
+        async with serve() as base, httpx.AsyncClient(timeout=20) as http:
             await started_and_waiting(http, base, SESSION, "paint")
             call = await waiting(http, base, SESSION, ALICE)
             user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "mine now"}]}
@@ -251,13 +273,13 @@ def approver(principal: str, action: str, session: SessionRef) -> bool:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_an_approver_that_authorize_allows_answers_a_session_it_does_not_own(kind: str, tmp_path: Path) -> None:
+async def test_an_approver_that_authorize_allows_answers_a_session_it_does_not_own(kind: str, serve: Serve) -> None:
     async def slow_approver(principal: str, action: str, session: SessionRef) -> bool:
         await anyio.sleep(0)
         return approver(principal, action, session)
 
     with trio.fail_after(60):
-        async with served(kind, tmp_path, authorize=slow_approver) as base, httpx.AsyncClient(timeout=20) as http:
+        async with serve(authorize=slow_approver) as base, httpx.AsyncClient(timeout=20) as http:
             request_id = await started_and_waiting(http, base, SESSION, "paint")
             listed = (await http.get(f"{base}/sessions", headers=CAROL)).json()["sessions"]
             assert [s["session_id"] for s in listed] == [SESSION]
@@ -274,7 +296,7 @@ async def test_an_approver_that_authorize_allows_answers_a_session_it_does_not_o
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_a_request_without_credentials_is_a_401_with_its_reason(kind: str, tmp_path: Path) -> None:
+async def test_a_request_without_credentials_is_a_401_with_its_reason(kind: str, serve: Serve) -> None:
     def refusing(headers: Mapping[str, str]) -> str | None:
         if "authorization" not in headers:
             return None
@@ -283,7 +305,7 @@ async def test_a_request_without_credentials_is_a_401_with_its_reason(kind: str,
         return by_bearer(headers)
 
     with trio.fail_after(60):
-        async with served(kind, tmp_path, authenticate=refusing) as base, httpx.AsyncClient(timeout=20) as http:
+        async with serve(authenticate=refusing) as base, httpx.AsyncClient(timeout=20) as http:
             for path in ("/sessions", f"/sessions/{SESSION}", "/runs/x", "/metrics", "/openapi.json"):
                 missing = await http.get(base + path)
                 assert missing.status_code == 401, path
@@ -369,9 +391,9 @@ async def test_ownership_survives_a_restart_of_the_web_node_on_sqlite(tmp_path: 
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_an_idempotency_key_replays_an_answer_to_its_own_principal_only(kind: str, tmp_path: Path) -> None:
+async def test_an_idempotency_key_replays_an_answer_to_its_own_principal_only(kind: str, serve: Serve) -> None:
     with trio.fail_after(60):
-        async with served(kind, tmp_path) as base, httpx.AsyncClient(timeout=20) as http:
+        async with serve() as base, httpx.AsyncClient(timeout=20) as http:
             url, body = f"{base}/sessions/{SESSION}/runs", {"input": "paint"}
             first = await http.post(url, json=body, headers={**ALICE, "Idempotency-Key": "k1"})
             assert first.status_code == 202, first.text
@@ -380,3 +402,18 @@ async def test_an_idempotency_key_replays_an_answer_to_its_own_principal_only(ki
             replayed = await http.post(url, json=body, headers={**BOB, "Idempotency-Key": "k1"})
             assert replayed.status_code == 404, replayed.text
             assert replayed.json() == {"error": {"type": "NotFound", "message": f"no session {SESSION!r}"}}
+
+
+async def test_two_web_nodes_over_one_store_agree_on_the_owner(tmp_path: Path) -> None:
+    path = str(tmp_path / "cluster.db")
+    with trio.fail_after(60):
+        async with served("webnode", tmp_path) as first, httpx.AsyncClient(timeout=20) as http:
+            other = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
+            async with serving_on("hypercorn")(other, authenticate=by_bearer) as second:  # type: ignore[arg-type]
+                request_id = await started_and_waiting(http, first, SESSION, "paint")
+                assert (await http.get(f"{second}/sessions", headers=BOB)).json() == {"sessions": []}
+                assert (await http.get(f"{second}/runs/{request_id}", headers=BOB)).status_code == 404
+                taken = await http.post(f"{second}/sessions/{SESSION}/runs", json={"input": "x"}, headers=BOB)
+                assert taken.status_code == 404
+                got = await answer_and_finish(http, second, request_id, ALICE)
+                assert got.events[-1]["result"]["content"] == "Done with paint: yes."
