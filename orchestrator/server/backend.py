@@ -184,12 +184,13 @@ class LocalBackend:
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         book = await self._owners()
-        found: dict[str, str] = {}
-        for session_id in session_ids:
-            if session_id in book:
-                found[session_id] = book[session_id]
-            elif await self._known(session_id):
-                found[session_id] = LOCAL_PRINCIPAL
+        unlisted = [session_id for session_id in session_ids if session_id not in book]
+        if len(unlisted) > 1:  # a list of sessions: one read of the stored ids, not one history each
+            known = {*await sessions.stored_session_ids(self.agent), *self.agent.running()}
+        else:
+            known = {session_id for session_id in unlisted if await self._known(session_id)}
+        found = {session_id: book[session_id] for session_id in session_ids if session_id in book}
+        found.update((session_id, LOCAL_PRINCIPAL) for session_id in unlisted if session_id in known)
         return found
 
     async def _claim(self, session_id: str, owner: str | None) -> None:

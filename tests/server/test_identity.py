@@ -281,9 +281,14 @@ async def test_an_approver_that_authorize_allows_answers_a_session_it_does_not_o
     with trio.fail_after(60):
         async with serve(authorize=slow_approver) as base, httpx.AsyncClient(timeout=20) as http:
             request_id = await started_and_waiting(http, base, SESSION, "paint")
+            bobs = await http.post(f"{base}/sessions/bob-session-1/runs", json={"input": "sand"}, headers=BOB)
+            assert bobs.status_code == 202, bobs.text
             listed = (await http.get(f"{base}/sessions", headers=CAROL)).json()["sessions"]
+            assert sorted(s["session_id"] for s in listed) == ["alice-session-1", "bob-session-1"]
+            listed = (await http.get(f"{base}/sessions", headers=BOB)).json()["sessions"]
+            assert [s["session_id"] for s in listed] == ["bob-session-1"]
+            listed = (await http.get(f"{base}/sessions", headers=ALICE)).json()["sessions"]
             assert [s["session_id"] for s in listed] == [SESSION]
-            assert (await http.get(f"{base}/sessions", headers=BOB)).json() == {"sessions": []}
             cancel = await http.post(f"{base}/runs/{request_id}/cancel", headers=CAROL)
             assert cancel.status_code == 404
             steer = {"name": "steering_message", "payload": {"content": "faster"}}
