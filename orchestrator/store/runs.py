@@ -303,7 +303,8 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def prune(self, older_than: float) -> int:
         """Delete final runs (their events and inbox) last updated before ``older_than``
-        (a time.time() value); how many runs went."""
+        (a time.time() value); how many runs went. A session's newest run keeps its row (not its events
+        or inbox) when it has an owner, so the session's owner outlives its pruned runs."""
 
     def watch(self) -> ChangeFeed:
         """A feed of this store's changes for one consumer (close it when done); this default one polls."""

@@ -1044,14 +1044,25 @@ class SQLRunStore(RunStore):
 
     def prune(self, older_than: float) -> int:
         final = "('completed', 'failed', 'cancelled')"
+        # A session's newest run, when it has an owner, keeps its row (not its events or inbox): the history
+        # outlives the runs, and the owner is known from the rows alone.
+        newest_owned = (
+            "run.owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM orchestrator_runs AS later"
+            " WHERE later.session_id = run.session_id AND (later.created > run.created"
+            " OR (later.created = run.created AND later.request_id > run.request_id)))"
+        )
         with self._transaction() as db:
             db.execute(
-                f"SELECT request_id FROM orchestrator_runs WHERE status IN {final} AND updated < ?", (older_than,)
+                f"SELECT request_id, CASE WHEN {newest_owned} THEN 1 ELSE 0 END FROM orchestrator_runs AS run"
+                f" WHERE status IN {final} AND updated < ?",
+                (older_than,),
             )
-            gone = [row[0] for row in db.fetchall()]
-            for request_id in gone:
+            found = [(row[0], bool(row[1])) for row in db.fetchall()]
+            for request_id, _ in found:
                 db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
                 db.execute("DELETE FROM orchestrator_inbox WHERE request_id = ?", (request_id,))
+            gone = [request_id for request_id, keeps_owner in found if not keeps_owner]
+            for request_id in gone:
                 db.execute("DELETE FROM orchestrator_runs WHERE request_id = ?", (request_id,))
         return len(gone)
 
