@@ -217,18 +217,25 @@ class OwnedBackend:
         owner: str | None = None,
     ) -> str:
         principal = current_principal.get()
-        kept_for: str | None = None
-        if self.authorize is not None:
-            kept_for = (await self.inner.owners([session_id])).get(session_id)
-            if kept_for is None:
-                kept_for = principal  # a new session: the principal's own
-            elif not await _settled(self.authorize(principal, "start", SessionRef(session_id, kept_for))):
-                raise SessionNotFound(session_id)
+        kept_for = await self.starts_for(session_id)
         given = {**(metadata or {}), "principal": principal}
         try:
             return await self.inner.start(session_id, message, request_id, idempotency_key, given, owner=kept_for)
         except SessionOwned:
             raise SessionNotFound(session_id) from None  # another principal took it meanwhile
+
+    async def starts_for(self, session_id: str) -> str | None:
+        """The owner a run the principal starts in ``session_id`` is kept for (the principal's own for a new
+        session; None without identities); SessionNotFound when the principal may not start one there."""
+        if self.authorize is None:
+            return None
+        principal = current_principal.get()
+        owner = (await self.inner.owners([session_id])).get(session_id)
+        if owner is None:
+            return principal
+        if not await _settled(self.authorize(principal, "start", SessionRef(session_id, owner))):
+            raise SessionNotFound(session_id)
+        return owner
 
     async def run(self, request_id: str) -> RunView:
         return await self._run(request_id, "read")

@@ -440,8 +440,9 @@ class AguiRun:
                 reasons = "; ".join(f"{name}: {why}" for name, why in delivery.refused.items())
                 raise AguiInputError("SteeringRefused", reasons or "nothing takes steering in this agent")
             return None
-        _declare_client_tools(self.backend, session_id, self.given.tools)
         try:
+            await _check_start(self.backend, session_id)  # before the tools are declared in the thread
+            _declare_client_tools(self.backend, session_id, self.given.tools)
             request_id = await self.backend.start(session_id, self.given.message, self.given.run_id)
         except SessionBusy as busy:
             raise AguiInputError(
@@ -612,6 +613,13 @@ class AguiRun:
                 }
             )
         return found
+
+
+async def _check_start(backend: Backend, session_id: str) -> None:
+    """SessionNotFound when the request's principal may not start a run in the thread (see OwnedBackend)."""
+    starts_for = getattr(backend, "starts_for", None)
+    if starts_for is not None:
+        await starts_for(session_id)
 
 
 def _declare_client_tools(backend: Backend, session_id: str, tools: tuple[ClientTool, ...]) -> None:
