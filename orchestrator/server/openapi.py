@@ -58,7 +58,7 @@ def _path(name: str) -> dict[str, Any]:
 
 
 _COMMON = {
-    "401": _refusal("missing or wrong bearer token (only when the server has one)"),
+    "401": _refusal("missing or wrong bearer token, or no principal from the app's authenticate (when it has either)"),
     "403": _refusal("a Host the server does not answer to, or a change asked by a page of another origin"),
     "503": _refusal("a cluster's web node cannot reach its run store; retry (Retry-After)"),
 }
