@@ -27,7 +27,7 @@ from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import UnknownRun
 from orchestrator.server.backend import Backend, RunView
-from orchestrator.server.errors import send_refusal
+from orchestrator.server.errors import HTTPRefusal, send_refusal
 from orchestrator.server.guard import route_path
 from orchestrator.store.errors import SessionOwned
 from orchestrator.store.fork import ForkRefused
@@ -179,13 +179,23 @@ class OwnedBackend:
         """The backend of the agent in this process, for what only it can do (declaring client tools)."""
         return getattr(self.inner, "local", self.inner)
 
+    async def _decide(self, principal: str, action: str, session: SessionRef) -> bool:
+        """``authorize``'s answer; one that raises is a 500 ``AuthorizationFailed`` naming the error's type."""
+        assert self.authorize is not None
+        try:
+            return bool(await _settled(self.authorize(principal, action, session)))
+        except Exception as error:
+            log.exception("authorize failed")
+            message = f"authorizing {action!r} on a session failed ({type(error).__name__})"
+            raise HTTPRefusal(500, "AuthorizationFailed", message) from None
+
     async def _may(self, session_id: str, action: str) -> bool:
         if self.authorize is None:
             return True
         owner = (await self.inner.owners([session_id])).get(session_id)
         if owner is None:
             return False
-        return bool(await _settled(self.authorize(current_principal.get(), action, SessionRef(session_id, owner))))
+        return await self._decide(current_principal.get(), action, SessionRef(session_id, owner))
 
     async def _visible(self, session_ids: list[str], action: str) -> set[str]:
         if self.authorize is None:
@@ -195,7 +205,7 @@ class OwnedBackend:
         return {
             session_id
             for session_id, owner in owners.items()
-            if await _settled(self.authorize(principal, action, SessionRef(session_id, owner)))
+            if await self._decide(principal, action, SessionRef(session_id, owner))
         }
 
     async def _run(self, request_id: str, action: str) -> RunView:
@@ -233,7 +243,7 @@ class OwnedBackend:
         owner = (await self.inner.owners([session_id])).get(session_id)
         if owner is None:
             return principal
-        if not await _settled(self.authorize(principal, "start", SessionRef(session_id, owner))):
+        if not await self._decide(principal, "start", SessionRef(session_id, owner)):
             raise SessionNotFound(session_id)
         return owner
 

@@ -422,3 +422,17 @@ async def test_two_web_nodes_over_one_store_agree_on_the_owner(tmp_path: Path) -
                 assert taken.status_code == 404
                 got = await answer_and_finish(http, second, request_id, ALICE)
                 assert got.events[-1]["result"]["content"] == "Done with paint: yes."
+
+
+async def test_an_authorize_that_fails_is_a_500_with_the_reason(tmp_path: Path) -> None:
+    def broken(principal: str, action: str, session: SessionRef) -> bool:
+        raise LookupError("the policy service is down")
+
+    with trio.fail_after(30):
+        async with served("hypercorn", tmp_path, authorize=broken) as base, httpx.AsyncClient(timeout=20) as http:
+            started = await http.post(f"{base}/sessions/{SESSION}/runs", json={"input": "paint"}, headers=ALICE)
+            assert started.status_code == 202  # a new session asks nobody
+            failed = await http.get(f"{base}/sessions/{SESSION}", headers=ALICE)
+            assert failed.status_code == 500
+            message = "authorizing 'read' on a session failed (LookupError)"
+            assert failed.json() == {"error": {"type": "AuthorizationFailed", "message": message}}
