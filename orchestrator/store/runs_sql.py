@@ -545,17 +545,23 @@ class SQLRunStore(RunStore):
             feed.add(keys)
 
     def _data_version_loop(self) -> None:
-        """SQLite: wake every feed when another process (or connection) committed to the file."""
+        """SQLite: wake every feed when another process (or connection) committed to the file.
+
+        The first reading wakes every feed too: a commit made between a feed's creation and that
+        reading is in the baseline, so it would otherwise wake nobody (as a new listener does on PostgreSQL).
+        """
         seen: Any = None
-        while not self._closed.wait(DATA_VERSION_SECONDS):
+        while True:
             try:
                 with self._lock:
                     version = self._db.execute("PRAGMA data_version").fetchone()[0]
             except Exception:  # closed meanwhile, or busy: asked again at the next turn
-                continue
-            if seen is not None and version != seen:
+                version = seen
+            if version is not None and version != seen:
                 self._tell(frozenset(), everything=True)
-            seen = version
+                seen = version
+            if self._closed.wait(DATA_VERSION_SECONDS):
+                return
 
     def _listen_loop(self) -> None:
         """PostgreSQL: one listening connection; each notification wakes the feeds of its run (or of work)."""
