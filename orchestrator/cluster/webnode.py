@@ -1,5 +1,8 @@
 """``StoreBackend``: what a web node serves. It talks only to the run store; workers carry the runs.
 
+It serves under trio (hypercorn's trio worker) and under asyncio (uvicorn, hypercorn's
+asyncio worker) alike: its waits are anyio's and its store calls run in threads.
+
 Starting a run inserts a ``queued`` row (one active run per session across the
 deployment: a second is SessionBusy, a 409). Events are read from the run's
 log after ``Last-Event-ID`` and followed through the store's wake-ups (one
@@ -22,7 +25,8 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-import trio
+import anyio
+import anyio.to_thread
 
 from machines.build import Step
 from machines.request import REQUEST
@@ -76,7 +80,7 @@ class StoreBackend:
         self._reads: dict[tuple[str, int], _SharedRead] = {}
 
     async def _call(self, function: Any, *args: Any) -> Any:
-        return await trio.to_thread.run_sync(function, *args)
+        return await anyio.to_thread.run_sync(function, *args)
 
     async def _record(self, request_id: str) -> RunRecord:
         record: RunRecord | None = await self._call(self.store.run, request_id)
@@ -144,7 +148,7 @@ class StoreBackend:
                     stored, record = await self._tail(request_id, position)
                 except StoreUnavailable:
                     # The stream stays open while the store is away; its events follow when it is back.
-                    await trio.sleep(self.poll_seconds)
+                    await anyio.sleep(self.poll_seconds)
                     continue
                 if stored:
                     position = stored[-1].seq
@@ -154,7 +158,7 @@ class StoreBackend:
                     continue
                 if record is None or (record.final and record.last_seq <= position):
                     return
-                with trio.move_on_after(FOLLOW_SECONDS):
+                with anyio.move_on_after(FOLLOW_SECONDS):
                     await woken.wait()
 
         return batches()
@@ -192,7 +196,7 @@ class StoreBackend:
         return self._view(changed), not record.final
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
-        deleted: bool = await trio.to_thread.run_sync(lambda: self.store.delete_session(session_id, cancel=cancel))
+        deleted: bool = await self._call(lambda: self.store.delete_session(session_id, cancel=cancel))
         return deleted
 
     async def transitions(self, request_id: str) -> list[Step]:
@@ -332,7 +336,7 @@ class _SharedRead:
     """One read of a run's log that several followers wait for."""
 
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.done = anyio.Event()
         self.result: tuple[list[StoredEvent], RunRecord | None] | None = None
 
 

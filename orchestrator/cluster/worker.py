@@ -33,7 +33,7 @@ from orchestrator.agent import AgentClient
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
 from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
-from orchestrator.cluster.wakeups import Wakeups
+from orchestrator.cluster.wakeups import Wakeup, Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent, RunFailedEvent
@@ -138,7 +138,7 @@ class Worker:
             await self._until_idle()
             nursery.cancel_scope.cancel()
 
-    async def _until_work(self, work: trio.Event | None) -> bool:
+    async def _until_work(self, work: Wakeup | None) -> bool:
         """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds passed first."""
         self._slot_freed = trio.Event()
         with trio.move_on_after(self.poll_seconds):
@@ -408,7 +408,7 @@ def stored_metadata(record: RunRecord) -> dict[str, Any]:
         raise UnreadableCheckpoint(f"its metadata is unusable ({bad})") from None
 
 
-async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+async def _set_then_cancel(event: Wakeup | trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
 
