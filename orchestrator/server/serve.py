@@ -38,6 +38,7 @@ from orchestrator.server.origins import normalized_origin
 if TYPE_CHECKING:
     from hypercorn.config import Config
 
+    from orchestrator.cluster.worker import Worker
     from orchestrator.project.config import ProjectConfig
 
 DEFAULT_HOST = "127.0.0.1"
@@ -80,7 +81,8 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     parser.add_argument(
         "--db",
         help="session database (default: the user data directory); a run store URL (postgresql://... or"
-        " sqlite:///PATH) makes this a web node that serves the runs workers carry",
+        " sqlite:///PATH) makes this a web node that serves the runs workers carry (with --app, it carries"
+        " runs itself too)",
     )
     parser.add_argument("--root", default=".", help="workspace of the filesystem tools")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
@@ -114,7 +116,11 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         help="let web pages of ORIGIN (scheme://host[:port]) call the API, with CORS answers"
         " (default: only the server's own pages)",
     )
-    parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
+    parser.add_argument(
+        "--app",
+        help="MODULE:ATTR naming the application's Agent (or a callable returning one); with a run store --db,"
+        " the web node carries runs with it as a worker does",
+    )
     parser.add_argument(
         "--project",
         metavar="DIR",
@@ -247,10 +253,18 @@ async def _serve(
     from orchestrator.store.runs_sql import is_run_store_url, open_run_store
 
     backend: Backend
+    worker: Worker | None = None
     if options.db and is_run_store_url(options.db):
         from orchestrator.cluster.webnode import StoreBackend
 
         backend = StoreBackend(await trio.to_thread.run_sync(open_run_store, options.db))
+        if options.app:
+            # A web node with the application's agent carries runs from the store too, as a worker does.
+            from orchestrator.cli.apploader import load_agent
+            from orchestrator.cluster.worker import Worker
+
+            carried = await trio.to_thread.run_sync(open_run_store, options.db)
+            worker = Worker(await load_agent(options.app), carried)
     elif options.app:
         from orchestrator.cli.apploader import load_agent
 
@@ -297,13 +311,19 @@ async def _serve(
 
                     async def hurried() -> None:
                         await signals.__anext__()
+                        if worker is not None:
+                            worker.stop_now()
                         waiting.cancel_scope.cancel()
 
                     waiting.start_soon(hurried)
+                    if worker is not None:
+                        await worker.drain(options.grace_seconds)  # hands back what is still held
                     with trio.move_on_after(options.grace_seconds):
                         while busy_runs(backend):
                             await trio.sleep(0.05)
                     waiting.cancel_scope.cancel()
+            elif worker is not None:
+                worker.stop_now()  # Ctrl-C: every held run goes back at its last commit, at once
             closing.append(True)
 
     trigger = on_signal if threading.current_thread() is threading.main_thread() else None
@@ -312,9 +332,12 @@ async def _serve(
         await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)  # type: ignore[arg-type]
 
     async with trio.open_nursery() as nursery:
+        if worker is not None:
+            await nursery.start(worker.run)
         binds = await nursery.start(announce)
         console = console_url(binds[0], options)
-        print(f"serving on {', '.join(binds)} (console at {console})", file=sys.stderr, flush=True)
+        carrying = f", carrying runs as worker {worker.name}" if worker is not None else ""
+        print(f"serving on {', '.join(binds)} (console at {console}){carrying}", file=sys.stderr, flush=True)
         task_status.started(binds)
 
 
