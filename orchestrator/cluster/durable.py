@@ -35,7 +35,8 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
-from orchestrator.messages import Message, ToolCall, ToolMessage
+from orchestrator.extensions.steering import STEERING_EVENT
+from orchestrator.messages import Message, ToolCall, ToolMessage, UserMessage
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import InboxItem, Lease, LeaseLost, RunCommit, RunStore, StoredEvent
@@ -109,6 +110,9 @@ class DurableRun:
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
         self.seen_inbox = 0
+        # Steering taken from the inbox and not yet in the history, oldest first: (item id, its text). Each item
+        # is consumed by the commit that appends its message, so a run stopped before that takes it again.
+        self.steering: list[tuple[int, str]] = []
 
     # the sink of the run's streamed events ----------------------------------
 
@@ -221,6 +225,8 @@ class DurableRun:
         if item.id in self.used:
             return True
         call_id = item.payload.get("tool_call_id") if isinstance(item.payload, Mapping) else None
+        if item.name == STEERING_EVENT:
+            return self._offer_steering(item)
         if self._deliver(ExternalEvent(item.name, dict(item.payload)), self.config):
             # Consumed and answered together: whichever commit consumes the item records the phase.
             self._use(item)
@@ -235,6 +241,25 @@ class DurableRun:
         log.warning("inbox item %s (%s) of run %s refused; dropped", item.id, item.name, self.lease.request_id)
         self._use(item)
         return True
+
+    def _offer_steering(self, item: InboxItem) -> bool:
+        """Deliver a steering message; it stays unconsumed until the commit that appends it (``steering_appended``)."""
+        content = item.payload.get("content") if isinstance(item.payload, Mapping) else None
+        self.used.add(item.id)
+        if self._deliver(ExternalEvent(item.name, dict(item.payload)), self.config):
+            self.steering.append((item.id, content if isinstance(content, str) else ""))
+            return True
+        log.warning("steering item %s of run %s refused; dropped", item.id, self.lease.request_id)
+        self.consumed.append(item.id)
+        return True
+
+    def steering_appended(self, message: UserMessage) -> None:
+        """A user message joined the history: the oldest steering item with its text is consumed in this commit."""
+        for index, (item_id, content) in enumerate(self.steering):
+            if message.text.strip() == content.strip():
+                del self.steering[index]
+                self.consumed.append(item_id)
+                return
 
     def redeliver(self, waiting: Waiting, answer: Mapping[str, Any]) -> bool:
         """Give ``waiting`` the answer its call consumed in an earlier process; whether it took it."""
@@ -289,8 +314,8 @@ class DurableRun:
         run = self.run
         if run is None or not self.unanswered() or self.running_calls() or self.lost or self.parked:
             return
-        if run.steering is not None or not run.machine.may("park"):
-            return
+        if run.steering is not None or self.steering or not run.machine.may("park"):
+            return  # steering taken: it is applied as the next turn, once the waiting calls have their results
         self.parked = True
         run.parking = True
         self.scope.cancel()
@@ -326,6 +351,8 @@ class DurableExtension(AgentExtension):
         if name == "message_appended":
             message = event.payload["message"]
             durable.messages.append(message)
+            if isinstance(message, UserMessage) and durable.steering:
+                durable.steering_appended(message)
             if isinstance(message, ToolMessage):
                 durable.unrecorded.discard(message.tool_call_id)
                 # The result is recorded in this commit: the call is no longer an intent without a result,

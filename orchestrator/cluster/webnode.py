@@ -250,9 +250,7 @@ class StoreBackend:
             content = payload.get("content") if isinstance(payload, Mapping) else None
             if not isinstance(content, str) or not content.strip():
                 return "steering needs non-empty 'content' text"
-            if record.status == "parked":
-                return "the request waits for an answer; answer it before steering"
-            return None
+            return None  # a parked run is made runnable; its waiting calls go on waiting, as in one process
         rule = self.rules.get(event.name)
         if rule is None:
             return f"no extension takes {event.name!r} events"

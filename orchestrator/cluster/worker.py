@@ -382,10 +382,10 @@ class Worker:
             for item in items:
                 if item.id in durable.used:
                     continue
-                if durable.offer_item(item):
-                    durable.seen_inbox = max(durable.seen_inbox, item.id)
-                else:
+                if not durable.offer_item(item):
                     held_back = True
+                elif not held_back:  # read again from the first item held back, never past it
+                    durable.seen_inbox = max(durable.seen_inbox, item.id)
             with trio.move_on_after(0.1 if held_back else INBOX_SECONDS):
                 await woken.wait()
 
