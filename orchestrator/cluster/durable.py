@@ -77,6 +77,7 @@ class DurableRun:
         self.lock = trio.Lock()
         self.events: list[StoredEvent] = []
         self.messages: list[Message] = []
+        self.history: tuple[Message, ...] | None = None  # a compaction's replacement, written by the next commit
         self.consumed: list[int] = []  # inbox items used up since the last commit
         # Every inbox item this process used up: a look at the inbox that began before the commit
         # marking one consumed may still return it, and it must not be offered (or consumed) twice.
@@ -160,8 +161,9 @@ class DurableRun:
                 checkpoint=self.checkpoint().json(),
                 consumed=tuple(self.consumed),
                 status=status,
+                history=self.history,
             )
-            self.messages, self.events, self.consumed = [], [], []
+            self.messages, self.events, self.consumed, self.history = [], [], [], None
             try:
                 with trio.CancelScope(shield=True):
                     self.lease = await self._committed(change)
@@ -178,6 +180,8 @@ class DurableRun:
                 self.messages[:0] = change.messages
                 self.events[:0] = change.events
                 self.consumed[:0] = change.consumed
+                if self.history is None:
+                    self.history = change.history
                 raise
             if self.draining and boundary and status == "running" and not self.unrecorded:
                 self.hand_back()  # every call body entered here has its result committed
@@ -371,6 +375,11 @@ class DurableExtension(AgentExtension):
             await durable.commit(_FINAL_EVENTS[name])
         elif name == "run_parked":
             await durable.commit("parked")
+        elif name == "history_replaced":
+            # A compaction: the replacement holds every message so far, those not committed yet included.
+            durable.history = tuple(event.payload["messages"])
+            durable.messages = []
+            await durable.commit()
         elif _is_question(event):
             await self.question_asked(context, event)
 

@@ -173,6 +173,7 @@ class InboxItem:
 class RunCommit:
     """What one fenced write changes, all in one transaction, in this order.
 
+    - ``history``: when not None, replaces the session's history (a compaction), before ``messages``;
     - ``messages``: appended to the session's history;
     - ``events``: appended to the run's event log; their seqs must continue the log;
     - ``checkpoint``: replaces the run's checkpoint;
@@ -187,6 +188,7 @@ class RunCommit:
 
     messages: tuple[Message, ...] = ()
     events: tuple[StoredEvent, ...] = ()
+    history: tuple[Message, ...] | None = None
     checkpoint: Mapping[str, Any] | None = None
     consumed: tuple[int, ...] = ()
     status: str = "running"

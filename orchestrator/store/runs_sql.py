@@ -717,6 +717,9 @@ class SQLRunStore(RunStore):
             if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
                 raise self._lost(db, lease)
             session_id, last_seq = held_row[4], int(held_row[3])
+            if change.history is not None:
+                db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
+                self._append_messages(db, session_id, change.history, now)
             if change.messages:
                 self._append_messages(db, session_id, change.messages, now)
             for event in change.events:
