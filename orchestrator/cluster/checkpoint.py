@@ -42,14 +42,18 @@ class Waiting:
     event: str
     payload: Mapping[str, Any]
     response_event: str
+    session_id: str | None = None  # a subagent's session, for a wait of a child request; None for the run's own
 
     def json(self) -> dict[str, Any]:
-        return {
+        data = {
             "tool_call_id": self.tool_call_id,
             "event": self.event,
             "payload": dict(self.payload),
             "response_event": self.response_event,
         }
+        if self.session_id is not None:
+            data["session_id"] = self.session_id
+        return data
 
 
 @attrs.frozen
@@ -63,6 +67,9 @@ class Checkpoint:
     stop_reason: StopReason = "end_turn"  # why the last response ended (max_tokens: its calls never run)
     phases: Mapping[str, str] | None = None  # call id -> PHASES; None in a checkpoint written before the ledger
     answers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)  # call id -> the answer it consumed
+    # Questions of the run's subagents that wait (the child requests run in the process holding the run):
+    # listed and answered through any web node while that process holds it; a resumed run has none.
+    children: tuple[Waiting, ...] = ()
 
     def json(self) -> dict[str, Any]:
         return {
@@ -76,6 +83,7 @@ class Checkpoint:
             "stop_reason": self.stop_reason,
             "phases": dict(self.phases or {}),
             "answers": {call_id: dict(answer) for call_id, answer in self.answers.items()},
+            "children": [w.json() for w in self.children],
         }
 
     def phase(self, call_id: str) -> str | None:
@@ -111,14 +119,23 @@ def _checkpoint(data: Mapping[str, Any]) -> Checkpoint:
         iterations=int(data.get("iterations", 0)),
         input_recorded=bool(data.get("input_recorded", False)),
         started=tuple(str(i) for i in data.get("started", ())),
-        waiting=tuple(
-            Waiting(str(w["tool_call_id"]), str(w["event"]), dict(w.get("payload", {})), str(w["response_event"]))
-            for w in data.get("waiting", ())
-        ),
+        waiting=tuple(_waiting(w) for w in data.get("waiting", ())),
+        children=tuple(_waiting(w) for w in data.get("children", ())),
         plan_mode=data.get("plan_mode"),
         stop_reason=_stop_reason(data.get("stop_reason")),
         phases=_phases(data["phases"]) if "phases" in data else None,
         answers={str(k): dict(v) for k, v in dict(data.get("answers", {})).items()},
+    )
+
+
+def _waiting(data: Mapping[str, Any]) -> Waiting:
+    session = data.get("session_id")
+    return Waiting(
+        str(data["tool_call_id"]),
+        str(data["event"]),
+        dict(data.get("payload", {})),
+        str(data["response_event"]),
+        None if session is None else str(session),
     )
 
 

@@ -114,12 +114,30 @@ class DurableRun:
         # Steering taken from the inbox and not yet in the history, oldest first: (item id, its text). Each item
         # is consumed by the commit that appends its message, so a run stopped before that takes it again.
         self.steering: list[tuple[int, str]] = []
+        # Questions of subagents that wait, by (child session, call id): never resumed (the children are not).
+        self.children: dict[tuple[str, str], Waiting] = {}
 
     # the sink of the run's streamed events ----------------------------------
 
     def offer(self, event: AgentEvent) -> bool:
         self.events.append(StoredEvent(self.lease.request_id, event.seq, event.name, wire.encode_event(event)))
+        if event.session_id != self.lease.session_id:
+            self._child_event(event)
         return True
+
+    def _child_event(self, event: AgentEvent) -> None:
+        """Keep the questions of the run's subagents that wait, so any web node lists and checks their answers."""
+        if _is_question(event):
+            payload = wire.json_value(dict(event.payload))
+            call_id = str(event.payload["tool_call_id"])
+            response = str(event.payload["response_event"])
+            child = event.session_id
+            self.children[(child, call_id)] = Waiting(call_id, event.name, payload, response, child)
+        elif event.name in _SETTLED_EVENTS:
+            self.children.pop((event.session_id, event.payload["call"].id), None)
+        elif event.name in _FINAL_EVENTS:
+            for key in [key for key in self.children if key[0] == event.session_id]:
+                del self.children[key]
 
     async def put(self, event: AgentEvent) -> None:
         self.offer(event)
@@ -143,6 +161,7 @@ class DurableRun:
             stop_reason=run.stop_reason if run is not None else "end_turn",
             phases=dict(self.phases),
             answers=dict(self.answers),
+            children=tuple(self.children.values()),
         )
 
     async def commit(self, status: str = "running", *, boundary: bool = True) -> None:
@@ -231,6 +250,8 @@ class DurableRun:
         call_id = item.payload.get("tool_call_id") if isinstance(item.payload, Mapping) else None
         if item.name == STEERING_EVENT:
             return self._offer_steering(item)
+        if item.session_id != self.lease.session_id:
+            return self._offer_to_child(item)
         if self._deliver(ExternalEvent(item.name, dict(item.payload)), self.config):
             # Consumed and answered together: whichever commit consumes the item records the phase.
             self._use(item)
@@ -255,6 +276,16 @@ class DurableRun:
             return True
         log.warning("steering item %s of run %s refused; dropped", item.id, self.lease.request_id)
         self.consumed.append(item.id)
+        return True
+
+    def _offer_to_child(self, item: InboxItem) -> bool:
+        """An answer for a subagent's question: delivered in the child's session (the run's agent routes it)."""
+        self._use(item)
+        if self._deliver(ExternalEvent(item.name, dict(item.payload)), AgentRunConfig(session_id=item.session_id)):
+            call_id = item.payload.get("tool_call_id") if isinstance(item.payload, Mapping) else None
+            self.children.pop((item.session_id, str(call_id)), None)
+        else:
+            log.warning("inbox item %s for subagent session %s refused; dropped", item.id, item.session_id)
         return True
 
     def steering_appended(self, message: UserMessage) -> None:

@@ -222,13 +222,15 @@ class StoreBackend:
         self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
     ) -> Delivery:
         record = await self._target(session_id, request_id)
+        if record is None and request_id is None:
+            record = await self._parent_of(session_id)  # a subagent's session: its question waits in a parent run
         if record is None:
             which = f"request {request_id!r} of" if request_id else "request in"
             return _refused(event, f"no running {which} session {session_id!r}")
         item = NewInboxItem(session_id, record.request_id, event.name, dict(event.payload), idempotency_key)
         try:
             # Checked against the run as it is when the item goes in: a worker's commit cannot come between.
-            await self._call(self.store.post, item, lambda locked: self._problem(locked, event))
+            await self._call(self.store.post, item, lambda locked: self._problem(locked, event, session_id))
         except StoreUnavailable:
             raise  # a 503: the client retries, with its Idempotency-Key if it sent one
         except InboxKeyReused as reused:
@@ -244,8 +246,19 @@ class StoreBackend:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
         return active[0] if active else None
 
-    def _problem(self, record: RunRecord, event: ExternalEvent) -> str | None:
+    async def _parent_of(self, session_id: str) -> RunRecord | None:
+        """The active run one of whose subagents waits in ``session_id`` (its checkpoint lists the question)."""
+        active: list[RunRecord] = await self._call(lambda: self.store.runs(active=True))
+        for record in active:
+            checkpoint = read(record.checkpoint) if record.status == "running" else None
+            if checkpoint is not None and any(w.session_id == session_id for w in checkpoint.children):
+                return record
+        return None
+
+    def _problem(self, record: RunRecord, event: ExternalEvent, session_id: str | None = None) -> str | None:
         payload = event.payload
+        if session_id is not None and session_id != record.session_id:
+            return self._child_problem(record, event, session_id)
         if event.name == STEERING_EVENT:
             content = payload.get("content") if isinstance(payload, Mapping) else None
             if not isinstance(content, str) or not content.strip():
@@ -262,6 +275,19 @@ class StoreBackend:
             return f"no waiting call tool_call_id={key!r} in session {record.session_id!r}"
         return rule.validator(wait.payload)(payload)
 
+    def _child_problem(self, record: RunRecord, event: ExternalEvent, session_id: str) -> str | None:
+        """Why an answer for subagent session ``session_id`` cannot go into ``record``'s inbox, or None."""
+        rule = self.rules.get(event.name)
+        if rule is None:
+            return f"no extension takes {event.name!r} events"
+        key = event.payload.get("tool_call_id") if isinstance(event.payload, Mapping) else None
+        checkpoint = read(record.checkpoint) if record.status == "running" else None
+        waits = {w.tool_call_id: w for w in checkpoint.children if w.session_id == session_id} if checkpoint else {}
+        wait = waits.get(key) if isinstance(key, str) else None
+        if wait is None or wait.response_event != event.name:
+            return f"no waiting call tool_call_id={key!r} in session {session_id!r}"
+        return rule.validator(wait.payload)(event.payload)
+
     async def pending(self, session_id: str | None) -> list[dict[str, Any]]:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
         calls: list[dict[str, Any]] = []
@@ -277,6 +303,18 @@ class StoreBackend:
                         "payload": dict(wait.payload),
                         "response_event": wait.response_event,
                         "live": record.status == "running",
+                    }
+                )
+            for wait in checkpoint.children if checkpoint and record.status == "running" else ():
+                calls.append(
+                    {
+                        "session_id": wait.session_id,
+                        "request_id": record.request_id,
+                        "tool_call_id": wait.tool_call_id,
+                        "event": wait.event,
+                        "payload": dict(wait.payload),
+                        "response_event": wait.response_event,
+                        "live": True,
                     }
                 )
         return calls
