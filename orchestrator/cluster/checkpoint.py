@@ -3,7 +3,8 @@
 The session's history (in the store, written by the same fenced commits) holds
 the messages; the checkpoint holds the rest: the request machine's states, the
 iteration count, the calls that recorded an intent (started and not yet
-settled), the calls that wait for an answer (with the question asked), each
+settled), the calls that wait for an answer (with the question asked and its
+expiry, so a resumed wait keeps its deadline), each
 open call's phase in the call ledger and the answer it consumed, the
 session's Plan Mode state and why the last response ended. ``restored`` reads both back into the point where
 the request loop resumes.
@@ -11,6 +12,7 @@ the request loop resumes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,20 +38,25 @@ PHASES = ("waiting", "answered", "executing")
 
 @attrs.frozen
 class Waiting:
-    """A call that waits for an external answer: the question event and what answers it."""
+    """A call that waits for an external answer: the question event, what answers it, and until when
+    (``expires_at``, seconds since the epoch; None: the wait never expires)."""
 
     tool_call_id: str
     event: str
     payload: Mapping[str, Any]
     response_event: str
+    expires_at: float | None = None
 
     def json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "tool_call_id": self.tool_call_id,
             "event": self.event,
             "payload": dict(self.payload),
             "response_event": self.response_event,
         }
+        if self.expires_at is not None:
+            body["expires_at"] = self.expires_at
+        return body
 
 
 @attrs.frozen
@@ -63,6 +70,7 @@ class Checkpoint:
     stop_reason: StopReason = "end_turn"  # why the last response ended (max_tokens: its calls never run)
     phases: Mapping[str, str] | None = None  # call id -> PHASES; None in a checkpoint written before the ledger
     answers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)  # call id -> the answer it consumed
+    expired: Mapping[str, str] = attrs.field(factory=dict)  # call id -> why a late answer is refused
 
     def json(self) -> dict[str, Any]:
         return {
@@ -76,6 +84,7 @@ class Checkpoint:
             "stop_reason": self.stop_reason,
             "phases": dict(self.phases or {}),
             "answers": {call_id: dict(answer) for call_id, answer in self.answers.items()},
+            "expired": dict(self.expired),
         }
 
     def phase(self, call_id: str) -> str | None:
@@ -85,6 +94,17 @@ class Checkpoint:
     def unanswered(self) -> tuple[Waiting, ...]:
         """The waits whose question has no answer consumed yet (what a person may still answer)."""
         return tuple(w for w in self.waiting if self.phase(w.tool_call_id) in (None, "waiting"))
+
+    def wake_at(self) -> float | None:
+        """The earliest ``expires_at`` of the unanswered waits: when the parked run must be taken up again."""
+        expiries = [w.expires_at for w in self.unanswered() if w.expires_at is not None]
+        return min(expiries) if expiries else None
+
+
+def expired_reason(tool_call_id: str, expires_at: float) -> str:
+    """Why a late answer to call ``tool_call_id``, whose wait expired at ``expires_at``, is refused."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires_at))
+    return f"call tool_call_id={tool_call_id!r} expired: nobody answered it by {when}"
 
 
 class UnreadableCheckpoint(AgentError):
@@ -112,13 +132,20 @@ def _checkpoint(data: Mapping[str, Any]) -> Checkpoint:
         input_recorded=bool(data.get("input_recorded", False)),
         started=tuple(str(i) for i in data.get("started", ())),
         waiting=tuple(
-            Waiting(str(w["tool_call_id"]), str(w["event"]), dict(w.get("payload", {})), str(w["response_event"]))
+            Waiting(
+                str(w["tool_call_id"]),
+                str(w["event"]),
+                dict(w.get("payload", {})),
+                str(w["response_event"]),
+                float(w["expires_at"]) if w.get("expires_at") is not None else None,
+            )
             for w in data.get("waiting", ())
         ),
         plan_mode=data.get("plan_mode"),
         stop_reason=_stop_reason(data.get("stop_reason")),
         phases=_phases(data["phases"]) if "phases" in data else None,
         answers={str(k): dict(v) for k, v in dict(data.get("answers", {})).items()},
+        expired={str(k): str(v) for k, v in dict(data.get("expired", {})).items()},
     )
 
 
@@ -191,4 +218,7 @@ def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str,
     """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
     response, open_ids = _open(history)
     asked = tuple(w.tool_call_id for w in checkpoint.waiting)
-    return Restored(worker, last_seq, checkpoint.iterations, response, open_ids, checkpoint.stop_reason, asked)
+    expiries = {w.tool_call_id: w.expires_at for w in checkpoint.waiting if w.expires_at is not None}
+    return Restored(
+        worker, last_seq, checkpoint.iterations, response, open_ids, checkpoint.stop_reason, asked, expiries
+    )

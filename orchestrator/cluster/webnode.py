@@ -8,7 +8,8 @@ and the followers of one run share one read per change, so any node serves any
 run. An answer is checked like a live one against the question its run's
 checkpoint says is waiting (the same ``WaitRule`` validators the extensions
 use) in the one transaction that inserts it into the run's inbox and wakes a
-parked run, so a worker's commit cannot come between; a call takes one answer
+parked run, so a worker's commit cannot come between (an answer after the wait's
+stored expiry is refused saying so, whether or not a worker took its default yet); a call takes one answer
 (a second is refused while the first waits), and an idempotency key makes a
 retried POST harmless on any node, even one raced with its first try.
 """
@@ -27,7 +28,7 @@ import trio
 from machines.build import Step
 from machines.request import REQUEST
 from orchestrator import wire
-from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, read
+from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, expired_reason, read
 from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
@@ -254,10 +255,14 @@ class StoreBackend:
             return f"no extension takes {event.name!r} events"
         key = payload.get("tool_call_id") if isinstance(payload, Mapping) else None
         checkpoint = read(record.checkpoint)
+        if checkpoint is not None and isinstance(key, str) and key in checkpoint.expired:
+            return checkpoint.expired[key]
         waiting = {w.tool_call_id: w for w in checkpoint.unanswered()} if checkpoint else {}
         wait = waiting.get(key) if isinstance(key, str) else None
         if wait is None or wait.response_event != event.name:
             return f"no waiting call tool_call_id={key!r} in session {record.session_id!r}"
+        if wait.expires_at is not None and time.time() >= wait.expires_at:
+            return expired_reason(wait.tool_call_id, wait.expires_at)  # its carrier has not taken the default yet
         return rule.validator(wait.payload)(payload)
 
     async def pending(self, session_id: str | None) -> list[dict[str, Any]]:

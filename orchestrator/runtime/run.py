@@ -665,6 +665,10 @@ class RequestRun(SteeringPoints):
         """Whether the log of this resumed request already holds the question ``tool_call_id`` waits on."""
         return self.restored is not None and tool_call_id in self.restored.asked
 
+    def expiry_before(self, tool_call_id: str) -> float | None:
+        """The deadline (seconds since the epoch) the wait of ``tool_call_id`` had before this request was resumed."""
+        return self.restored.expiries.get(tool_call_id) if self.restored is not None else None
+
     async def pause(self) -> None:
         self.approvals += 1
         if self.deadline is not None and self.approvals == 1:
