@@ -15,13 +15,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
 
+from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, ToolMessage, create_agent
+from orchestrator.cluster import Worker
 from orchestrator.cluster.checkpoint import read
-from orchestrator.store.runs_sql import open_run_store
+from orchestrator.extensions.ask_user import AskUserExtension
+from orchestrator.extensions.base import AgentExtension
+from orchestrator.extensions.plan_mode import PlanModeExtension
+from orchestrator.messages import ToolCall
+from orchestrator.store.runs_sql import open_run_store, sqlite_run_store
 from tests.cluster.processes import Cluster, Node
 from tests.reliability import durable_apps
 from tests.server.support import read_sse
+from tests.support import asks, call
 
 APP = "tests.reliability.durable_apps:expiring_charge_agent"
 
@@ -98,3 +106,51 @@ async def test_an_approval_expires_after_its_worker_is_killed_on_postgresql(post
         await _expires_while_nobody_holds_the_run(cluster, Node.kill)
 
 
+
+
+def _asking(tmp_path: Path) -> tuple[ToolCall, AgentExtension]:
+    return call("q1", "ask_user", question="Go on?", options=["yes", "no"]), AskUserExtension(expires_after=3.0)
+
+
+def _proposing(tmp_path: Path) -> tuple[ToolCall, AgentExtension]:
+    return call("p1", "enter_plan_mode", reason="risky"), PlanModeExtension(root=tmp_path, expires_after=3.0)
+
+
+@pytest.mark.parametrize(
+    ("wait", "outcome", "result"),
+    [(_asking, "unanswered", "nobody answered the question"), (_proposing, "declined", "the proposal expired")],
+    ids=["ask_user", "plan_mode"],
+)
+async def test_a_worker_takes_up_a_parked_run_at_its_wake_at_not_at_its_next_poll(
+    tmp_path: Path, wait: Callable[[Path], tuple[ToolCall, AgentExtension]], outcome: str, result: str
+) -> None:
+    """One worker whose poll is a minute long: the expiry of its parked run's wait wakes it (its one timer on the
+    store's earliest ``wake_at``), and the resumed wait takes its default: a question fails with "nobody
+    answered", a Plan Mode proposal is declined."""
+    asked, extension = wait(tmp_path)
+
+    def step(request: ModelRequest) -> AssistantMessage:
+        results = [m for m in request.messages if isinstance(m, ToolMessage)]
+        return AssistantMessage(f"Answer: {results[-1].content}") if results else asks(asked)
+
+    client = await create_agent(ScriptedModel([step], repeat_last=True), extensions=[extension])
+    store = sqlite_run_store(str(tmp_path / "runs.db"))
+    worker = Worker(client, store, name="w", poll_seconds=60.0)
+    store.create_run("s1", "r1", {"role": "user", "content": "work"})
+    with trio.fail_after(30):  # not the minute a poll would take
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            while (record := store.run("r1")) is None or record.status != "parked":
+                await trio.sleep(0.05)
+            while not (record := store.run("r1")) or not record.final:
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    stored = store.events("r1")
+    assert record.status == "completed", [e.type for e in stored]
+    (expired,) = [e.body for e in stored if e.type == "wait_expired"]
+    assert expired["outcome"] == outcome and expired["tool_call_id"] == asked.id
+    (settled,) = [m for m in store.history("s1") if isinstance(m, ToolMessage)]
+    assert result in str(settled.content), settled
+    if isinstance(extension, PlanModeExtension):
+        assert extension.mode("s1") == "normal"
+    store.close()
