@@ -36,6 +36,7 @@ from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent
 from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
+from orchestrator.limits import UsageLimits, usage_limits_json
 from orchestrator.messages import Message, UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import UnknownRun
@@ -102,17 +103,25 @@ class StoreBackend:
         request_id: str | None,
         idempotency_key: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        *,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
         """Insert a queued run. A run started with an Idempotency-Key and no request id is named
         after the key (``keyed_request_id``), so a retry to any node finds the run it started:
         the same input in the same session gets that run's id again, another input a refusal.
-        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message."""
+        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message,
+        and so are ``usage_limits`` (``"limits"``) and ``deadline``: the worker that carries the run applies them."""
         keyed = request_id is None and idempotency_key is not None
         if request_id is None:
             request_id = uuid.uuid4().hex if idempotency_key is None else keyed_request_id(session_id, idempotency_key)
         encoded = wire.encode_message(message)
         if metadata:
             encoded["metadata"] = dict(AgentRunConfig(metadata=metadata).metadata)
+        if usage_limits is not None:
+            encoded["limits"] = usage_limits_json(usage_limits)
+        if deadline is not None:
+            encoded["deadline"] = deadline
         try:
             await self._call(self.store.create_run, session_id, request_id, encoded)
         except StoreUnavailable:

@@ -33,6 +33,7 @@ import attrs
 import trio
 
 from orchestrator.agent import AgentClient
+from orchestrator.checks import number
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
 from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
@@ -40,6 +41,7 @@ from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent, RunFailedEvent
+from orchestrator.limits import UsageLimits, usage_limits_from_json
 from orchestrator.messages import Message, UserMessage
 from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
@@ -250,8 +252,13 @@ class Worker:
             return
         try:
             checkpoint, message = _starting_point(record)
+            usage_limits, deadline = stored_bounds(record)
             config = AgentRunConfig(
-                session_id=lease.session_id, request_id=lease.request_id, metadata=stored_metadata(record)
+                session_id=lease.session_id,
+                request_id=lease.request_id,
+                metadata=stored_metadata(record),
+                usage_limits=usage_limits,
+                deadline=deadline,
             )
         except UnreadableCheckpoint as unreadable:
             await self._fail_unreadable(lease, unreadable)
@@ -419,6 +426,21 @@ def stored_metadata(record: RunRecord) -> dict[str, Any]:
         return dict(AgentRunConfig(metadata=stored).metadata)
     except (TypeError, ValueError) as bad:
         raise UnreadableCheckpoint(f"its metadata is unusable ({bad})") from None
+
+
+def stored_bounds(record: RunRecord) -> tuple[UsageLimits | None, float | None]:
+    """The run's usage limits and deadline (seconds), kept in its input row (``"limits"``, ``"deadline"``).
+
+    Each process that carries the run applies them from its start there (a resumed run counts afresh);
+    UnreadableCheckpoint when either is unusable.
+    """
+    limits, deadline = record.input.get("limits"), record.input.get("deadline")
+    try:
+        usage_limits = None if limits is None else usage_limits_from_json(limits)
+        number(above=0, optional=True).check("its deadline", deadline)
+    except (TypeError, ValueError) as bad:
+        raise UnreadableCheckpoint(f"its bounds are unusable ({bad})") from None
+    return usage_limits, None if deadline is None else float(deadline)
 
 
 async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
