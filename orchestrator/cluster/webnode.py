@@ -277,9 +277,12 @@ class StoreBackend:
     async def pending(self, session_id: str | None) -> list[dict[str, Any]]:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
         calls: list[dict[str, Any]] = []
+        now = time.time()
         for record in active:
             checkpoint = read(record.checkpoint)
             for wait in checkpoint.unanswered() if checkpoint else ():
+                if wait.expires_at is not None and wait.expires_at <= now:
+                    continue  # expired: no answer is taken any more (its carrier takes the default)
                 calls.append(
                     {
                         "session_id": record.session_id,

@@ -58,6 +58,8 @@ async def _expires_while_nobody_holds_the_run(cluster: Cluster, stop: Callable[[
                 status = store.run(request_id)
                 assert status is not None and status.status == "parked"  # nobody held it: nothing fired yet
 
+                pending = (await http.get(f"{web.url}/sessions/s1")).json()["pending"]
+                assert pending == [], "an expired wait is still listed as answerable"
                 late = await http.post(
                     f"{web.url}/sessions/s1/events",
                     json={"name": "tool_approval_response", "payload": {"tool_call_id": "c1", "approved": True}},
