@@ -5,7 +5,8 @@ the messages; the checkpoint holds the rest: the request machine's states, the
 iteration count, the calls that recorded an intent (started and not yet
 settled), the calls that wait for an answer (with the question asked and its
 expiry, so a resumed wait keeps its deadline), each
-open call's phase in the call ledger and the answer it consumed, the
+open call's phase in the call ledger and the answer it consumed, what the run spent
+(when it has usage limits, which then count it after a resume), the
 session's Plan Mode state and why the last response ended. ``restored`` reads both back into the point where
 the request loop resumes.
 """
@@ -19,8 +20,9 @@ from typing import Any
 import attrs
 
 from orchestrator.errors import AgentError
+from orchestrator.limits import RunUsage
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolStatus
-from orchestrator.model import STOP_REASONS, StopReason
+from orchestrator.model import STOP_REASONS, StopReason, Usage
 from orchestrator.runtime.restored import Restored
 
 VERSION = 1
@@ -71,6 +73,7 @@ class Checkpoint:
     phases: Mapping[str, str] | None = None  # call id -> PHASES; None in a checkpoint written before the ledger
     answers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)  # call id -> the answer it consumed
     expired: Mapping[str, str] = attrs.field(factory=dict)  # call id -> why a late answer is refused
+    spent: RunUsage | None = None  # what the run spent so far, when it counts (it has usage limits)
 
     def json(self) -> dict[str, Any]:
         return {
@@ -85,6 +88,7 @@ class Checkpoint:
             "phases": dict(self.phases or {}),
             "answers": {call_id: dict(answer) for call_id, answer in self.answers.items()},
             "expired": dict(self.expired),
+            **({"spent": _spent_json(self.spent)} if self.spent is not None else {}),
         }
 
     def phase(self, call_id: str) -> str | None:
@@ -146,7 +150,23 @@ def _checkpoint(data: Mapping[str, Any]) -> Checkpoint:
         phases=_phases(data["phases"]) if "phases" in data else None,
         answers={str(k): dict(v) for k, v in dict(data.get("answers", {})).items()},
         expired={str(k): str(v) for k, v in dict(data.get("expired", {})).items()},
+        spent=_spent(data["spent"]) if data.get("spent") is not None else None,
     )
+
+
+def _spent_json(spent: RunUsage) -> dict[str, Any]:
+    return {
+        "model_calls": [[u.input_tokens, u.output_tokens] for u in spent.model_calls],
+        "per_tool": dict(spent.per_tool),
+        "subagents": [spent.subagents.input_tokens, spent.subagents.output_tokens],
+    }
+
+
+def _spent(data: Mapping[str, Any]) -> RunUsage:
+    calls = tuple(Usage(int(i), int(o)) for i, o in data.get("model_calls", ()))
+    per_tool = {str(tool): int(count) for tool, count in dict(data.get("per_tool", {})).items()}
+    subagents = Usage(*(int(n) for n in data.get("subagents", (0, 0))))
+    return RunUsage(calls, per_tool, subagents)
 
 
 def _phases(value: Any) -> dict[str, str]:
@@ -220,5 +240,13 @@ def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str,
     asked = tuple(w.tool_call_id for w in checkpoint.waiting)
     expiries = {w.tool_call_id: w.expires_at for w in checkpoint.waiting if w.expires_at is not None}
     return Restored(
-        worker, last_seq, checkpoint.iterations, response, open_ids, checkpoint.stop_reason, asked, expiries
+        worker,
+        last_seq,
+        checkpoint.iterations,
+        response,
+        open_ids,
+        checkpoint.stop_reason,
+        asked,
+        expiries,
+        checkpoint.spent,
     )

@@ -146,6 +146,7 @@ class DurableRun:
             phases=dict(self.phases),
             answers=dict(self.answers),
             expired=dict(self.expired),
+            spent=run.budget.report() if run is not None and run.budget is not None else None,
         )
 
     async def commit(self, status: str = "running", *, boundary: bool = True) -> None:

@@ -210,6 +210,8 @@ class RequestRun(SteeringPoints):
         # What the request may spend (None: nothing counted), and its deadline's clock (None: no deadline).
         limits = config.usage_limits if config.usage_limits is not None else profile.usage_limits
         self.budget: Budget | None = Budget(limits) if limits is not None else None
+        if self.budget is not None and restored is not None and restored.spent is not None:
+            self.budget.resume(restored.spent)
         self.deadline: Deadline | None = Deadline(config.deadline) if config.deadline is not None else None
 
     def mark_left(self) -> None:

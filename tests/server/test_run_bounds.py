@@ -20,9 +20,10 @@ import httpx
 import pytest
 import trio
 
-from orchestrator import AssistantMessage, ScriptedModel, create_agent, tool
+from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, ToolMessage, create_agent, tool
 from orchestrator.cluster import Worker
 from orchestrator.cluster.webnode import StoreBackend
+from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.store.runs_sql import sqlite_run_store
 from tests.server.support import read_sse, serving
 from tests.support import asks, call
@@ -162,3 +163,41 @@ def test_a_bad_bound_on_the_command_line_exits_2_with_one_line(
     assert main(["hello", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and reason in err, err
+
+
+async def test_a_parked_run_resumed_by_a_worker_counts_what_it_spent_before(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """Limits hold across a park: the model call made before the run parked counts after its resume."""
+
+    def step(request: ModelRequest) -> AssistantMessage:
+        if not any(isinstance(m, ToolMessage) for m in request.messages):
+            return asks(call("q1", "ask_user", question="Go on?", options=["yes", "no"]))
+        return asks(call(f"c{len(request.messages)}", "wait_a_while", seconds=0.0))
+
+    client = await create_agent(
+        ScriptedModel([step], repeat_last=True), tools=[wait_a_while], extensions=[AskUserExtension()]
+    )
+    path = str(tmp_path / "runs.db")
+    worker = Worker(client, sqlite_run_store(path), name="w", poll_seconds=0.05)
+
+    async def answer(event: dict[str, Any]) -> None:
+        if event["type"] == "run_parked":
+            payload = {"tool_call_id": "q1", "answer": "yes"}
+            body = {"name": "ask_user_response", "payload": payload}
+            answered = await http.post(f"{base}/sessions/s1/events", json=body)
+            assert answered.status_code == 202, answered.text
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            async with serving(StoreBackend(sqlite_run_store(path), poll_seconds=0.02)) as base:  # type: ignore[arg-type]
+                started = await http.post(f"{base}/sessions/s1/runs", json={"input": "go", "limits": {"requests": 2}})
+                assert started.status_code == 202, started.text
+                got = await read_sse(http, f"{base}/runs/{started.json()['request_id']}/events", on_event=answer)
+                session = (await http.get(f"{base}/sessions/s1")).json()
+            nursery.cancel_scope.cancel()
+    assert "run_parked" in got.types and got.types[-1] == "run_failed", got.types
+    assert got.events[-1]["error"]["type"] == "UsageLimitExceeded", got.events[-1]
+    responses = [m for m in session["messages"] if m["role"] == "assistant"]
+    assert len(responses) == 2, f"{len(responses)} model calls made under a limit of 2"
