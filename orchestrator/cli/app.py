@@ -69,7 +69,7 @@ class App:
         return self.conversation.config.session_id
 
     def switch_session(self, session_id: str) -> None:
-        self.conversation.config = AgentRunConfig(session_id)
+        self.conversation.config = attrs.evolve(self.conversation.config, session_id=session_id)
 
 
 class _RetryNotes(logging.Handler):
@@ -164,7 +164,9 @@ async def _open_app(
         client = built.client
         assert built.approvals is not None
         approvals = built.approvals
-        config = AgentRunConfig(_session_id(options, store))
+        config = AgentRunConfig(
+            _session_id(options, store), usage_limits=options.usage_limits, deadline=options.deadline
+        )
         stdin_tty = read_line is None and sys.stdin.isatty()
         is_interactive = (stdin_tty and not options.json) if interactive is None else interactive
         terminal: TerminalLines | None = None

@@ -24,13 +24,14 @@ and cancels the run: nothing of it is written twice.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
 
 from orchestrator import wire
-from orchestrator.cluster.checkpoint import Checkpoint, Waiting
+from orchestrator.cluster.checkpoint import Checkpoint, Waiting, expired_reason
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
@@ -45,6 +46,9 @@ from orchestrator.tools import ToolResult
 log = logging.getLogger("orchestrator.cluster")
 
 FLUSH_SECONDS = 0.1
+EXPIRY_HOLD_SECONDS = 2.0
+"""A run whose wait expires within this long is not parked: its carrier keeps it and the wait's timer fires
+(also what a resumed run whose wait has expired does, and room for clocks a little apart)."""
 #: Pauses before each new try of a commit the store could not take (well inside a lease).
 COMMIT_RETRY_SECONDS = (0.2, 1.0, 2.0)
 STOPPED_MID_CALL = (
@@ -69,6 +73,7 @@ class DurableRun:
         waiting: tuple[Waiting, ...] = (),
         phases: Mapping[str, str] | None = None,
         answers: Mapping[str, Mapping[str, Any]] | None = None,
+        expired: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -86,6 +91,8 @@ class DurableRun:
         # Each open call's ledger phase, and the answers consumed for calls without a result.
         self.phases: dict[str, str] = dict(phases or {})
         self.answers: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (answers or {}).items()}
+        # Calls whose wait expired, with why a late answer to each is refused (kept while the run lasts).
+        self.expired: dict[str, str] = dict(expired or {})
         waiting_ids = {w.tool_call_id for w in waiting}
         # Calls of an earlier process cut off mid-way (their body was entered): not run blindly again.
         # A checkpoint written before the ledger knows only intents: each one not waiting counts as cut off.
@@ -132,7 +139,7 @@ class DurableRun:
             call_id = str(event.payload["tool_call_id"])
             response = str(event.payload["response_event"])
             child = event.session_id
-            self.children[(child, call_id)] = Waiting(call_id, event.name, payload, response, child)
+            self.children[(child, call_id)] = Waiting(call_id, event.name, payload, response, session_id=child)
         elif event.name in _SETTLED_EVENTS:
             self.children.pop((event.session_id, event.payload["call"].id), None)
         elif event.name in _FINAL_EVENTS:
@@ -161,6 +168,8 @@ class DurableRun:
             stop_reason=run.stop_reason if run is not None else "end_turn",
             phases=dict(self.phases),
             answers=dict(self.answers),
+            expired=dict(self.expired),
+            spent=run.budget.report() if run is not None and run.budget is not None else None,
             children=tuple(self.children.values()),
         )
 
@@ -181,6 +190,7 @@ class DurableRun:
                 consumed=tuple(self.consumed),
                 status=status,
                 history=self.history,
+                wake_at=self.wake_at() if status == "parked" else None,
             )
             self.messages, self.events, self.consumed, self.history = [], [], [], None
             try:
@@ -344,6 +354,11 @@ class DurableRun:
     def unanswered(self) -> set[str]:
         return set(self.waiting) - self.answered
 
+    def wake_at(self) -> float | None:
+        """The earliest expiry of the waits not answered yet: when a parked run is to be taken up again."""
+        expiries = [w.expires_at for c, w in self.waiting.items() if c not in self.answered and w.expires_at]
+        return min(expiries) if expiries else None
+
     def park_if_idle(self) -> None:
         """Let the run go when all it does is wait: every open call waits for an answer not yet given."""
         run = self.run
@@ -351,6 +366,9 @@ class DurableRun:
             return
         if run.steering is not None or self.steering or not run.machine.may("park"):
             return  # steering taken: it is applied as the next turn, once the waiting calls have their results
+        wake_at = self.wake_at()
+        if wake_at is not None and wake_at - time.time() < EXPIRY_HOLD_SECONDS:
+            return  # its wait expires (or expired) about now: it stays held, and the wait's own timer fires
         self.parked = True
         run.parking = True
         self.scope.cancel()
@@ -411,6 +429,9 @@ class DurableExtension(AgentExtension):
             durable.history = tuple(event.payload["messages"])
             durable.messages = []
             await durable.commit()
+        elif name == "wait_expired":
+            call_id = str(event.payload["tool_call_id"])
+            durable.expired[call_id] = expired_reason(call_id, float(event.payload["expires_at"]))
         elif _is_question(event):
             await self.question_asked(context, event)
 
@@ -421,7 +442,8 @@ class DurableExtension(AgentExtension):
             return
         payload = wire.json_value(dict(event.payload))
         call_id = str(event.payload["tool_call_id"])
-        waiting = Waiting(call_id, event.name, payload, str(event.payload["response_event"]))
+        expires_at = durable.run.agent.waiting.expiry(context.session_id, call_id) if durable.run else None
+        waiting = Waiting(call_id, event.name, payload, str(event.payload["response_event"]), expires_at)
         durable.waiting[call_id] = waiting
         durable.expected.discard(call_id)
         stored = durable.answers.get(call_id)

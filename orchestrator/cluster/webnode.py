@@ -11,7 +11,8 @@ and the followers of one run share one read per change, so any node serves any
 run. An answer is checked like a live one against the question its run's
 checkpoint says is waiting (the same ``WaitRule`` validators the extensions
 use) in the one transaction that inserts it into the run's inbox and wakes a
-parked run, so a worker's commit cannot come between; a call takes one answer
+parked run, so a worker's commit cannot come between (an answer after the wait's
+stored expiry is refused saying so, whether or not a worker took its default yet); a call takes one answer
 (a second is refused while the first waits), and an idempotency key makes a
 retried POST harmless on any node, even one raced with its first try.
 """
@@ -31,7 +32,7 @@ import anyio.to_thread
 from machines.build import Step
 from machines.request import REQUEST
 from orchestrator import wire
-from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, read
+from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, expired_reason, read
 from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
@@ -39,6 +40,7 @@ from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent
 from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
+from orchestrator.limits import UsageLimits, usage_limits_json
 from orchestrator.messages import Message, UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import UnknownRun
@@ -105,17 +107,25 @@ class StoreBackend:
         request_id: str | None,
         idempotency_key: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        *,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
         """Insert a queued run. A run started with an Idempotency-Key and no request id is named
         after the key (``keyed_request_id``), so a retry to any node finds the run it started:
         the same input in the same session gets that run's id again, another input a refusal.
-        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message."""
+        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message,
+        and so are ``usage_limits`` (``"limits"``) and ``deadline``: the worker that carries the run applies them."""
         keyed = request_id is None and idempotency_key is not None
         if request_id is None:
             request_id = uuid.uuid4().hex if idempotency_key is None else keyed_request_id(session_id, idempotency_key)
         encoded = wire.encode_message(message)
         if metadata:
             encoded["metadata"] = dict(AgentRunConfig(metadata=metadata).metadata)
+        if usage_limits is not None:
+            encoded["limits"] = usage_limits_json(usage_limits)
+        if deadline is not None:
+            encoded["deadline"] = deadline
         try:
             await self._call(self.store.create_run, session_id, request_id, encoded)
         except StoreUnavailable:
@@ -269,10 +279,14 @@ class StoreBackend:
             return f"no extension takes {event.name!r} events"
         key = payload.get("tool_call_id") if isinstance(payload, Mapping) else None
         checkpoint = read(record.checkpoint)
+        if checkpoint is not None and isinstance(key, str) and key in checkpoint.expired:
+            return checkpoint.expired[key]
         waiting = {w.tool_call_id: w for w in checkpoint.unanswered()} if checkpoint else {}
         wait = waiting.get(key) if isinstance(key, str) else None
         if wait is None or wait.response_event != event.name:
             return f"no waiting call tool_call_id={key!r} in session {record.session_id!r}"
+        if wait.expires_at is not None and time.time() >= wait.expires_at:
+            return expired_reason(wait.tool_call_id, wait.expires_at)  # its carrier has not taken the default yet
         return rule.validator(wait.payload)(payload)
 
     def _child_problem(self, record: RunRecord, event: ExternalEvent, session_id: str) -> str | None:
@@ -291,9 +305,12 @@ class StoreBackend:
     async def pending(self, session_id: str | None) -> list[dict[str, Any]]:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
         calls: list[dict[str, Any]] = []
+        now = time.time()
         for record in active:
             checkpoint = read(record.checkpoint)
             for wait in checkpoint.unanswered() if checkpoint else ():
+                if wait.expires_at is not None and wait.expires_at <= now:
+                    continue  # expired: no answer is taken any more (its carrier takes the default)
                 calls.append(
                     {
                         "session_id": record.session_id,

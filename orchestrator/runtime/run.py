@@ -210,6 +210,8 @@ class RequestRun(SteeringPoints):
         # What the request may spend (None: nothing counted), and its deadline's clock (None: no deadline).
         limits = config.usage_limits if config.usage_limits is not None else profile.usage_limits
         self.budget: Budget | None = Budget(limits) if limits is not None else None
+        if self.budget is not None and restored is not None and restored.spent is not None:
+            self.budget.resume(restored.spent)
         self.deadline: Deadline | None = Deadline(config.deadline) if config.deadline is not None else None
 
     def mark_left(self) -> None:
@@ -664,6 +666,10 @@ class RequestRun(SteeringPoints):
     def asked_before(self, tool_call_id: str) -> bool:
         """Whether the log of this resumed request already holds the question ``tool_call_id`` waits on."""
         return self.restored is not None and tool_call_id in self.restored.asked
+
+    def expiry_before(self, tool_call_id: str) -> float | None:
+        """The deadline (seconds since the epoch) the wait of ``tool_call_id`` had before this request was resumed."""
+        return self.restored.expiries.get(tool_call_id) if self.restored is not None else None
 
     async def pause(self) -> None:
         self.approvals += 1

@@ -23,6 +23,7 @@ from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError, SessionBusy
 from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.history import ListsSessions
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import RunHandle, UnknownRun
@@ -65,9 +66,17 @@ pending_json = encode_pending
 
 class Backend(Protocol):
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        *,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
-        """Start a run; its request id. SessionBusy, RunExists, IdempotencyKeyReused.
+        """Start a run (bounded by ``usage_limits`` and ``deadline`` seconds when given, as ``AgentRunConfig``
+        bounds it); its request id. SessionBusy, RunExists, IdempotencyKeyReused.
 
         With ``idempotency_key``, a backend may answer a retry with the run the key already
         started (its request id) instead of refusing it."""
@@ -158,7 +167,14 @@ class LocalBackend:
         return run.context.request_id if run is not None else None
 
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        *,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
         # One process: the routes' cache of answers already replays a retried key.
         if request_id is not None:
@@ -168,7 +184,10 @@ class LocalBackend:
                 pass
             else:
                 raise RunExists(f"a run {request_id!r} already exists")
-        handle = await self.client.start(message, config=AgentRunConfig(session_id=session_id, request_id=request_id))
+        config = AgentRunConfig(
+            session_id=session_id, request_id=request_id, usage_limits=usage_limits, deadline=deadline
+        )
+        handle = await self.client.start(message, config=config)
         return handle.request_id
 
     async def run(self, request_id: str) -> RunView:

@@ -9,6 +9,7 @@ else: the run goes on.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from orchestrator import wire
 from orchestrator.config import ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.host import AgentHost
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import READ_BATCH, EventFollower
@@ -35,9 +37,17 @@ class HostBackend:
         return host_closing(self.host)
 
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        *,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
-        return await self.host.call(self.local.start, session_id, message, request_id, idempotency_key)
+        start = functools.partial(self.local.start, usage_limits=usage_limits, deadline=deadline)
+        return await self.host.call(start, session_id, message, request_id, idempotency_key)
 
     async def run(self, request_id: str) -> RunView:
         return await self.host.call(self.local.run, request_id)

@@ -81,6 +81,24 @@ def _operation(summary: str, responses: dict[str, Any], **more: Any) -> dict[str
     return {"summary": summary, "responses": {**responses, **_COMMON}, **more}
 
 
+_COUNT = {"type": ["integer", "null"], "minimum": 0}
+_LIMITS = {
+    "type": ["object", "null"],
+    "description": "the run's UsageLimits (docs/limits.md)",
+    "additionalProperties": False,
+    "properties": {
+        **{name: _COUNT for name in ("requests", "input_tokens", "output_tokens", "total_tokens", "tool_calls")},
+        "per_tool": {
+            "type": "object",
+            "propertyNames": {"minLength": 1},
+            "additionalProperties": {"type": "integer", "minimum": 0},
+        },
+        "on_exhausted": {"enum": ["fail", "wrap_up"]},
+        "count_subagents": {"type": "boolean"},
+    },
+}
+
+
 @functools.cache
 def _document() -> dict[str, Any]:
     run_body = {
@@ -95,6 +113,8 @@ def _document() -> dict[str, Any]:
                 ]
             },
             "request_id": _ID,
+            "limits": _LIMITS,
+            "deadline": {"type": ["number", "null"], "exclusiveMinimum": 0, "description": "seconds the run may run"},
         },
     }
     event_body = {

@@ -23,7 +23,15 @@ from orchestrator.errors import SessionBusy
 from orchestrator.observe.trace import trace_mermaid
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, IdempotencyKeyReused, NotSupported, RunExists, RunView
-from orchestrator.server.bodies import external_event, fork_input, read_object, run_input, title_input, whole_number
+from orchestrator.server.bodies import (
+    external_event,
+    fork_input,
+    read_object,
+    run_bounds,
+    run_input,
+    title_input,
+    whole_number,
+)
 from orchestrator.server.errors import HTTPRefusal, not_found
 from orchestrator.server.idempotency import Answer, IdempotencyCache
 from orchestrator.server.ids import checked_id
@@ -160,9 +168,12 @@ class Service:
     async def start_run(self, request: Request, body: dict[str, Any]) -> Answer:
         session_id = _path_id(request, "session_id")
         message, request_id = run_input(body)
+        usage_limits, deadline = run_bounds(body)
         key = request.headers.get("idempotency-key")
         try:
-            started = await self.backend.start(session_id, message, request_id, key)
+            started = await self.backend.start(
+                session_id, message, request_id, key, usage_limits=usage_limits, deadline=deadline
+            )
         except SessionBusy as busy:
             raise HTTPRefusal(409, "SessionBusy", str(busy)) from None
         except RunExists as exists:

@@ -183,7 +183,8 @@ class RunCommit:
 
     A ``checkpoint`` of None keeps the stored one. ``retry_after`` (seconds, with ``queued``) keeps the
     run from being claimed again before then, on the database's clock: a give-back of a run its
-    carrier could not run.
+    carrier could not run. ``wake_at`` (seconds since the epoch, with ``parked``) is when the parked
+    run is claimable again although nobody answered: the earliest expiry of its waits.
     """
 
     messages: tuple[Message, ...] = ()
@@ -193,6 +194,7 @@ class RunCommit:
     consumed: tuple[int, ...] = ()
     status: str = "running"
     retry_after: float | None = None
+    wake_at: float | None = None
 
 
 class RunStore(abc.ABC):
@@ -216,8 +218,14 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
         """Lease up to ``limit`` runnable runs: ``queued`` ones past their ``retry_after``, and ``running``
-        ones whose lease expired (their worker stopped), both judged on the store's own clock. Claimed
+        ones whose lease expired (their worker stopped), and ``parked`` ones whose ``wake_at`` has passed (a wait
+        expired while nobody held them), all judged on the store's own clock. Claimed
         runs are ``running``; a new token each; a lease keeps the run's cancel flag."""
+
+    def next_wake(self) -> float | None:
+        """Seconds until the earliest ``wake_at`` of a parked run, on the store's clock (negative when it has
+        passed; None: no parked run has one). A claim takes such a run once it has passed."""
+        return None
 
     @abc.abstractmethod
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:

@@ -109,11 +109,13 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             cancel_requested INTEGER NOT NULL DEFAULT 0,
             created {real} NOT NULL,
             updated {real} NOT NULL,
-            not_before {real}
+            not_before {real},
+            wake_at {real}
         )""",
         f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
         f" WHERE status IN {_ACTIVE_SQL}",
         "CREATE INDEX IF NOT EXISTS orchestrator_runs_status ON orchestrator_runs (status, updated)",
+        "CREATE INDEX IF NOT EXISTS orchestrator_runs_wake ON orchestrator_runs (status, wake_at)",
         f"""CREATE TABLE IF NOT EXISTS orchestrator_run_events (
             request_id TEXT NOT NULL,
             seq BIGINT NOT NULL,
@@ -167,13 +169,14 @@ POSTGRES = Dialect(
 
 # schema versions -------------------------------------------------------------
 
-RUN_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION = 3
 """The version of the run store's tables this library writes; ``orchestrator_run_schema`` holds a database's own.
 
 Version 0 is a run store from before the version was recorded (no such table): its tables may
 lack columns added since, which opening it adds with their defaults. Version 2 adds a run's
 ``not_before`` (a give-back's back-off) and makes an inbox idempotency key unique per session
-instead of across the database, with the digest of the body it was first used with.
+instead of across the database, with the digest of the body it was first used with. Version 3
+adds a run's ``wake_at`` (the earliest expiry of a parked run's waits), indexed with its status.
 """
 _SCHEMA_TABLE = "orchestrator_run_schema"
 _SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
@@ -268,7 +271,14 @@ def _to_version_2(dialect: Dialect, db: _Cursor, where: str) -> None:
         db.execute("ALTER TABLE orchestrator_inbox DROP CONSTRAINT IF EXISTS orchestrator_inbox_idempotency_key_key")
 
 
-_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2)
+def _to_version_3(dialect: Dialect, db: _Cursor, where: str) -> None:
+    """Version 2 to 3: runs get ``wake_at`` (its index is made by the DDL)."""
+    db.execute(dialect.columns_of, ("orchestrator_runs",))
+    if {str(row[0]).lower() for row in db.fetchall()}:
+        db.execute(f"ALTER TABLE orchestrator_runs ADD COLUMN wake_at {dialect.real}")
+
+
+_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2, _to_version_3)
 """``_UPGRADES[n]`` migrates version n to n + 1; a new version appends its upgrade."""
 assert len(_UPGRADES) == RUN_SCHEMA_VERSION
 
@@ -283,9 +293,9 @@ _COMMIT_TRIGGERS = {
 }
 
 
-def lease_step(status: str, trigger: str, *, held: bool = False, expired: bool = False) -> str:
+def lease_step(status: str, trigger: str, *, held: bool = False, expired: bool = False, due: bool = False) -> str:
     """The status a run moves to when ``trigger`` is taken on the run lease machine; StoreError when refused."""
-    guards = {"lease_held": lambda _: held, "lease_expired": lambda _: expired}
+    guards = {"lease_held": lambda _: held, "lease_expired": lambda _: expired, "wake_due": lambda _: due}
     machine = BoundMachine(RUN_LEASE, guards, initial={"status": status})
     try:
         machine.fire(trigger)
@@ -654,16 +664,18 @@ class SQLRunStore(RunStore):
                 f"SELECT request_id, status FROM orchestrator_runs"
                 f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
                 f" OR (status = 'running' AND lease_expires < {clock})"
+                f" OR (status = 'parked' AND wake_at <= {clock})"
                 " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
                 (limit,),
             )
             for request_id, status in db.fetchall():
-                trigger = "claim" if status == "queued" else "take_over"
-                new_status = lease_step(status, trigger, expired=True)
+                trigger = {"queued": "claim", "parked": "expire"}.get(status, "take_over")
+                new_status = lease_step(status, trigger, expired=True, due=True)
                 token = secrets.token_hex(16)
                 db.execute(
                     "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
-                    f" lease_expires = {clock} + ?, not_before = NULL, version = version + 1, updated = ?"
+                    f" lease_expires = {clock} + ?, not_before = NULL, wake_at = NULL, version = version + 1,"
+                    " updated = ?"
                     " WHERE request_id = ? RETURNING session_id, version, last_seq, cancel_requested, lease_expires",
                     (new_status, owner, token, lease_seconds, now, request_id),
                 )
@@ -691,6 +703,16 @@ class SQLRunStore(RunStore):
         if row.lease_owner != lease.owner:
             return LeaseLost(lease.request_id, f"{row.lease_owner} holds it now")
         return LeaseLost(lease.request_id, f"version {row.version} is not {lease.version}")
+
+    def next_wake(self) -> float | None:
+        """One indexed read: ``MIN(wake_at)`` of the parked runs, less the database's clock."""
+        with self._transaction() as db:
+            db.execute(
+                f"SELECT MIN(wake_at) - {self.dialect.now} FROM orchestrator_runs"
+                " WHERE status = 'parked' AND wake_at IS NOT NULL"
+            )
+            row = db.fetchone()
+        return float(row[0]) if row is not None and row[0] is not None else None
 
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
         with self._transaction() as db:
@@ -754,16 +776,17 @@ class SQLRunStore(RunStore):
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
             held = status == "running"
             back_off = change.retry_after if status == "queued" else None
+            wake_at = change.wake_at if status == "parked" else None
             db.execute(
                 "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint), version = version + 1,"
                 " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
                 " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
                 " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
-                f" not_before = {self.dialect.now} + ? WHERE request_id = ?",
-                (status, checkpoint, last_seq, now, held, held, held, back_off, lease.request_id),
+                f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
+                (status, checkpoint, last_seq, now, held, held, held, back_off, wake_at, lease.request_id),
             )
-            if status == "queued":
-                self._notify(db)
+            if status == "queued" or wake_at is not None:
+                self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
             if change.events or status != "running":
                 self._changed(db, RUN, lease.request_id)
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
