@@ -61,6 +61,10 @@ def rows(config: ProjectConfig) -> list[tuple[str, str, str]]:
     for entry in config.mcp:
         state = "starts with the first request" if entry.reason is None else f"not started: {entry.reason}"
         found.append((f"mcp.{entry.server.name}", f"{entry.server.describe()} ({state})", entry.source))
+        for expansion in entry.expansions:
+            # the variable's name, not its value: env and headers often hold secrets
+            origin = "environment" if expansion.source == "environment" else f"default in {entry.source}"
+            found.append((f"mcp.{entry.server.name}.{expansion.field}", expansion.reference, origin))
     return found
 
 
