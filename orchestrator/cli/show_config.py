@@ -53,6 +53,10 @@ def rows(config: ProjectConfig) -> list[tuple[str, str, str]]:
     found.append(("compaction.keep_last", str(config.compaction_keep_last.value), config.compaction_keep_last.source))
     for subagent, source in config.subagents:
         found.append((f"subagents.{subagent.name}", subagent.description, source))
+        if subagent.model is not None:
+            found.append((f"subagents.{subagent.name}.model", subagent.model, source))
+        if subagent.tools is not None:
+            found.append((f"subagents.{subagent.name}.tools", ", ".join(subagent.tools) or "(none)", source))
     found.append(("trusted", "yes" if config.trusted.value else "no", config.trusted.source))
     for path in config.agents_md:
         found.append(("agents_md", str(path), "found"))

@@ -111,13 +111,22 @@ class ProjectConfig:
             "permissions": sorted(self.policy_rules.items()),
             "plan_writable": list(self.plan_writable.value),
             "compaction": [self.compaction_threshold.value, self.compaction_keep_last.value],
-            "subagents": [[s.name, s.description, s.system_prompt] for s, _ in self.subagents],
+            "subagents": [_subagent_values(s) for s, _ in self.subagents],
             "agents_md": agents,
             "skills": [self._relative(path) for path in self.skills],
             "mcp": [[_describe(entry.server), entry.reason is None] for entry in self.mcp],
         }
         digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         return f"sha256:{digest[:32]}"
+
+
+def _subagent_values(subagent: Subagent) -> list[Any]:
+    """What the fingerprint takes of a subagent; its model and tools only when given, so that a configuration
+    without them keeps the digest it had before subagents could name them."""
+    values: list[Any] = [subagent.name, subagent.description, subagent.system_prompt]
+    if subagent.model is not None or subagent.tools is not None:
+        values += [subagent.model, None if subagent.tools is None else list(subagent.tools)]
+    return values
 
 
 def _describe(server: MCPServer) -> list[Any]:
