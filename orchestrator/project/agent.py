@@ -102,6 +102,7 @@ async def open_default_agent(
     sandbox: Sandbox = DEFAULT_SANDBOX,
     plan_mode: bool = True,
     tools: Sequence[ToolDefinition] = (),
+    extra: Sequence[AgentExtension] = (),
 ) -> AsyncIterator[DefaultAgent]:
     """The default agent for ``config`` while the block runs (its MCP servers are stopped when it exits).
 
@@ -109,9 +110,10 @@ async def open_default_agent(
     before the tools the permissions say; "service" asks only when a settings
     file gives permissions. A subagent runs on its own ``model`` when the settings name one (else on
     ``model``) and is offered only its ``tools`` when they are listed (else every file tool); ConfigError
-    when a subagent's model cannot be used.
+    when a subagent's model cannot be used. ``extra`` extensions are added to the agent's own.
     """
     extensions: list[AgentExtension] = [] if store is None else [store]
+    extensions.extend(extra)
     terminal = surface == "terminal"
     if terminal:
         extensions.append(SteeringExtension())
