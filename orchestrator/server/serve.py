@@ -357,11 +357,14 @@ def _web_node(options: ServeOptions) -> bool:
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
     from orchestrator.cli.signals import Stopped, run_service
+    from orchestrator.project.agent import subagent_models
     from orchestrator.project.settings import ConfigError
 
     options = parse(argv)
     try:
         config = None if options.app or _web_node(options) else project_config(options)
+        if config is not None:
+            subagent_models(config)  # a subagent's model that cannot be used is refused before anything starts
     except ConfigError as error:  # a configuration file that cannot be used: said before anything starts
         print(f"serve: {error}", file=sys.stderr)
         return 2

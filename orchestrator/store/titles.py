@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -33,13 +34,19 @@ def set_titles(db: str) -> dict[str, str]:
 
 
 def set_title(db: str, session_id: str, title: str) -> None:
-    """Give ``session_id`` the title ``title`` (written whole, then moved into place)."""
+    """Give ``session_id`` the title ``title`` (written whole, then moved into place); OSError when the titles
+    file cannot be written (nothing is left behind)."""
     titles = set_titles(db)
     titles[session_id] = title
     temporary = _file(db) + f".{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(titles, handle, ensure_ascii=False, indent=1)
-    os.replace(temporary, _file(db))
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(titles, handle, ensure_ascii=False, indent=1)
+        os.replace(temporary, _file(db))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def first_input_title(messages: Sequence[Message]) -> str:
