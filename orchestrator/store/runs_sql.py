@@ -66,7 +66,7 @@ _ACTIVE_SQL = "('queued', 'running', 'parked')"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 _RUN_COLUMNS = (
     "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
-    " cancel_requested, created, updated"
+    " cancel_requested, created, updated, trace_context, settings"
 )
 
 
@@ -109,7 +109,9 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             cancel_requested INTEGER NOT NULL DEFAULT 0,
             created {real} NOT NULL,
             updated {real} NOT NULL,
-            not_before {real}
+            not_before {real},
+            trace_context TEXT,
+            settings TEXT
         )""",
         f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
         f" WHERE status IN {_ACTIVE_SQL}",
@@ -167,13 +169,15 @@ POSTGRES = Dialect(
 
 # schema versions -------------------------------------------------------------
 
-RUN_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION = 3
 """The version of the run store's tables this library writes; ``orchestrator_run_schema`` holds a database's own.
 
 Version 0 is a run store from before the version was recorded (no such table): its tables may
 lack columns added since, which opening it adds with their defaults. Version 2 adds a run's
 ``not_before`` (a give-back's back-off) and makes an inbox idempotency key unique per session
-instead of across the database, with the digest of the body it was first used with.
+instead of across the database, with the digest of the body it was first used with. Version 3
+adds a run's ``trace_context`` (the W3C trace context its segments are traced under) and
+``settings`` (its own model settings and output type), both nullable.
 """
 _SCHEMA_TABLE = "orchestrator_run_schema"
 _SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
@@ -268,7 +272,15 @@ def _to_version_2(dialect: Dialect, db: _Cursor, where: str) -> None:
         db.execute("ALTER TABLE orchestrator_inbox DROP CONSTRAINT IF EXISTS orchestrator_inbox_idempotency_key_key")
 
 
-_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2)
+def _to_version_3(dialect: Dialect, db: _Cursor, where: str) -> None:
+    """Version 2 to 3: runs get ``trace_context`` and ``settings`` (nullable: a run from before has neither)."""
+    db.execute(dialect.columns_of, ("orchestrator_runs",))
+    if {str(row[0]).lower() for row in db.fetchall()}:
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN trace_context TEXT")
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN settings TEXT")
+
+
+_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2, _to_version_3)
 """``_UPGRADES[n]`` migrates version n to n + 1; a new version appends its upgrade."""
 assert len(_UPGRADES) == RUN_SCHEMA_VERSION
 
@@ -318,6 +330,9 @@ def _record(row: Sequence[Any]) -> RunRecord:
     problems: list[str] = []
     input_message = _json_object(row[3], "input", problems)
     checkpoint = _json_object(row[4], "checkpoint", problems) if row[4] is not None else None
+    # A trace context that does not decode only leaves the run untraced: it is no reason to fail it.
+    trace_context = _json_object(row[12], "trace context", []) if row[12] is not None else None
+    settings = _json_object(row[13], "settings", problems) if row[13] is not None else None
     return RunRecord(
         request_id=row[0],
         session_id=row[1],
@@ -331,6 +346,8 @@ def _record(row: Sequence[Any]) -> RunRecord:
         cancel_requested=bool(row[9]),
         created=row[10],
         updated=row[11],
+        trace_context={str(k): str(v) for k, v in trace_context.items()} if trace_context else None,
+        settings=settings,
         unreadable="; ".join(problems) or None,
     )
 
@@ -596,8 +613,18 @@ class SQLRunStore(RunStore):
 
     # runs -------------------------------------------------------------------
 
-    def create_run(self, session_id: str, request_id: str, input_message: Mapping[str, Any]) -> RunRecord:
+    def create_run(
+        self,
+        session_id: str,
+        request_id: str,
+        input_message: Mapping[str, Any],
+        *,
+        trace_context: Mapping[str, str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
         now = time.time()
+        traced = _dumps(dict(trace_context)) if trace_context else None
+        own = _dumps(dict(settings)) if settings else None
         try:
             with self._transaction() as db:
                 db.execute(
@@ -610,8 +637,9 @@ class SQLRunStore(RunStore):
                     raise StoreError(f"a run {request_id!r} already exists")
                 db.execute(
                     "INSERT INTO orchestrator_runs (request_id, session_id, status, input, version, last_seq,"
-                    " cancel_requested, created, updated) VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?)",
-                    (request_id, session_id, _dumps(dict(input_message)), now, now),
+                    " cancel_requested, created, updated, trace_context, settings)"
+                    " VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?, ?, ?)",
+                    (request_id, session_id, _dumps(dict(input_message)), now, now, traced, own),
                 )
                 self._notify(db)
                 created = self._row(db, request_id)
@@ -743,6 +771,11 @@ class SQLRunStore(RunStore):
                 if db.fetchone() is not None or bool(held_row[5]):
                     status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
+            if change.trace_context:
+                db.execute(
+                    "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
+                    (_dumps(dict(change.trace_context)), lease.request_id),
+                )
             held = status == "running"
             back_off = change.retry_after if status == "queued" else None
             db.execute(
