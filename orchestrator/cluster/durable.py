@@ -109,6 +109,8 @@ class DurableRun:
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
         self.seen_inbox = 0
+        # A trace context made for the run here (it had none): stored with the next commit, where none is yet.
+        self.trace_context: Mapping[str, str] | None = None
 
     # the sink of the run's streamed events ----------------------------------
 
@@ -156,11 +158,13 @@ class DurableRun:
                 checkpoint=self.checkpoint().json(),
                 consumed=tuple(self.consumed),
                 status=status,
+                trace_context=self.trace_context,
             )
             self.messages, self.events, self.consumed = [], [], []
             try:
                 with trio.CancelScope(shield=True):
                     self.lease = await self._committed(change)
+                self.trace_context = None
             except LeaseLost as lost:
                 log.warning("%s; the run stops here without writing more", lost)
                 self.lose()

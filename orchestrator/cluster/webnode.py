@@ -37,6 +37,7 @@ from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
 from orchestrator.messages import Message, UserMessage
 from orchestrator.observe.trace import NestedTrace
+from orchestrator.observe.trace_context import current_trace_context
 from orchestrator.runtime.handle import UnknownRun
 from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunView
@@ -105,15 +106,18 @@ class StoreBackend:
         """Insert a queued run. A run started with an Idempotency-Key and no request id is named
         after the key (``keyed_request_id``), so a retry to any node finds the run it started:
         the same input in the same session gets that run's id again, another input a refusal.
-        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message."""
+        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message.
+        The trace context of the span current here, if any, is stored too: every segment of the run is
+        traced under it."""
         keyed = request_id is None and idempotency_key is not None
         if request_id is None:
             request_id = uuid.uuid4().hex if idempotency_key is None else keyed_request_id(session_id, idempotency_key)
         encoded = wire.encode_message(message)
         if metadata:
             encoded["metadata"] = dict(AgentRunConfig(metadata=metadata).metadata)
+        traced = current_trace_context()
         try:
-            await self._call(self.store.create_run, session_id, request_id, encoded)
+            await self._call(lambda: self.store.create_run(session_id, request_id, encoded, trace_context=traced))
         except StoreUnavailable:
             raise
         except (SessionBusy, StoreError) as refused:

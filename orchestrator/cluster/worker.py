@@ -38,6 +38,8 @@ from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent, RunFailedEvent
 from orchestrator.messages import Message, UserMessage
+from orchestrator.observe.trace_context import TraceAnchor, traced_under
+from orchestrator.runtime.restored import Restored
 from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
@@ -269,6 +271,29 @@ class Worker:
             if checkpoint.plan_mode not in (None, "normal"):
                 self._restore_plan_mode(lease.session_id)
         self.history.preload(lease.session_id, history)
+        trace_context = record.trace_context
+        if trace_context is None:
+            trace_context = durable.trace_context = await self._anchor_trace(lease)
+        with traced_under(trace_context):  # this segment's spans go under the run's trace
+            await self._carry_run(lease, durable, config, message, resume)
+
+    async def _anchor_trace(self, lease: Lease) -> dict[str, str] | None:
+        """A trace for a run started with no span current, from the first extension that makes one (None if none)."""
+        for extension in self.agent.extensions:
+            if isinstance(extension, TraceAnchor):
+                made = await trio.to_thread.run_sync(extension.anchor_trace, lease.session_id, lease.request_id)
+                if made:
+                    return made
+        return None
+
+    async def _carry_run(
+        self,
+        lease: Lease,
+        durable: DurableRun,
+        config: AgentRunConfig,
+        message: UserMessage | None,
+        resume: Restored | None,
+    ) -> None:
         try:
             run = await self.agent._open_run(config, message, durable, resume)
         except SessionBusy:

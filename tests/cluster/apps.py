@@ -69,3 +69,28 @@ async def approval_agent() -> AgentClient:
     return await create_agent(
         ScriptedModel([_step], repeat_last=True), tools=[record, lookup], extensions=[AskUserExtension()]
     )
+
+
+async def traced_agent(provider: object = None, name: str = "traced") -> AgentClient:
+    """``approval_agent`` with OpenTelemetry spans: to ``provider``, or else as JSON lines (one span a line)
+    appended to the file ``ORCHESTRATOR_TEST_SPANS`` names, each exported as it ends."""
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    from orchestrator.observe.otel import OpenTelemetryExtension
+
+    if provider is None:
+        spans = open(os.environ["ORCHESTRATOR_TEST_SPANS"], "a", encoding="utf-8")  # noqa: SIM115 (the process's)
+
+        def line(span: ReadableSpan) -> str:
+            return span.to_json(indent=None) + "\n"
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=spans, formatter=line)))
+    assert isinstance(provider, TracerProvider)
+    return await create_agent(
+        ScriptedModel([_step], repeat_last=True),
+        tools=[record, lookup],
+        extensions=[OpenTelemetryExtension(provider, agent_name=name), AskUserExtension()],
+    )
+
