@@ -33,11 +33,13 @@ from orchestrator.agent import AgentClient
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
 from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
+from orchestrator.cluster.run_settings import decode_run_settings
 from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent, RunFailedEvent
 from orchestrator.messages import Message, UserMessage
+from orchestrator.model import UnsupportedSetting
 from orchestrator.observe.trace_context import TraceAnchor, traced_under
 from orchestrator.runtime.restored import Restored
 from orchestrator.store.changes import INBOX, WORK
@@ -240,8 +242,13 @@ class Worker:
             return
         try:
             checkpoint, message = _starting_point(record)
+            own = decode_run_settings(record.settings)
             config = AgentRunConfig(
-                session_id=lease.session_id, request_id=lease.request_id, metadata=stored_metadata(record)
+                session_id=lease.session_id,
+                request_id=lease.request_id,
+                metadata=stored_metadata(record),
+                model_settings=own.model_settings,
+                output_type=own.output_type,
             )
         except UnreadableCheckpoint as unreadable:
             await self._fail_unreadable(lease, unreadable)
@@ -296,6 +303,9 @@ class Worker:
     ) -> None:
         try:
             run = await self.agent._open_run(config, message, durable, resume)
+        except UnsupportedSetting as refused:
+            await self._fail_unreadable(lease, UnreadableCheckpoint(f"its model settings are refused ({refused})"))
+            return
         except SessionBusy:
             # Given back as it was (no checkpoint: the stored one is kept), not to be claimed again at once.
             log.warning("session %s already runs here; run %s given back", lease.session_id, lease.request_id)

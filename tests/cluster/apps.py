@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -94,3 +95,29 @@ async def traced_agent(provider: object = None, name: str = "traced") -> AgentCl
         extensions=[OpenTelemetryExtension(provider, agent_name=name), AskUserExtension()],
     )
 
+
+@dataclasses.dataclass
+class Verdict:
+    """The answer ``settings_agent``'s runs are held to."""
+
+    winner: str
+    score: int
+
+
+def _judge(request: ModelRequest) -> AssistantMessage:
+    """lookup (which waits for an approval) -> an answer missing ``score`` -> after the retry prompt, a full one."""
+    if not _results(request):
+        return asks(call("l1", "lookup", key="race"))
+    last = request.messages[-1]
+    if last.role == "user" and "does not match" in last.text:
+        return AssistantMessage('{"winner": "ada", "score": 3}')
+    return AssistantMessage('{"winner": "ada"}')
+
+
+async def settings_agent() -> AgentClient:
+    """Asks for approval of every ``lookup``; its answers are checked against the run's output type, if any."""
+    from orchestrator.extensions.tool_approval import ToolApprovalExtension
+
+    return await create_agent(
+        ScriptedModel([_judge], repeat_last=True), tools=[lookup], extensions=[ToolApprovalExtension({"lookup": "ask"})]
+    )
