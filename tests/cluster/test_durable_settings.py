@@ -16,7 +16,7 @@ from orchestrator.output import OutputType, StructuredAnswer
 from orchestrator.store.runs import RunStore
 from orchestrator.store.runs_sql import sqlite_run_store
 from tests.cluster import apps
-from tests.cluster.test_otel_segments import until_final, until_parked
+from tests.cluster.waits import until_final, until_parked
 
 SETTINGS = ModelSettings(temperature=0.2, max_tokens=77, stop=("END",))
 

@@ -23,11 +23,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from orchestrator import ExternalEvent, UserMessage
 from orchestrator.cluster import Worker
-from orchestrator.cluster.checkpoint import read
 from orchestrator.cluster.webnode import StoreBackend
-from orchestrator.store.runs import RunStore
 from orchestrator.store.runs_sql import sqlite_run_store
 from tests.cluster import apps
+from tests.cluster.waits import until_final, until_parked
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,26 +41,6 @@ def recorded() -> tuple[TracerProvider, InMemorySpanExporter]:
 @pytest.fixture(autouse=True)
 def marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(apps, "MARKS", tmp_path / "marks")
-
-
-async def until_parked(store: RunStore, request_id: str) -> str:
-    """The call the run waits on, once it is parked."""
-    while True:
-        record = store.run(request_id)
-        assert record is not None
-        checkpoint = read(record.checkpoint)
-        if record.status == "parked" and checkpoint is not None and checkpoint.unanswered():
-            return checkpoint.unanswered()[0].tool_call_id
-        await trio.sleep(0.02)
-
-
-async def until_final(store: RunStore, request_id: str) -> str:
-    while True:
-        record = store.run(request_id)
-        assert record is not None
-        if record.final:
-            return record.status
-        await trio.sleep(0.02)
 
 
 async def park_then_resume_elsewhere(
