@@ -33,12 +33,12 @@ from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import SessionBusy
-from orchestrator.events import RunCancelledEvent, RunCompletedEvent
+from orchestrator.events import AgentEvent, RunCancelledEvent, RunCompletedEvent
 from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
 from orchestrator.messages import AssistantMessage, Message, UserMessage
 from orchestrator.model import ModelSettings
-from orchestrator.observe.trace import NestedTrace
+from orchestrator.observe.trace import NestedTrace, children_from_events
 from orchestrator.observe.trace_context import current_trace_context
 from orchestrator.output import StructuredAnswer
 from orchestrator.runtime.handle import UnknownRun
@@ -252,8 +252,16 @@ class StoreBackend:
         return steps
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
-        """None: a worker's subagent requests are not kept in the run store."""
-        return []
+        """The paths of the subagent requests the run started, nested as they ran, from its event log: the
+        worker that carried each part of the run stored its children's events there with the run's own."""
+        session_id = (await self._record(request_id)).session_id
+        wanted = ("transition", "subagent_started")
+        events: list[AgentEvent] = []
+        position = 0
+        while stored := await self._call(self.store.events, request_id, position):
+            position = stored[-1].seq
+            events += [wire.decode_event(dict(e.body)) for e in stored if e.type in wanted]
+        return children_from_events(events, session_id)
 
     # answers ----------------------------------------------------------------
 
