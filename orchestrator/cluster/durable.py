@@ -123,6 +123,8 @@ class DurableRun:
         self.steering: list[tuple[int, str]] = []
         # Questions of subagents that wait, by (child session, call id): never resumed (the children are not).
         self.children: dict[tuple[str, str], Waiting] = {}
+        # A trace context made for the run here (it had none): stored with the next commit, where none is yet.
+        self.trace_context: Mapping[str, str] | None = None
 
     # the sink of the run's streamed events ----------------------------------
 
@@ -191,11 +193,13 @@ class DurableRun:
                 status=status,
                 history=self.history,
                 wake_at=self.wake_at() if status == "parked" else None,
+                trace_context=self.trace_context,
             )
             self.messages, self.events, self.consumed, self.history = [], [], [], None
             try:
                 with trio.CancelScope(shield=True):
                     self.lease = await self._committed(change)
+                self.trace_context = None
             except LeaseLost as lost:
                 log.warning("%s; the run stops here without writing more", lost)
                 self.lose()

@@ -33,16 +33,20 @@ from machines.build import Step
 from machines.request import REQUEST
 from orchestrator import wire
 from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, expired_reason, read
+from orchestrator.cluster.run_settings import decode_run_settings, encode_run_settings
 from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import SessionBusy
-from orchestrator.events import RunCancelledEvent
+from orchestrator.events import AgentEvent, RunCancelledEvent, RunCompletedEvent
 from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
 from orchestrator.limits import UsageLimits, usage_limits_json
-from orchestrator.messages import Message, UserMessage
-from orchestrator.observe.trace import NestedTrace
+from orchestrator.messages import AssistantMessage, Message, UserMessage
+from orchestrator.model import ModelSettings
+from orchestrator.observe.trace import NestedTrace, children_from_events
+from orchestrator.observe.trace_context import current_trace_context
+from orchestrator.output import StructuredAnswer
 from orchestrator.runtime.handle import UnknownRun
 from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunView
@@ -110,12 +114,18 @@ class StoreBackend:
         *,
         usage_limits: UsageLimits | None = None,
         deadline: float | None = None,
+        model_settings: ModelSettings | None = None,
+        output_type: object = None,
     ) -> str:
         """Insert a queued run. A run started with an Idempotency-Key and no request id is named
         after the key (``keyed_request_id``), so a retry to any node finds the run it started:
         the same input in the same session gets that run's id again, another input a refusal.
         ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message,
-        and so are ``usage_limits`` (``"limits"``) and ``deadline``: the worker that carries the run applies them."""
+        and so are ``usage_limits`` (``"limits"``) and ``deadline``: the worker that carries the run applies them;
+        ``model_settings`` and ``output_type`` (as ``AgentRunConfig`` takes them) in its ``settings``
+        (``cluster.run_settings``; UnresolvableOutputType for a type another process could not import).
+        The trace context of the span current here, if any, is stored too: every segment of the run is
+        traced under it."""
         keyed = request_id is None and idempotency_key is not None
         if request_id is None:
             request_id = uuid.uuid4().hex if idempotency_key is None else keyed_request_id(session_id, idempotency_key)
@@ -126,18 +136,27 @@ class StoreBackend:
             encoded["limits"] = usage_limits_json(usage_limits)
         if deadline is not None:
             encoded["deadline"] = deadline
+        settings = encode_run_settings(model_settings, output_type)
+        traced = current_trace_context()
         try:
-            await self._call(self.store.create_run, session_id, request_id, encoded)
+            await self._call(
+                lambda: self.store.create_run(session_id, request_id, encoded, trace_context=traced, settings=settings)
+            )
         except StoreUnavailable:
             raise
         except (SessionBusy, StoreError) as refused:
             if idempotency_key is not None:
                 earlier: RunRecord | None = await self._call(self.store.run, request_id)
-                if earlier is not None and earlier.session_id == session_id and _same_json(earlier.input, encoded):
+                if (
+                    earlier is not None
+                    and earlier.session_id == session_id
+                    and _same_json(earlier.input, encoded)
+                    and _same_json(earlier.settings or {}, settings or {})
+                ):
                     return request_id  # a retry: the run it started
                 if earlier is not None and keyed:
                     raise IdempotencyKeyReused(
-                        f"this Idempotency-Key started run {request_id!r} with another input"
+                        f"this Idempotency-Key started run {request_id!r} with another input or other settings"
                     ) from None
             if isinstance(refused, SessionBusy):
                 raise
@@ -146,6 +165,29 @@ class StoreBackend:
 
     async def run(self, request_id: str) -> RunView:
         return self._view(await self._record(request_id))
+
+    async def result(self, request_id: str) -> AssistantMessage | None:
+        """The final answer of a completed run; None while it has none (it runs, or it failed or was cancelled).
+
+        A run started with its own output type gives a ``StructuredAnswer`` whose ``output`` is the answer as a
+        value of that type (the worker accepted it against the same type). UnknownRun when there is no such run.
+        """
+        record = await self._record(request_id)
+        if record.status != "completed":
+            return None
+        answer: AssistantMessage | None = None
+        position = 0
+        while stored := await self._call(self.store.events, request_id, position):
+            position = stored[-1].seq
+            for event in stored:
+                if event.type == "run_completed" and _of_session(event, record.session_id):
+                    completed = wire.decode_event(dict(event.body))
+                    assert isinstance(completed, RunCompletedEvent)
+                    answer = completed.result
+        spec = decode_run_settings(record.settings).output_type
+        if answer is None or spec is None:
+            return answer
+        return StructuredAnswer.of(answer, spec.parse(answer.content))
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
         session_id = (await self._record(request_id)).session_id
@@ -223,8 +265,16 @@ class StoreBackend:
         return steps
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
-        """None: a worker's subagent requests are not kept in the run store."""
-        return []
+        """The paths of the subagent requests the run started, nested as they ran, from its event log: the
+        worker that carried each part of the run stored its children's events there with the run's own."""
+        session_id = (await self._record(request_id)).session_id
+        wanted = ("transition", "subagent_started")
+        events: list[AgentEvent] = []
+        position = 0
+        while stored := await self._call(self.store.events, request_id, position):
+            position = stored[-1].seq
+            events += [wire.decode_event(dict(e.body)) for e in stored if e.type in wanted]
+        return children_from_events(events, session_id)
 
     # answers ----------------------------------------------------------------
 

@@ -37,12 +37,16 @@ from orchestrator.checks import number
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
 from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
+from orchestrator.cluster.run_settings import decode_run_settings
 from orchestrator.cluster.wakeups import Wakeup, Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent, RunFailedEvent
 from orchestrator.limits import UsageLimits, usage_limits_from_json
 from orchestrator.messages import Message, UserMessage
+from orchestrator.model import UnsupportedSetting
+from orchestrator.observe.trace_context import TraceAnchor, traced_under
+from orchestrator.runtime.restored import Restored
 from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
@@ -253,12 +257,15 @@ class Worker:
         try:
             checkpoint, message = _starting_point(record)
             usage_limits, deadline = stored_bounds(record)
+            own = decode_run_settings(record.settings)
             config = AgentRunConfig(
                 session_id=lease.session_id,
                 request_id=lease.request_id,
                 metadata=stored_metadata(record),
                 usage_limits=usage_limits,
                 deadline=deadline,
+                model_settings=own.model_settings,
+                output_type=own.output_type,
             )
         except UnreadableCheckpoint as unreadable:
             await self._fail_unreadable(lease, unreadable)
@@ -289,8 +296,34 @@ class Worker:
             if checkpoint.plan_mode not in (None, "normal"):
                 self._restore_plan_mode(lease.session_id)
         self.history.preload(lease.session_id, history)
+        trace_context = record.trace_context
+        if trace_context is None:
+            trace_context = durable.trace_context = await self._anchor_trace(lease)
+        with traced_under(trace_context):  # this segment's spans go under the run's trace
+            await self._carry_run(lease, durable, config, message, resume)
+
+    async def _anchor_trace(self, lease: Lease) -> dict[str, str] | None:
+        """A trace for a run started with no span current, from the first extension that makes one (None if none)."""
+        for extension in self.agent.extensions:
+            if isinstance(extension, TraceAnchor):
+                made = await trio.to_thread.run_sync(extension.anchor_trace, lease.session_id, lease.request_id)
+                if made:
+                    return made
+        return None
+
+    async def _carry_run(
+        self,
+        lease: Lease,
+        durable: DurableRun,
+        config: AgentRunConfig,
+        message: UserMessage | None,
+        resume: Restored | None,
+    ) -> None:
         try:
             run = await self.agent._open_run(config, message, durable, resume)
+        except UnsupportedSetting as refused:
+            await self._fail_unreadable(lease, UnreadableCheckpoint(f"its model settings are refused ({refused})"))
+            return
         except SessionBusy:
             # Given back as it was (no checkpoint: the stored one is kept), not to be claimed again at once.
             log.warning("session %s already runs here; run %s given back", lease.session_id, lease.request_id)

@@ -115,8 +115,13 @@ class RunRecord:
     cancel_requested: bool
     created: float
     updated: float
+    trace_context: Mapping[str, str] | None = None
+    """The W3C trace context (``traceparent``, ``tracestate``) every segment of the run is traced under, if any
+    (None too when the stored one does not decode)."""
+    settings: Mapping[str, Any] | None = None
+    """The run's own model settings and output type as JSON (``cluster.run_settings``); None: the agent's."""
     unreadable: str | None = None
-    """Why the row's input or checkpoint does not decode (that part then reads as empty); None when both do."""
+    """Why the row's input, checkpoint or settings do not decode (that part then reads as empty); None when all do."""
 
     @property
     def final(self) -> bool:
@@ -185,6 +190,7 @@ class RunCommit:
     run from being claimed again before then, on the database's clock: a give-back of a run its
     carrier could not run. ``wake_at`` (seconds since the epoch, with ``parked``) is when the parked
     run is claimable again although nobody answered: the earliest expiry of its waits.
+    ``trace_context`` is kept as the run's only when it has none yet.
     """
 
     messages: tuple[Message, ...] = ()
@@ -195,6 +201,7 @@ class RunCommit:
     status: str = "running"
     retry_after: float | None = None
     wake_at: float | None = None
+    trace_context: Mapping[str, str] | None = None
 
 
 class RunStore(abc.ABC):
@@ -203,9 +210,17 @@ class RunStore(abc.ABC):
     where: str = "a run store"
 
     @abc.abstractmethod
-    def create_run(self, session_id: str, request_id: str, input_message: Mapping[str, Any]) -> RunRecord:
-        """A new ``queued`` run; SessionBusy when the session has a run that is not final,
-        StoreError when the request id is taken."""
+    def create_run(
+        self,
+        session_id: str,
+        request_id: str,
+        input_message: Mapping[str, Any],
+        *,
+        trace_context: Mapping[str, str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
+        """A new ``queued`` run (with its trace context and own settings, when given); SessionBusy when the
+        session has a run that is not final, StoreError when the request id is taken."""
 
     @abc.abstractmethod
     def run(self, request_id: str) -> RunRecord | None:

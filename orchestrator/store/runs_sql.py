@@ -66,7 +66,7 @@ _ACTIVE_SQL = "('queued', 'running', 'parked')"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 _RUN_COLUMNS = (
     "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
-    " cancel_requested, created, updated"
+    " cancel_requested, created, updated, trace_context, settings"
 )
 
 
@@ -110,7 +110,9 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             created {real} NOT NULL,
             updated {real} NOT NULL,
             not_before {real},
-            wake_at {real}
+            wake_at {real},
+            trace_context TEXT,
+            settings TEXT
         )""",
         f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
         f" WHERE status IN {_ACTIVE_SQL}",
@@ -176,7 +178,9 @@ Version 0 is a run store from before the version was recorded (no such table): i
 lack columns added since, which opening it adds with their defaults. Version 2 adds a run's
 ``not_before`` (a give-back's back-off) and makes an inbox idempotency key unique per session
 instead of across the database, with the digest of the body it was first used with. Version 3
-adds a run's ``wake_at`` (the earliest expiry of a parked run's waits), indexed with its status.
+adds a run's ``wake_at`` (the earliest expiry of a parked run's waits), indexed with its status,
+its ``trace_context`` (the W3C trace context its segments are traced under) and ``settings`` (its
+own model settings and output type), all nullable.
 """
 _SCHEMA_TABLE = "orchestrator_run_schema"
 _SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
@@ -272,10 +276,13 @@ def _to_version_2(dialect: Dialect, db: _Cursor, where: str) -> None:
 
 
 def _to_version_3(dialect: Dialect, db: _Cursor, where: str) -> None:
-    """Version 2 to 3: runs get ``wake_at`` (its index is made by the DDL)."""
+    """Version 2 to 3: runs get ``wake_at`` (its index is made by the DDL), ``trace_context`` and ``settings``
+    (nullable: a run from before has none)."""
     db.execute(dialect.columns_of, ("orchestrator_runs",))
     if {str(row[0]).lower() for row in db.fetchall()}:
         db.execute(f"ALTER TABLE orchestrator_runs ADD COLUMN wake_at {dialect.real}")
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN trace_context TEXT")
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN settings TEXT")
 
 
 _UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2, _to_version_3)
@@ -328,6 +335,9 @@ def _record(row: Sequence[Any]) -> RunRecord:
     problems: list[str] = []
     input_message = _json_object(row[3], "input", problems)
     checkpoint = _json_object(row[4], "checkpoint", problems) if row[4] is not None else None
+    # A trace context that does not decode only leaves the run untraced: it is no reason to fail it.
+    trace_context = _json_object(row[12], "trace context", []) if row[12] is not None else None
+    settings = _json_object(row[13], "settings", problems) if row[13] is not None else None
     return RunRecord(
         request_id=row[0],
         session_id=row[1],
@@ -341,6 +351,8 @@ def _record(row: Sequence[Any]) -> RunRecord:
         cancel_requested=bool(row[9]),
         created=row[10],
         updated=row[11],
+        trace_context={str(k): str(v) for k, v in trace_context.items()} if trace_context else None,
+        settings=settings,
         unreadable="; ".join(problems) or None,
     )
 
@@ -612,8 +624,18 @@ class SQLRunStore(RunStore):
 
     # runs -------------------------------------------------------------------
 
-    def create_run(self, session_id: str, request_id: str, input_message: Mapping[str, Any]) -> RunRecord:
+    def create_run(
+        self,
+        session_id: str,
+        request_id: str,
+        input_message: Mapping[str, Any],
+        *,
+        trace_context: Mapping[str, str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
         now = time.time()
+        traced = _dumps(dict(trace_context)) if trace_context else None
+        own = _dumps(dict(settings)) if settings else None
         try:
             with self._transaction() as db:
                 db.execute(
@@ -626,8 +648,9 @@ class SQLRunStore(RunStore):
                     raise StoreError(f"a run {request_id!r} already exists")
                 db.execute(
                     "INSERT INTO orchestrator_runs (request_id, session_id, status, input, version, last_seq,"
-                    " cancel_requested, created, updated) VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?)",
-                    (request_id, session_id, _dumps(dict(input_message)), now, now),
+                    " cancel_requested, created, updated, trace_context, settings)"
+                    " VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?, ?, ?)",
+                    (request_id, session_id, _dumps(dict(input_message)), now, now, traced, own),
                 )
                 self._notify(db)
                 created = self._row(db, request_id)
@@ -774,6 +797,11 @@ class SQLRunStore(RunStore):
                 if db.fetchone() is not None or bool(held_row[5]):
                     status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
+            if change.trace_context:
+                db.execute(
+                    "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
+                    (_dumps(dict(change.trace_context)), lease.request_id),
+                )
             held = status == "running"
             back_off = change.retry_after if status == "queued" else None
             wake_at = change.wake_at if status == "parked" else None

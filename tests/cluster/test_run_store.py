@@ -179,7 +179,7 @@ def test_a_parked_run_is_claimed_once_its_wake_at_has_passed_and_not_before(stor
     store.commit(leases["r2"], RunCommit(status="parked"))  # waits without expiry
     store.commit(leases["r3"], RunCommit(status="parked", wake_at=time.time() + 0.3))
     wake_in = store.next_wake()
-    assert wake_in is not None and wake_in <= 0.3, wake_in  # the earliest of the parked runs, on the store's clock
+    assert wake_in is not None and wake_in <= 0.31, wake_in  # the earliest parked run, on the store's clock (to a few ms)
     assert store.claim("w2", 30, limit=5) == []  # none has passed yet
     time.sleep(max(0.0, wake_in) + 0.1)
     (woken,) = store.claim("w2", 30, limit=5)
