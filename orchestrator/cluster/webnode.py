@@ -208,6 +208,10 @@ class StoreBackend:
             ]
         return steps
 
+    async def requests(self, session_id: str) -> list[str]:
+        records: list[RunRecord] = await self._call(lambda: self.store.runs(session_id))
+        return [record.request_id for record in records]
+
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         """None: a worker's subagent requests are not kept in the run store."""
         return []

@@ -109,6 +109,10 @@ class Backend(Protocol):
         unless ``cancel``."""
         ...
 
+    async def requests(self, session_id: str) -> list[str]:
+        """The ids of the session's requests still kept here, oldest first."""
+        ...
+
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         """The paths of the run's subagent requests, nested (none where they did not run in this process)."""
 
@@ -271,6 +275,9 @@ class LocalBackend:
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         return await self.client.delete_session(session_id, cancel=cancel)
+
+    async def requests(self, session_id: str) -> list[str]:
+        return [handle.request_id for handle in self.agent.runs.of_session(session_id)]
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return self.agent.child_traces(self._handle(request_id).session_id, request_id)

@@ -81,6 +81,9 @@ class HostBackend:
     async def transitions(self, request_id: str) -> list[Step]:
         return await self.host.call(self.local.transitions, request_id)
 
+    async def requests(self, session_id: str) -> list[str]:
+        return await self.host.call(self.local.requests, session_id)
+
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return await self.host.call(self.local.child_traces, request_id)
 

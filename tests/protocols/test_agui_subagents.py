@@ -88,7 +88,7 @@ async def test_a_subagents_question_suspends_it_and_the_resume_run_continues_it_
         # the snapshot states the child's messages so far, attributed to it, after the parent's call
         snapshot = of(second, "MESSAGES_SNAPSHOT")[0]["messages"]
         owners = [(m["role"], m.get("subagentRunId")) for m in snapshot]
-        assert owners[-3:] == [("assistant", None), ("user", child), ("assistant", child)]
+        assert owners[-3:] == [("assistant", None), ("user", child), ("assistant", child)], snapshot
         assert snapshot[-1]["toolCalls"][0]["id"] == "q1"
 
 

@@ -645,7 +645,8 @@ class AguiRun:
                     continue
                 if not snapshot_sent:
                     snapshot_sent = True
-                    out.append({"type": "MESSAGES_SNAPSHOT", "messages": list(mapper.messages)})
+                    messages = await self._thread_messages(request_id, mapper.messages)
+                    out.append({"type": "MESSAGES_SNAPSHOT", "messages": messages})
                     out.append(
                         {"type": "STATE_SNAPSHOT", "snapshot": {"requestId": request_id, "regions": view.states or {}}}
                     )
@@ -679,6 +680,37 @@ class AguiRun:
         self.machine.fire("fail")
         yield _error("StreamEnded", "the request's events ended before its terminal event")
 
+    async def _thread_messages(self, request_id: str, current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every message of the thread: its history, each message with the id the run that streamed it gave.
+
+        The ids come from the logs of the thread's finished requests and of ``request_id`` (``current``, its
+        messages so far with its subagents'); a message no kept log holds (a log expired, a compaction's
+        summary) is ``<thread>.h<position in the history>``.
+        """
+        thread = self.given.thread_id
+        logged: list[dict[str, Any]] = []
+        for earlier in await self.backend.requests(thread):
+            if earlier != request_id:
+                logged += await self._logged_messages(earlier)
+        logged += [message for message in current if "subagentRunId" not in message]
+        found = await self.backend.session(thread)
+        history = found.get("messages") if found is not None else None
+        merged = logged if not isinstance(history, list) else _aligned(history, logged, thread)
+        return _with_subagents(merged, current)
+
+    async def _logged_messages(self, request_id: str) -> list[dict[str, Any]]:
+        """The messages a finished request's log holds, with their ids; none when its log is gone."""
+        mapper = Mapper(request_id)
+        try:
+            if not (await self.backend.run(request_id)).done:
+                return []
+            async for batch in await self.backend.events(request_id, 0):
+                for event in batch:
+                    mapper.remember(event)
+        except (UnknownRun, EventsExpired):
+            return []
+        return [message for message in mapper.messages if "subagentRunId" not in message]
+
     async def _interrupts(self, request_id: str, seq: int, subagents: Mapping[str, Mapper]) -> list[dict[str, Any]]:
         """The waiting calls of the request and of its open subagents (each attributed to its subagent)."""
         found = []
@@ -709,6 +741,49 @@ class AguiRun:
                 }
             )
         return found
+
+
+def _same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a.get(key) == b.get(key) for key in ("role", "content", "toolCalls", "toolCallId"))
+
+
+def _aligned(history: list[Any], logged: list[dict[str, Any]], thread: str) -> list[dict[str, Any]]:
+    """The history's messages in its order, each taking the id of the next logged message like it.
+
+    A message no log holds is ``<thread>.h<position>``; logged messages after the last one the history holds
+    (not stored yet) follow it. The history past the last logged message (the running request's, written
+    since the log was read) is left out: the run streams it.
+    """
+    out: list[dict[str, Any]] = []
+    cursor = 0
+    for position, stored in enumerate(history):
+        if logged and cursor == len(logged):
+            break
+        shaped = _message_json(stored, f"{thread}.h{position}") if isinstance(stored, dict) else None
+        if shaped is None:
+            continue
+        match = next((k for k in range(cursor, len(logged)) if _same_message(logged[k], shaped)), None)
+        if match is None:
+            out.append(shaped)
+        else:
+            out.append(logged[match])
+            cursor = match + 1
+    return out + logged[cursor:]
+
+
+def _with_subagents(messages: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with the running request's subagents' messages, each after the message it followed."""
+    out = list(messages)
+    anchor: str | None = None
+    for message in current:
+        if "subagentRunId" not in message:
+            anchor = message["id"]
+            continue
+        at = next((i + 1 for i, m in enumerate(out) if m["id"] == anchor), len(out)) if anchor is not None else 0
+        while at < len(out) and "subagentRunId" in out[at]:
+            at += 1
+        out.insert(at, message)
+    return out
 
 
 def _call_key(session_id: object, request_id: object, call: Mapping[str, Any]) -> tuple[str, str, str, str]:
