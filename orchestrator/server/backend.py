@@ -9,7 +9,7 @@ format, so the routes and the console cannot tell them apart.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -65,12 +65,18 @@ pending_json = encode_pending
 
 class Backend(Protocol):
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
         """Start a run; its request id. SessionBusy, RunExists, IdempotencyKeyReused.
 
         With ``idempotency_key``, a backend may answer a retry with the run the key already
-        started (its request id) instead of refusing it."""
+        started (its request id) instead of refusing it. ``metadata`` is the run's
+        ``AgentRunConfig.metadata`` (MetadataError when the config refuses it), kept with the run."""
 
     async def run(self, request_id: str) -> RunView:
         """UnknownRun when there is no such run."""
@@ -162,7 +168,12 @@ class LocalBackend:
         return run.context.request_id if run is not None else None
 
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
         # One process: the routes' cache of answers already replays a retried key.
         if request_id is not None:
@@ -172,7 +183,8 @@ class LocalBackend:
                 pass
             else:
                 raise RunExists(f"a run {request_id!r} already exists")
-        handle = await self.client.start(message, config=AgentRunConfig(session_id=session_id, request_id=request_id))
+        config = AgentRunConfig(session_id=session_id, request_id=request_id, metadata=metadata or {})
+        handle = await self.client.start(message, config=config)
         return handle.request_id
 
     async def run(self, request_id: str) -> RunView:

@@ -9,7 +9,7 @@ else: the run goes on.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from machines.build import Step
@@ -35,9 +35,14 @@ class HostBackend:
         return host_closing(self.host)
 
     async def start(
-        self, session_id: str, message: UserMessage, request_id: str | None, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        message: UserMessage,
+        request_id: str | None,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
-        return await self.host.call(self.local.start, session_id, message, request_id, idempotency_key)
+        return await self.host.call(self.local.start, session_id, message, request_id, idempotency_key, metadata)
 
     async def run(self, request_id: str) -> RunView:
         return await self.host.call(self.local.run, request_id)

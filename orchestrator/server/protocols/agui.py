@@ -29,9 +29,9 @@ from starlette.responses import Response
 
 from machines.agui_run import AGUI_RUN
 from machines.build import BoundMachine
-from orchestrator.config import ExternalEvent
+from orchestrator.config import AgentRunConfig, ExternalEvent, MetadataError
 from orchestrator.errors import SessionBusy
-from orchestrator.extensions.client_tools import CALL_EVENT, ClientTool, ClientToolsExtension
+from orchestrator.extensions.client_tools import CALL_EVENT, ClientTool, client_tools_metadata
 from orchestrator.messages import UserMessage
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, RunExists
@@ -183,6 +183,10 @@ def _client_tools(value: object) -> tuple[ClientTool, ...]:
         if not isinstance(description, str) or not isinstance(parameters, dict):
             raise bad_request(f"'tools[{index}]' needs a string description and an object of parameters")
         found.append(ClientTool(name, description, parameters))
+    try:  # they are kept with the run as its metadata, whose size is bounded
+        AgentRunConfig(metadata=client_tools_metadata(found))
+    except MetadataError as error:
+        raise bad_request(f"'tools' cannot be kept with the run: {error}") from None
     return tuple(found)
 
 
@@ -531,9 +535,11 @@ class AguiRun:
                 reasons = "; ".join(f"{name}: {why}" for name, why in delivery.refused.items())
                 raise AguiInputError("SteeringRefused", reasons or "nothing takes steering in this agent")
             return None
-        _declare_client_tools(self.backend, session_id, self.given.tools)
+        metadata = client_tools_metadata(self.given.tools) if self.given.tools else None
         try:
-            request_id = await self.backend.start(session_id, self.given.message, self.given.run_id)
+            request_id = await self.backend.start(
+                session_id, self.given.message, self.given.run_id, metadata=metadata
+            )
         except SessionBusy as busy:
             raise AguiInputError(
                 "SessionBusy", f"{busy}; answer its interrupts, or name the active run as parentRunId to steer it"
@@ -793,15 +799,6 @@ def _call_key(session_id: object, request_id: object, call: Mapping[str, Any]) -
 def _answer_key(answer: Answer) -> tuple[str, str, str, str]:
     session_id, request_id = answer.interrupt.target
     return session_id, request_id, answer.interrupt.tool_call_id, answer.interrupt.response_event
-
-
-def _declare_client_tools(backend: Backend, session_id: str, tools: tuple[ClientTool, ...]) -> None:
-    """Offer the run's frontend tools to the session's requests, where the agent in this process takes them."""
-    local = getattr(backend, "local", backend)  # an AgentHost's backend carries the LocalBackend it calls
-    agent = getattr(local, "agent", None)
-    for extension in getattr(agent, "extensions", ()):
-        if isinstance(extension, ClientToolsExtension):
-            extension.declare(session_id, tools)
 
 
 def _result(event: Mapping[str, Any]) -> Any:
