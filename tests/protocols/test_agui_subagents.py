@@ -13,6 +13,7 @@ from orchestrator import AgentClient, AssistantMessage, ScriptedModel, create_ag
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.subagent import agent_tool
 from tests.protocols.agui_support import agui_events, last_result, run_input
+from tests.protocols.node_clients import run_client
 from tests.server.support import Serving
 from tests.support import asks, call
 
@@ -114,3 +115,15 @@ async def test_a_failed_subagent_is_a_subagent_error_and_the_parent_run_goes_on(
     assert error["subagentRunId"] == started["subagentRunId"] and error["code"] == "SubagentFailed"
     assert "the researcher broke" in error["message"]
     assert events[-1]["type"] == "RUN_FINISHED" and "the researcher broke" in events[-1]["result"]
+
+
+async def test_the_agui_client_answers_a_subagents_question_and_gets_the_parents_answer(serving: Serving) -> None:
+    async with serving(await researcher_client()) as base:
+        got = await run_client("@ag-ui/client", "agui_cycle.mjs", base, "ask", "sub-js", "red")
+    [interrupt] = got["interrupts"]
+    assert interrupt["toolCallId"] == "q1" and interrupt["subagentRunId"]
+    assert got["result"] == "Research says: The user picked red." and got["pending"] == []
+    assert got["types"].count("SUBAGENT_STARTED") == 2 and got["types"].count("SUBAGENT_FINISHED") == 2
+    child = [m for m in got["messages"] if m.get("subagentRunId") == interrupt["subagentRunId"]]
+    # the client keeps the child's messages (its question, its call, the answer, its reply) attributed to it
+    assert sorted(m["role"] for m in child) == ["assistant", "assistant", "tool", "user"]
