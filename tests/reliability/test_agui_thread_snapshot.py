@@ -74,3 +74,21 @@ async def test_a_resume_runs_snapshot_holds_every_message_of_the_thread_with_the
     assert set(ids[:4]) == {m["id"] for m in earlier} | streamed_ids(paint[0]) | streamed_ids(paint[1])
     assert set(ids[4:]) >= streamed_ids(draw[0]) and len(ids[4:]) == 2
     assert snapshot[5]["toolCalls"][0]["function"]["name"] == "ask_user"
+
+
+async def test_a_message_whose_requests_log_is_no_longer_kept_still_is_in_the_snapshot_by_its_position() -> None:
+    async with serving(await turn_asker_client(), retained_runs=1) as base, httpx.AsyncClient(timeout=20) as http:
+        paint = await ask_and_answer(http, base, "kept", "paint")
+        await ask_and_answer(http, base, "kept", "draw")  # the paint request's run (and log) is let go
+        first = await agui_events(http, base, run_input("kept", "sing"))
+        [asked] = first[-1]["outcome"]["interrupts"]
+        resume = [{"interruptId": asked["id"], "status": "resolved", "payload": {"answer": "no"}}]
+        last = await agui_events(http, base, run_input("kept", resume=resume))
+    assert_valid_agui(last)
+    snapshot = next(e for e in last if e["type"] == "MESSAGES_SNAPSHOT")["messages"]
+    assert [m["content"] for m in snapshot if m["role"] == "user"] == ["paint", "draw", "sing"]
+    ids = [m["id"] for m in snapshot]
+    assert ids[:4] == ["kept.h0", "kept.h1", "kept.h2", "kept.h3"]  # no log holds them: their history positions
+    assert not set(ids[:4]) & streamed_ids(paint[1])
+    assert len(set(ids)) == len(ids) == 10
+    assert last[-1]["result"] == "Done with sing: no."
