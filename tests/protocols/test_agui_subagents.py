@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 
 from orchestrator import AgentClient, AssistantMessage, ScriptedModel, create_agent
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.subagent import agent_tool
+from orchestrator.server.protocols.agui import InterruptId
 from tests.protocols.agui_support import agui_events, last_result, run_input
 from tests.protocols.node_clients import run_client
 from tests.server.support import Serving
@@ -77,6 +79,13 @@ async def test_a_subagents_question_suspends_it_and_the_resume_run_continues_it_
             "outcome": {"type": "suspended", "interruptIds": [interrupt["id"]]},
         }
 
+        # an id naming a child session where nothing waits, or that is no id of ours, is refused and changes nothing
+        real = InterruptId.decode(interrupt["id"])
+        forged = attrs.evolve(real, call_session_id="elsewhere:r1").encode()
+        for bad in (forged, interrupt["id"][:-4]):
+            entry = [{"interruptId": bad, "status": "resolved", "payload": {"answer": "blue"}}]
+            refused = await agui_events(http, base, run_input("sub1", resume=entry))
+            assert refused[-1]["type"] == "RUN_ERROR" and refused[-1]["code"] == "UnknownInterrupt", refused[-1]
         resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"answer": "blue"}}]
         second = await agui_events(http, base, run_input("sub1", resume=resume))
         assert_valid_agui(second)
