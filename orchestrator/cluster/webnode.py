@@ -264,6 +264,10 @@ class StoreBackend:
             ]
         return steps
 
+    async def requests(self, session_id: str) -> list[str]:
+        records: list[RunRecord] = await self._call(lambda: self.store.runs(session_id))
+        return [record.request_id for record in records]
+
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         """The paths of the subagent requests the run started, nested as they ran, from its event log: the
         worker that carried each part of the run stored its children's events there with the run's own."""

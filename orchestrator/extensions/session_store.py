@@ -59,6 +59,7 @@ from orchestrator.events import (
 )
 from orchestrator.extensions.ask_user import ASK_USER_WAIT
 from orchestrator.extensions.base import AgentExtension
+from orchestrator.extensions.client_tools import CLIENT_TOOL_WAIT
 from orchestrator.extensions.plan_mode import ENTER_WAIT, EXIT_WAIT, PlanModeExtension
 from orchestrator.extensions.tool_approval import TOOL_APPROVAL_WAIT
 from orchestrator.messages import Message
@@ -87,7 +88,7 @@ __all__ = [
 
 log = logging.getLogger("orchestrator.store")
 
-DEFAULT_WAIT_RULES: tuple[WaitRule, ...] = (ASK_USER_WAIT, ENTER_WAIT, EXIT_WAIT, TOOL_APPROVAL_WAIT)
+DEFAULT_WAIT_RULES: tuple[WaitRule, ...] = (ASK_USER_WAIT, ENTER_WAIT, EXIT_WAIT, TOOL_APPROVAL_WAIT, CLIENT_TOOL_WAIT)
 
 _FINAL_PHASES = REQUEST.main.final_states
 # Plan Mode states a restart returns to Plan Mode.

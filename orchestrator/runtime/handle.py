@@ -328,6 +328,11 @@ class RunRegistry:
     def live(self) -> list[RunHandle]:
         return list(self._live.values())
 
+    def of_session(self, session_id: str) -> list[RunHandle]:
+        """The session's runs still kept, oldest first (a session runs one request at a time)."""
+        kept = [*self._finished.values(), *self._live.values()]
+        return [handle for handle in kept if handle.session_id == session_id]
+
     def forget_session(self, session_id: str) -> None:
         """Drop the finished runs of ``session_id`` (their handles and event logs)."""
         for request_id, handle in list(self._finished.items()):

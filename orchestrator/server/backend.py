@@ -9,7 +9,7 @@ format, so the routes and the console cannot tell them apart.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -71,6 +71,7 @@ class Backend(Protocol):
         message: UserMessage,
         request_id: str | None,
         idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
         *,
         usage_limits: UsageLimits | None = None,
         deadline: float | None = None,
@@ -79,7 +80,8 @@ class Backend(Protocol):
         bounds it); its request id. SessionBusy, RunExists, IdempotencyKeyReused.
 
         With ``idempotency_key``, a backend may answer a retry with the run the key already
-        started (its request id) instead of refusing it."""
+        started (its request id) instead of refusing it. ``metadata`` is the run's
+        ``AgentRunConfig.metadata`` (MetadataError when the config refuses it), kept with the run."""
 
     async def run(self, request_id: str) -> RunView:
         """UnknownRun when there is no such run."""
@@ -116,6 +118,10 @@ class Backend(Protocol):
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         """Remove the session from every store; whether it was there. SessionBusy while a run of it runs,
         unless ``cancel``."""
+        ...
+
+    async def requests(self, session_id: str) -> list[str]:
+        """The ids of the session's requests still kept here, oldest first."""
         ...
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
@@ -172,6 +178,7 @@ class LocalBackend:
         message: UserMessage,
         request_id: str | None,
         idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
         *,
         usage_limits: UsageLimits | None = None,
         deadline: float | None = None,
@@ -185,7 +192,11 @@ class LocalBackend:
             else:
                 raise RunExists(f"a run {request_id!r} already exists")
         config = AgentRunConfig(
-            session_id=session_id, request_id=request_id, usage_limits=usage_limits, deadline=deadline
+            session_id=session_id,
+            request_id=request_id,
+            metadata=metadata or {},
+            usage_limits=usage_limits,
+            deadline=deadline,
         )
         handle = await self.client.start(message, config=config)
         return handle.request_id
@@ -290,6 +301,9 @@ class LocalBackend:
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         return await self.client.delete_session(session_id, cancel=cancel)
+
+    async def requests(self, session_id: str) -> list[str]:
+        return [handle.request_id for handle in self.agent.runs.of_session(session_id)]
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return self.agent.child_traces(self._handle(request_id).session_id, request_id)

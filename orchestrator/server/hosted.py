@@ -10,7 +10,7 @@ else: the run goes on.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from machines.build import Step
@@ -42,12 +42,13 @@ class HostBackend:
         message: UserMessage,
         request_id: str | None,
         idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
         *,
         usage_limits: UsageLimits | None = None,
         deadline: float | None = None,
     ) -> str:
         start = functools.partial(self.local.start, usage_limits=usage_limits, deadline=deadline)
-        return await self.host.call(start, session_id, message, request_id, idempotency_key)
+        return await self.host.call(start, session_id, message, request_id, idempotency_key, metadata)
 
     async def run(self, request_id: str) -> RunView:
         return await self.host.call(self.local.run, request_id)
@@ -90,6 +91,9 @@ class HostBackend:
 
     async def transitions(self, request_id: str) -> list[Step]:
         return await self.host.call(self.local.transitions, request_id)
+
+    async def requests(self, session_id: str) -> list[str]:
+        return await self.host.call(self.local.requests, session_id)
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return await self.host.call(self.local.child_traces, request_id)
