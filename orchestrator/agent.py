@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from orchestrator.tools import ToolDefinition
 if TYPE_CHECKING:
     from orchestrator.events import CompactionCompletedEvent
     from orchestrator.observe.trace import NestedTrace
+    from orchestrator.store.retention import PruneReport, Retention
 
 log = logging.getLogger("orchestrator.agent")
 
@@ -384,6 +386,35 @@ class Agent:
         self._budgets.pop(session_id, None)
         return found
 
+    async def prune(self, retention: Retention, *, now: float | None = None) -> PruneReport:
+        """One prune pass at ``now`` (default: the time): finished runs that ended ``retention.ended_runs_after``
+        ago go, and sessions of a session store extension's store idle ``retention.idle_sessions_after``
+        (removed as ``delete_session`` does). A running or waiting request's session stays, and so does one
+        another process holds. Pruned runs' ids are remembered ``retention.tombstones_for``: ``attach`` raises
+        RunPruned for them meanwhile."""
+        from orchestrator.store.errors import SessionLocked
+        from orchestrator.store.retention import PruneReport
+
+        now = time.time() if now is None else now
+        runs = 0
+        if retention.ended_runs_after is not None:
+            runs = self.runs.prune(now - retention.ended_runs_after, now=now)
+        gone: list[str] = []
+        if retention.idle_sessions_after is not None:
+            cutoff = now - retention.idle_sessions_after
+            for store in _session_stores(self.extensions):
+                for session_id in await trio.to_thread.run_sync(store.idle_sessions, cutoff):
+                    if session_id in self._live or session_id in gone:
+                        continue  # a request of it runs or waits here
+                    self.runs.prune_session(session_id, now=now)
+                    try:
+                        await self.delete_session(session_id)
+                    except (SessionBusy, SessionLocked):
+                        continue  # another process runs it
+                    gone.append(session_id)
+        self.runs.forget_pruned(now - retention.tombstones_for)
+        return PruneReport(runs, tuple(gone))
+
     def working(self) -> list[str]:
         """Sessions whose running request works, not only waits for an answer: what a drain lets finish."""
         return [session for session in self._live if not any(call.live for call in self.pending(session))]
@@ -462,6 +493,10 @@ class AgentClient:
         """Remove the session everywhere this agent keeps it; see ``Agent.delete_session``."""
         return await self.agent.delete_session(session_id, cancel=cancel)
 
+    async def prune(self, retention: Retention, *, now: float | None = None) -> PruneReport:
+        """One prune pass: ended runs and idle sessions past ``retention``; see ``Agent.prune``."""
+        return await self.agent.prune(retention, now=now)
+
     def state(self, session_id: str) -> str | None:
         return self.agent.state(session_id)
 
@@ -533,6 +568,16 @@ async def create_agent(
         max_concurrent_runs=max_concurrent_runs,
     )
     return AgentClient(agent)
+
+
+def _session_stores(extensions: Iterable[AgentExtension]) -> list[Any]:
+    """The session stores of the extensions that keep one (each once)."""
+    stores: list[Any] = []
+    for extension in extensions:
+        store = getattr(extension, "store", None)
+        if callable(getattr(store, "idle_sessions", None)) and not any(store is kept for kept in stores):
+            stores.append(store)
+    return stores
 
 
 def _delete_stored(store: Any, session_id: str) -> bool:

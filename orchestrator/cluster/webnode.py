@@ -37,12 +37,13 @@ from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
 from orchestrator.messages import Message, UserMessage
 from orchestrator.observe.trace import NestedTrace
-from orchestrator.runtime.handle import UnknownRun
+from orchestrator.runtime.handle import RunPruned, UnknownRun
 from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunView
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.changes import RUN
 from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.retention import PrunedRun, PruneReport, Retention, prune_run_store
 from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
 from orchestrator.store.titles import first_input_title
 
@@ -81,8 +82,16 @@ class StoreBackend:
     async def _record(self, request_id: str) -> RunRecord:
         record: RunRecord | None = await self._call(self.store.run, request_id)
         if record is None:
+            pruned: PrunedRun | None = await self._call(self.store.pruned, request_id)
+            if pruned is not None:
+                raise RunPruned(request_id, pruned.reason, pruned.pruned)
             raise UnknownRun(request_id)
         return record
+
+    async def prune(self, retention: Retention, now: float | None = None) -> PruneReport:
+        """One prune pass over the run store (see ``prune_run_store``)."""
+        report: PruneReport = await self._call(prune_run_store, self.store, retention, now)
+        return report
 
     @staticmethod
     def _view(record: RunRecord) -> RunView:

@@ -40,6 +40,7 @@ from orchestrator.events import RunCancelledEvent, RunFailedEvent
 from orchestrator.messages import Message, UserMessage
 from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.retention import TOMBSTONE_SECONDS
 from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
 from orchestrator.wire.format import WireFormatError, decode_message, encode_event
 
@@ -214,6 +215,7 @@ class Worker:
             cutoff = time.time() - self.retention_seconds
             try:
                 gone = await trio.to_thread.run_sync(self.store.prune, cutoff)
+                await trio.to_thread.run_sync(self.store.forget_pruned, time.time() - TOMBSTONE_SECONDS)
             except StoreUnavailable as down:
                 log.warning("worker %s: no runs pruned: %s", self.name, down)
             else:

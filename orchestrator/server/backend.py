@@ -28,6 +28,7 @@ from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import RunHandle, UnknownRun
 from orchestrator.server import sessions
 from orchestrator.store.fork import ForkRefused, first_turns, fork_session
+from orchestrator.store.retention import PruneReport, Retention
 from orchestrator.store.titles import first_input_title, set_title, set_titles
 from orchestrator.wire.sse import encode_pending
 
@@ -271,6 +272,10 @@ class LocalBackend:
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         return await self.client.delete_session(session_id, cancel=cancel)
+
+    async def prune(self, retention: Retention, now: float | None = None) -> PruneReport:
+        """One prune pass over the agent's finished runs and its session store (see ``Agent.prune``)."""
+        return await self.agent.prune(retention, now=now)
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return self.agent.child_traces(self._handle(request_id).session_id, request_id)

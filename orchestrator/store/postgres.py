@@ -55,6 +55,7 @@ from orchestrator.store.interface import (
     StoredRow,
 )
 from orchestrator.store.locks import ProcessLocks
+from orchestrator.store.sqlite import IDLE_SESSIONS
 from orchestrator.text import clean_text
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
@@ -265,6 +266,12 @@ class PostgresStore(SessionStore):
         with self._transaction(session_id) as db:
             rows = db.execute(query + " ORDER BY seq", params).fetchall()
         return [Quarantined(int(r), str(s), int(p), str(b), str(why)) for r, s, p, b, why in rows]
+
+    def idle_sessions(self, idle_before: float) -> list[str]:
+        with self._transaction() as db:
+            query = IDLE_SESSIONS.format(prefix="orchestrator_").replace("?", "%s")
+            rows = db.execute(query, (idle_before,)).fetchall()
+        return [str(session_id) for (session_id,) in rows]
 
     def delete_session(self, session_id: str) -> bool:
         found = 0

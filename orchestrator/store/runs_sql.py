@@ -43,6 +43,7 @@ from orchestrator.store.runs import (
     Lease,
     LeaseLost,
     NewInboxItem,
+    PrunedRun,
     RunCommit,
     RunRecord,
     RunStore,
@@ -125,6 +126,13 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
         _inbox_table("orchestrator_inbox", real, serial),
         "CREATE INDEX IF NOT EXISTS orchestrator_inbox_run ON orchestrator_inbox (request_id, consumed, id)",
         "CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_inbox_key ON orchestrator_inbox (session_id, idempotency_key)",
+        # Pruned runs' ids (never their sessions'), so following one answers 410 instead of 404.
+        f"""CREATE TABLE IF NOT EXISTS orchestrator_pruned_runs (
+            request_id TEXT PRIMARY KEY,
+            reason TEXT NOT NULL,
+            pruned {real} NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS orchestrator_pruned_runs_age ON orchestrator_pruned_runs (pruned)",
     )
 
 
@@ -402,7 +410,7 @@ class SQLRunStore(RunStore):
         except Exception as failed:
             raise StoreUnavailable(f"cannot connect to {where}: {one_line(failed)}") from failed
         try:
-            with self._transaction() as db:
+            with self._transaction("open") as db:
                 self._open_schema(db)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -437,7 +445,7 @@ class SQLRunStore(RunStore):
 
     def schema_version(self) -> int:
         """The version the database's run store tables are at (RUN_SCHEMA_VERSION once opened)."""
-        with self._transaction() as db:
+        with self._transaction("schema_version") as db:
             db.execute(f"SELECT version FROM {_SCHEMA_TABLE}")
             return int(db.fetchone()[0])
 
@@ -473,7 +481,8 @@ class SQLRunStore(RunStore):
                 db.close()
 
     @contextmanager
-    def _transaction(self) -> Iterator[_Cursor]:
+    def _transaction(self, operation: str) -> Iterator[_Cursor]:
+        """One transaction; ``operation`` names it (the store's method)."""
         if self.dialect.name == "sqlite":
             with self._lock:
                 cursor = self._db.cursor()
@@ -599,7 +608,7 @@ class SQLRunStore(RunStore):
     def create_run(self, session_id: str, request_id: str, input_message: Mapping[str, Any]) -> RunRecord:
         now = time.time()
         try:
-            with self._transaction() as db:
+            with self._transaction("create_run") as db:
                 db.execute(
                     f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_ACTIVE_SQL}",
                     (session_id,),
@@ -608,6 +617,7 @@ class SQLRunStore(RunStore):
                     raise SessionBusy(session_id)
                 if self._row(db, request_id) is not None:
                     raise StoreError(f"a run {request_id!r} already exists")
+                db.execute("DELETE FROM orchestrator_pruned_runs WHERE request_id = ?", (request_id,))
                 db.execute(
                     "INSERT INTO orchestrator_runs (request_id, session_id, status, input, version, last_seq,"
                     " cancel_requested, created, updated) VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?)",
@@ -621,7 +631,7 @@ class SQLRunStore(RunStore):
         return created
 
     def run(self, request_id: str) -> RunRecord | None:
-        with self._transaction() as db:
+        with self._transaction("run") as db:
             return self._row(db, request_id)
 
     def runs(self, session_id: str | None = None, *, active: bool = False) -> list[RunRecord]:
@@ -632,7 +642,7 @@ class SQLRunStore(RunStore):
         if active:
             clauses.append(f"status IN {_ACTIVE_SQL}")
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        with self._transaction() as db:
+        with self._transaction("runs") as db:
             db.execute(f"SELECT {_RUN_COLUMNS} FROM orchestrator_runs{where} ORDER BY created, request_id", params)
             return [_record(row) for row in db.fetchall()]
 
@@ -643,7 +653,7 @@ class SQLRunStore(RunStore):
         now = time.time()
         clock = self.dialect.now
         leases: list[Lease] = []
-        with self._transaction() as db:
+        with self._transaction("claim") as db:
             db.execute(
                 f"SELECT request_id, status FROM orchestrator_runs"
                 f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
@@ -687,7 +697,7 @@ class SQLRunStore(RunStore):
         return LeaseLost(lease.request_id, f"version {row.version} is not {lease.version}")
 
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
-        with self._transaction() as db:
+        with self._transaction("renew") as db:
             db.execute(
                 f"UPDATE orchestrator_runs SET lease_expires = {self.dialect.now} + ? WHERE request_id = ?"
                 " AND lease_token = ? AND status = 'running' RETURNING cancel_requested, lease_expires",
@@ -700,7 +710,7 @@ class SQLRunStore(RunStore):
 
     def commit(self, lease: Lease, change: RunCommit) -> Lease:
         now = time.time()
-        with self._transaction() as db:
+        with self._transaction("commit") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
             db.execute(
                 f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested FROM orchestrator_runs"
@@ -760,7 +770,7 @@ class SQLRunStore(RunStore):
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
     def release(self, lease: Lease) -> None:
-        with self._transaction() as db:
+        with self._transaction("release") as db:
             db.execute(
                 "UPDATE orchestrator_runs SET status = ?, lease_owner = NULL, lease_token = NULL,"
                 " lease_expires = NULL, not_before = NULL, version = version + 1, updated = ?"
@@ -785,7 +795,7 @@ class SQLRunStore(RunStore):
     # events and inbox -------------------------------------------------------
 
     def events(self, request_id: str, after: int = 0, limit: int = 500) -> list[StoredEvent]:
-        with self._transaction() as db:
+        with self._transaction("events") as db:
             db.execute(
                 "SELECT seq, type, body FROM orchestrator_run_events WHERE request_id = ? AND seq > ?"
                 " ORDER BY seq LIMIT ?",
@@ -801,7 +811,7 @@ class SQLRunStore(RunStore):
         (``ON CONFLICT``), which then reads the winner's item in the same transaction."""
         now = time.time()
         digest = _body_digest(item)
-        with self._transaction() as db:
+        with self._transaction("post") as db:
             row = self._row(db, item.request_id, lock=True)
             if item.idempotency_key is not None:
                 found = self._inbox_by_key(db, item.session_id, item.idempotency_key, digest)
@@ -879,7 +889,7 @@ class SQLRunStore(RunStore):
         return _inbox_item(row)
 
     def inbox(self, request_id: str, *, after_id: int = 0) -> list[InboxItem]:
-        with self._transaction() as db:
+        with self._transaction("inbox") as db:
             db.execute(
                 "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
                 " WHERE request_id = ? AND consumed = 0 AND id > ? ORDER BY id",
@@ -894,7 +904,7 @@ class SQLRunStore(RunStore):
         settle: Callable[[RunRecord, list[Message]], Sequence[Message]] | None = None,
     ) -> RunRecord:
         now = time.time()
-        with self._transaction() as db:
+        with self._transaction("cancel") as db:
             row = self._row(db, request_id, lock=True)
             if row is None:
                 raise UnknownRunRow(request_id)
@@ -927,7 +937,7 @@ class SQLRunStore(RunStore):
         return changed
 
     def history(self, session_id: str) -> list[Message]:
-        with self._transaction() as db:
+        with self._transaction("history") as db:
             return self._history(db, session_id)
 
     def _history(self, db: _Cursor, session_id: str) -> list[Message]:
@@ -944,7 +954,7 @@ class SQLRunStore(RunStore):
 
     def sessions(self) -> list[str]:
         table = self.dialect.messages_table
-        with self._transaction() as db:
+        with self._transaction("sessions") as db:
             db.execute(
                 f"SELECT session_id FROM (SELECT session_id, MIN(created) AS first FROM orchestrator_runs"
                 f" GROUP BY session_id UNION ALL SELECT session_id, MIN(created) FROM {table} GROUP BY session_id)"
@@ -954,7 +964,7 @@ class SQLRunStore(RunStore):
 
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
         found = 0
-        with self._transaction() as db:
+        with self._transaction("delete_session") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
             db.execute(f"SELECT request_id, status FROM orchestrator_runs WHERE session_id = ?{lock}", (session_id,))
             runs = db.fetchall()
@@ -969,7 +979,8 @@ class SQLRunStore(RunStore):
 
     def prune_sessions(self, idle_before: float) -> list[str]:
         table = self.dialect.messages_table
-        with self._transaction() as db:
+        now = time.time()
+        with self._transaction("prune_sessions") as db:
             db.execute(
                 f"SELECT session_id FROM (SELECT session_id, MAX(updated) AS last FROM orchestrator_runs"
                 f" GROUP BY session_id UNION ALL SELECT session_id, MAX(created) FROM {table} GROUP BY session_id)"
@@ -985,28 +996,49 @@ class SQLRunStore(RunStore):
                 if db.fetchone() is not None:
                     continue  # a live or parked run is never pruned
                 # Only final runs go: a run started meanwhile (not yet visible to the check above) stays.
-                ended = f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}"
-                for name in ("orchestrator_run_events", "orchestrator_inbox"):
-                    db.execute(f"DELETE FROM {name} WHERE request_id IN ({ended})", (session_id,))
                 db.execute(
-                    f"DELETE FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}", (session_id,)
+                    f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}",
+                    (session_id,),
                 )
+                ended = [row[0] for row in db.fetchall()]
+                self._bury(db, ended, "idle_session", now)
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
                 gone.append(session_id)
         return gone
 
     def prune(self, older_than: float) -> int:
-        final = "('completed', 'failed', 'cancelled')"
-        with self._transaction() as db:
+        with self._transaction("prune") as db:
             db.execute(
-                f"SELECT request_id FROM orchestrator_runs WHERE status IN {final} AND updated < ?", (older_than,)
+                f"SELECT request_id FROM orchestrator_runs WHERE status IN {_FINAL_SQL} AND updated < ?", (older_than,)
             )
             gone = [row[0] for row in db.fetchall()]
-            for request_id in gone:
-                db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
-                db.execute("DELETE FROM orchestrator_inbox WHERE request_id = ?", (request_id,))
-                db.execute("DELETE FROM orchestrator_runs WHERE request_id = ?", (request_id,))
+            self._bury(db, gone, "ended", time.time())
         return len(gone)
+
+    def _bury(self, db: _Cursor, request_ids: Sequence[str], reason: str, now: float) -> None:
+        """Delete the runs ``request_ids`` (their events, inbox and row), remembering each id as pruned."""
+        for request_id in request_ids:
+            db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
+            db.execute("DELETE FROM orchestrator_inbox WHERE request_id = ?", (request_id,))
+            db.execute("DELETE FROM orchestrator_runs WHERE request_id = ?", (request_id,))
+            db.execute(
+                "INSERT INTO orchestrator_pruned_runs (request_id, reason, pruned) VALUES (?, ?, ?)"
+                " ON CONFLICT (request_id) DO UPDATE SET reason = excluded.reason, pruned = excluded.pruned",
+                (request_id, reason, now),
+            )
+
+    def pruned(self, request_id: str) -> PrunedRun | None:
+        with self._transaction("pruned") as db:
+            db.execute(
+                "SELECT request_id, reason, pruned FROM orchestrator_pruned_runs WHERE request_id = ?", (request_id,)
+            )
+            row = db.fetchone()
+        return PrunedRun(row[0], row[1], float(row[2])) if row is not None else None
+
+    def forget_pruned(self, before: float) -> int:
+        with self._transaction("forget_pruned") as db:
+            db.execute("DELETE FROM orchestrator_pruned_runs WHERE pruned < ? RETURNING 1", (before,))
+            return len(db.fetchall())
 
     def wait_for_work(self, timeout: float) -> None:
         if self._listen is None:

@@ -78,6 +78,14 @@ CREATE TABLE IF NOT EXISTS unreadable_rows (
 _MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
+IDLE_SESSIONS = (
+    "SELECT session_id FROM (SELECT session_id, MAX(created) AS last FROM {prefix}messages GROUP BY session_id"
+    " UNION ALL SELECT session_id, MAX(updated) FROM {prefix}session_modes GROUP BY session_id) AS known"
+    " WHERE session_id NOT IN (SELECT session_id FROM {prefix}pending_approvals)"
+    " GROUP BY session_id HAVING MAX(last) < ? ORDER BY session_id"
+)
+"""Sessions idle since before the one parameter, without a recorded wait (shared with the PostgreSQL store)."""
+
 _INSERT = "INSERT INTO messages (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)"
 
 
@@ -219,6 +227,11 @@ class SQLiteStore(SessionStore):
         with self._lock:
             rows = self._db.execute(query + " ORDER BY found, rowid", params).fetchall()
         return [Quarantined(int(r), str(s), int(p), str(b), str(why)) for r, s, p, b, why in rows]
+
+    def idle_sessions(self, idle_before: float) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(IDLE_SESSIONS.format(prefix=""), (idle_before,)).fetchall()
+        return [str(session_id) for (session_id,) in rows]
 
     def delete_session(self, session_id: str) -> bool:
         found = 0
