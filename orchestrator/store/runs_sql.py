@@ -33,6 +33,7 @@ from orchestrator.messages import Message
 from orchestrator.store.changes import INBOX, RUN, WORK, ChangeFeed
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
 from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, StoreError, StoreUnavailable, one_line
+from orchestrator.store.metrics import claimed, measured
 from orchestrator.store.runs import (
     ACTIVE,
     FINAL,
@@ -482,7 +483,12 @@ class SQLRunStore(RunStore):
 
     @contextmanager
     def _transaction(self, operation: str) -> Iterator[_Cursor]:
-        """One transaction; ``operation`` names it (the store's method)."""
+        """One transaction, its duration measured as ``operation`` (see ``orchestrator.store.metrics``)."""
+        with measured(self.dialect.name, operation), self._transaction_unmeasured() as db:
+            yield db
+
+    @contextmanager
+    def _transaction_unmeasured(self) -> Iterator[_Cursor]:
         if self.dialect.name == "sqlite":
             with self._lock:
                 cursor = self._db.cursor()
@@ -655,14 +661,17 @@ class SQLRunStore(RunStore):
         leases: list[Lease] = []
         with self._transaction("claim") as db:
             db.execute(
-                f"SELECT request_id, status FROM orchestrator_runs"
+                f"SELECT request_id, status, updated, not_before, lease_expires FROM orchestrator_runs"
                 f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
                 f" OR (status = 'running' AND lease_expires < {clock})"
                 " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
                 (limit,),
             )
-            for request_id, status in db.fetchall():
+            for request_id, status, updated, not_before, lease_expires in db.fetchall():
                 trigger = "claim" if status == "queued" else "take_over"
+                # Claimable since it was queued (or its back-off ended), or since its lease expired.
+                since = max(updated, not_before or 0.0) if status == "queued" else (lease_expires or updated)
+                claimed("queued" if status == "queued" else "take_over", now - float(since))
                 new_status = lease_step(status, trigger, expired=True)
                 token = secrets.token_hex(16)
                 db.execute(
