@@ -31,6 +31,7 @@ from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry,
 from orchestrator.runtime.inbox import InputInbox
 from orchestrator.runtime.pending import PendingCall, WaitingCalls, pending_calls
 from orchestrator.runtime.ports import RunPort
+from orchestrator.runtime.redaction import Redactor
 from orchestrator.runtime.restored import Restored
 from orchestrator.runtime.run import RequestRun
 from orchestrator.runtime.sinks import EventSink
@@ -144,6 +145,7 @@ class Agent:
         deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
         max_concurrent_model_calls: int | None = None,
         max_concurrent_runs: int | None = None,
+        redact: Redactor | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -161,6 +163,7 @@ class Agent:
             raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
         check_settings(model, model_settings)
         function(optional=True).check("Agent.deps_factory", deps_factory)
+        function(optional=True).check("Agent.redact", redact)
         if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
             raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
         self.model = model
@@ -180,6 +183,8 @@ class Agent:
         self.model_settings = model_settings or DEFAULT_SETTINGS
         self.output_type: OutputType | None = _output_type(output_type)
         self.deps_factory = deps_factory
+        # Changes every event and message before it is stored or sent (see orchestrator.runtime.redaction).
+        self.redact = redact
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
@@ -529,6 +534,7 @@ async def create_agent(
     deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
     max_concurrent_model_calls: int | None = None,
     max_concurrent_runs: int | None = None,
+    redact: Redactor | None = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
@@ -549,6 +555,9 @@ async def create_agent(
     past it waits for one to end; ``max_concurrent_runs`` caps the requests running at once (one
     waiting for an answer included): a request past it stays ``idle`` until one ends, and never
     fails for it (see docs/concurrency.md).
+    ``redact`` (an event or a message in, the one to keep out) changes what is stored and sent: every
+    event streamed or delivered to ``on_event``, every message entering ``history``; the request and
+    its model keep the original (see ``orchestrator.runtime.redaction`` and docs/operations.md).
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -566,6 +575,7 @@ async def create_agent(
         deps_factory=deps_factory,
         max_concurrent_model_calls=max_concurrent_model_calls,
         max_concurrent_runs=max_concurrent_runs,
+        redact=redact,
     )
     return AgentClient(agent)
 
