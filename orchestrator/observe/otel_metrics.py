@@ -117,7 +117,8 @@ class StoreInstruments:
         self.transaction_duration = meter.create_histogram(
             "orchestrator.store.transaction.duration",
             unit="s",
-            description="Duration of one store transaction, by orchestrator.store.operation and db.system.name",
+            description="Duration of one store transaction, by orchestrator.store.operation, orchestrator.store.kind"
+            " (runs or sessions) and db.system.name",
             explicit_bucket_boundaries_advisory=list(_STORE_BUCKETS),
         )
         self.claim_lag = meter.create_histogram(
@@ -128,8 +129,14 @@ class StoreInstruments:
             explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
         )
 
-    def transaction(self, system: str, operation: str, duration: float, error: BaseException | None) -> None:
-        attributes = {"db.system.name": system, "orchestrator.store.operation": operation}
+    def transaction(
+        self, system: str, kind: str, operation: str, duration: float, error: BaseException | None
+    ) -> None:
+        attributes = {
+            "db.system.name": system,
+            "orchestrator.store.kind": kind,
+            "orchestrator.store.operation": operation,
+        }
         if error is not None:
             attributes["error.type"] = type(error).__qualname__
         self.transaction_duration.record(duration, attributes)

@@ -46,8 +46,9 @@ def use_meter_provider(meter_provider: Any) -> None:
 
 
 @contextmanager
-def measured(system: str, operation: str) -> Iterator[None]:
-    """Record the duration of the transaction this surrounds as ``operation`` of a ``system`` store."""
+def measured(system: str, operation: str, kind: str = "runs") -> Iterator[None]:
+    """Record the duration of the transaction this surrounds as ``operation`` of a ``system`` store
+    (``kind``: the run store's ``runs`` or a session store's ``sessions``)."""
     instruments = _instruments if _instruments is not _UNSET else store_instruments()
     if instruments is None:
         yield
@@ -56,9 +57,9 @@ def measured(system: str, operation: str) -> Iterator[None]:
     try:
         yield
     except BaseException as error:
-        instruments.transaction(system, operation, time.perf_counter() - started, error)
+        instruments.transaction(system, kind, operation, time.perf_counter() - started, error)
         raise
-    instruments.transaction(system, operation, time.perf_counter() - started, None)
+    instruments.transaction(system, kind, operation, time.perf_counter() - started, None)
 
 
 def claimed(kind: str, lag: float) -> None:

@@ -63,6 +63,7 @@ def test_transactions_are_timed_by_operation_and_a_claim_records_its_lag(tmp_pat
     }
     assert {"open", "create_run", "claim", "commit"} <= set(durations)
     assert all(point.attributes["db.system.name"] == "sqlite" for point in durations.values())
+    assert all(point.attributes["orchestrator.store.kind"] == "runs" for point in durations.values())
     assert durations["claim"].count == 1 and durations["claim"].sum >= 0
     (lag,) = found["orchestrator.store.claim.lag"]
     assert lag.attributes == {"orchestrator.claim.kind": "queued"}
@@ -87,8 +88,47 @@ def test_a_failed_transaction_is_timed_with_its_error_type(tmp_path: Path) -> No
         if "error.type" in point.attributes
     ]
     assert failed == [
-        {"db.system.name": "sqlite", "orchestrator.store.operation": "create_run", "error.type": "SessionBusy"}
+        {
+            "db.system.name": "sqlite",
+            "orchestrator.store.kind": "runs",
+            "orchestrator.store.operation": "create_run",
+            "error.type": "SessionBusy",
+        }
     ]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+async def test_a_session_stores_writes_are_timed_by_operation(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from orchestrator import AssistantMessage, ScriptedModel, create_agent
+    from orchestrator.config import AgentRunConfig
+    from orchestrator.extensions.session_store import SessionStoreExtension
+    from orchestrator.store.interface import SessionStore
+    from orchestrator.store.sqlite import SQLiteStore
+
+    reader = InMemoryMetricReader()
+    store_metrics.use_meter_provider(MeterProvider(metric_readers=[reader]))
+    store: SessionStore
+    if kind == "sqlite":
+        store = SQLiteStore(tmp_path / "sessions.db")
+    else:
+        from orchestrator.store.postgres import PostgresStore
+
+        store = PostgresStore(request.getfixturevalue("postgres_dsn"))
+    client = await create_agent(
+        ScriptedModel([AssistantMessage("hello")]), history=None, extensions=[SessionStoreExtension(store)]
+    )
+    await client.run("hi", config=AgentRunConfig("s1"))
+    store.close()
+    applied = [
+        point
+        for point in points(reader)["orchestrator.store.transaction.duration"]
+        if point.attributes["orchestrator.store.operation"] == "apply"
+    ]
+    assert len(applied) == 1 and applied[0].count >= 2  # the input and the answer, at least
+    assert applied[0].attributes["orchestrator.store.kind"] == "sessions"
+    assert applied[0].attributes["db.system.name"] == kind
 
 
 async def test_the_store_metrics_are_scraped_from_a_web_nodes_metrics_route(tmp_path: Path) -> None:
