@@ -195,3 +195,84 @@ def test_an_agent_host_backend_prunes_in_the_hosts_thread() -> None:
         assert asyncio.run(asyncio.wait_for(main(), 20)) == (1, 410)
     finally:
         host.close()
+
+
+def postgres_rows_holding(dsn: str, text: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        tables = db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        ).fetchall()
+        return [f"{t}: {row}" for (t,) in tables for row in db.execute(f"SELECT * FROM {t}") if text in repr(row)]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "memory"])
+async def test_every_session_store_prunes_idle_sessions_and_keeps_running_and_waiting_ones(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from orchestrator import tool
+    from orchestrator.extensions.session_store import SessionStoreExtension
+    from orchestrator.store.interface import SessionStore
+    from orchestrator.store.memory import MemoryStore
+    from orchestrator.store.sqlite import SQLiteStore
+
+    store: SessionStore
+    if kind == "sqlite":
+        store = SQLiteStore(tmp_path / "sessions.db")
+    elif kind == "postgresql":
+        from orchestrator.store.postgres import PostgresStore
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        store = PostgresStore(dsn)
+    else:
+        store = MemoryStore()
+    release = trio.Event()
+
+    @tool
+    async def hold() -> str:
+        """Hold until released."""
+        await release.wait()
+        return "released"
+
+    def step(request: ModelRequest) -> AssistantMessage:
+        last = request.messages[-1]
+        text = [m for m in request.messages if m.role == "user"][-1].text
+        if isinstance(last, ToolMessage):
+            return AssistantMessage("ok")
+        if "hold" in text:
+            return asks(call("h1", "hold"))
+        if "ask" in text:
+            return asks(call("q1", "ask_user", question="Go?", options=["yes", "no"]))
+        return AssistantMessage("done")
+
+    client = await create_agent(
+        ScriptedModel([step], repeat_last=True),
+        tools=[hold],
+        history=None,
+        extensions=[SessionStoreExtension(store), AskUserExtension()],
+    )
+    with trio.fail_after(20):
+        ended = await client.start("finish", config=AgentRunConfig("idle-gone-9d2b"))
+        await ended.wait()
+        running = await client.start("hold on", config=AgentRunConfig("runs"))
+        waiting = await client.start("ask me", config=AgentRunConfig("waits"))
+        while not client.pending("waits"):
+            await trio.sleep(0.01)
+        report = await client.prune(Retention(idle_sessions_after=HOUR), now=time.time() + 2 * HOUR)
+        assert report.sessions == ("idle-gone-9d2b",)
+        assert await client.history("idle-gone-9d2b") == []
+        assert store.rows("idle-gone-9d2b") == [] and store.sessions() == ["runs", "waits"]
+        if kind == "sqlite":
+            assert rows_holding(tmp_path / "sessions.db", "idle-gone-9d2b") == []
+        elif kind == "postgresql":
+            assert postgres_rows_holding(dsn, "idle-gone-9d2b") == []
+        with pytest.raises(RunPruned) as pruned:
+            client.attach(ended.request_id)
+        assert pruned.value.reason == "idle_session"
+        release.set()
+        await running.wait()
+        assert running.state == "completed" and not waiting.done
+        waiting.cancel()
+        await waiting.wait()
+    store.close()

@@ -155,3 +155,28 @@ def test_a_new_run_under_a_pruned_id_supersedes_its_memory_and_old_memories_are_
     store.commit(lease, RunCommit(status="completed"))
     assert store.prune(time.time() + 1) == 1
     assert store.forget_pruned(time.time() + 1) == 1 and store.pruned("r1") is None
+
+
+async def test_a_web_node_served_with_a_retention_prunes_as_it_runs(tmp_path: Path) -> None:
+    from orchestrator.messages import UserMessage
+    from orchestrator.store.runs import RunCommit
+    from orchestrator.wire.format import encode_message
+
+    store = sqlite_run_store(str(tmp_path / "cluster.db"))
+    try:
+        store.create_run("s1", "r1", encode_message(UserMessage("hi")))
+        (lease,) = store.claim("w", 30)
+        store.commit(lease, RunCommit(status="completed"))
+        backend = StoreBackend(store, poll_seconds=0.02)
+        with trio.fail_after(20):
+            async with (
+                serving(backend, retention=Retention(ended_runs_after=0.2)) as base,  # type: ignore[arg-type]
+                httpx.AsyncClient(timeout=10) as http,
+            ):
+                while (shown := await http.get(f"{base}/runs/r1")).status_code != 410:
+                    assert shown.status_code == 200, shown.text
+                    await trio.sleep(0.05)  # pruned 0.2 s after it ended, by the node's own pass
+                assert shown.json()["error"]["type"] == "RunPruned"
+                assert (await http.get(f"{base}/runs/r1/events")).status_code == 410
+    finally:
+        store.close()
