@@ -70,6 +70,24 @@ def test_transactions_are_timed_by_operation_and_a_claim_records_its_lag(tmp_pat
     assert lag.count == 1 and lag.sum >= 0.3
 
 
+def test_taking_over_an_expired_lease_records_the_lag_from_its_expiry(tmp_path: Path) -> None:
+    reader = InMemoryMetricReader()
+    store_metrics.use_meter_provider(MeterProvider(metric_readers=[reader]))
+    store = sqlite_run_store(str(tmp_path / "runs.db"))
+    try:
+        store.create_run("s1", "r1", encode_message(UserMessage("hi")))
+        (first,) = store.claim("crashed", 0.05)
+        time.sleep(0.4)  # the lease expired 0.35 s ago, at least
+        (taken,) = store.claim("w", 30)
+    finally:
+        store.close()
+    assert taken.request_id == first.request_id
+    found = points(reader)["orchestrator.store.claim.lag"]
+    lags = {point.attributes["orchestrator.claim.kind"]: point for point in found}
+    assert set(lags) == {"queued", "take_over"}
+    assert lags["take_over"].count == 1 and lags["take_over"].sum >= 0.3
+
+
 def test_a_failed_transaction_is_timed_with_its_error_type(tmp_path: Path) -> None:
     from orchestrator.errors import SessionBusy
 
