@@ -482,7 +482,7 @@ class SQLRunStore(RunStore):
                 db.close()
 
     @contextmanager
-    def _transaction(self, operation: str) -> Iterator[_Cursor]:
+    def _transaction(self, operation: str = "other") -> Iterator[_Cursor]:
         """One transaction, its duration measured as ``operation`` (see ``orchestrator.store.metrics``)."""
         with measured(self.dialect.name, operation), self._transaction_unmeasured() as db:
             yield db

@@ -156,7 +156,7 @@ class SQLiteStore(SessionStore):
         return self._db
 
     @contextmanager
-    def _transaction(self, operation: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, operation: str = "other") -> Iterator[sqlite3.Connection]:
         """One immediate transaction, its duration measured as ``operation`` (``orchestrator.store.metrics``)."""
         with measured("sqlite", operation, "sessions"), self._lock:
             self._db.execute("BEGIN IMMEDIATE")
