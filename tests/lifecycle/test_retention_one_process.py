@@ -276,3 +276,36 @@ async def test_every_session_store_prunes_idle_sessions_and_keeps_running_and_wa
         waiting.cancel()
         await waiting.wait()
     store.close()
+
+
+def test_an_agent_host_app_prunes_in_its_asgi_lifespan_under_asyncio() -> None:
+    host = AgentHost(lambda: create_agent(ScriptedModel([AssistantMessage("hello")], repeat_last=True)))
+    app = create_app(host, retention=Retention(ended_runs_after=0.2))
+
+    async def main() -> str:
+        messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        sent: list[dict[str, Any]] = []
+        await messages.put({"type": "lifespan.startup"})
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        lifespan = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}}, messages.get, send))
+        run = await host.start("hi", config=AgentRunConfig("s1"))
+        await host.run("again", config=AgentRunConfig("s2"))  # s1's run has ended by now too, or soon
+        try:
+            while True:
+                try:
+                    await host.follow(run.request_id)
+                except RunPruned as pruned:
+                    return pruned.reason
+                await asyncio.sleep(0.05)  # the lifespan's pass prunes it 0.2 s after it ended
+        finally:
+            await messages.put({"type": "lifespan.shutdown"})
+            await lifespan
+            assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+    try:
+        assert asyncio.run(asyncio.wait_for(main(), 20)) == "ended"
+    finally:
+        host.close()
