@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry,
 from orchestrator.runtime.inbox import InputInbox
 from orchestrator.runtime.pending import PendingCall, WaitingCalls, pending_calls
 from orchestrator.runtime.ports import RunPort
+from orchestrator.runtime.redaction import Redactor
 from orchestrator.runtime.restored import Restored
 from orchestrator.runtime.run import RequestRun
 from orchestrator.runtime.sinks import EventSink
@@ -39,6 +41,7 @@ from orchestrator.tools import ToolDefinition
 if TYPE_CHECKING:
     from orchestrator.events import CompactionCompletedEvent
     from orchestrator.observe.trace import NestedTrace
+    from orchestrator.store.retention import PruneReport, Retention
 
 log = logging.getLogger("orchestrator.agent")
 
@@ -142,6 +145,7 @@ class Agent:
         deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
         max_concurrent_model_calls: int | None = None,
         max_concurrent_runs: int | None = None,
+        redact: Redactor | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -159,6 +163,7 @@ class Agent:
             raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
         check_settings(model, model_settings)
         function(optional=True).check("Agent.deps_factory", deps_factory)
+        function(optional=True).check("Agent.redact", redact)
         if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
             raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
         self.model = model
@@ -178,6 +183,8 @@ class Agent:
         self.model_settings = model_settings or DEFAULT_SETTINGS
         self.output_type: OutputType | None = _output_type(output_type)
         self.deps_factory = deps_factory
+        # Changes every event and message before it is stored or sent (see orchestrator.runtime.redaction).
+        self.redact = redact
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
@@ -384,6 +391,35 @@ class Agent:
         self._budgets.pop(session_id, None)
         return found
 
+    async def prune(self, retention: Retention, *, now: float | None = None) -> PruneReport:
+        """One prune pass at ``now`` (default: the time): finished runs that ended ``retention.ended_runs_after``
+        ago go, and sessions of a session store extension's store idle ``retention.idle_sessions_after``
+        (removed as ``delete_session`` does). A running or waiting request's session stays, and so does one
+        another process holds. Pruned runs' ids are remembered ``retention.tombstones_for``: ``attach`` raises
+        RunPruned for them meanwhile."""
+        from orchestrator.store.errors import SessionLocked
+        from orchestrator.store.retention import PruneReport
+
+        now = time.time() if now is None else now
+        runs = 0
+        if retention.ended_runs_after is not None:
+            runs = self.runs.prune(now - retention.ended_runs_after, now=now)
+        gone: list[str] = []
+        if retention.idle_sessions_after is not None:
+            cutoff = now - retention.idle_sessions_after
+            for store in _session_stores(self.extensions):
+                for session_id in await trio.to_thread.run_sync(store.idle_sessions, cutoff):
+                    if session_id in self._live or session_id in gone:
+                        continue  # a request of it runs or waits here
+                    self.runs.prune_session(session_id, now=now)
+                    try:
+                        await self.delete_session(session_id)
+                    except (SessionBusy, SessionLocked):
+                        continue  # another process runs it
+                    gone.append(session_id)
+        self.runs.forget_pruned(now - retention.tombstones_for)
+        return PruneReport(runs, tuple(gone))
+
     def working(self) -> list[str]:
         """Sessions whose running request works, not only waits for an answer: what a drain lets finish."""
         return [session for session in self._live if not any(call.live for call in self.pending(session))]
@@ -462,6 +498,10 @@ class AgentClient:
         """Remove the session everywhere this agent keeps it; see ``Agent.delete_session``."""
         return await self.agent.delete_session(session_id, cancel=cancel)
 
+    async def prune(self, retention: Retention, *, now: float | None = None) -> PruneReport:
+        """One prune pass: ended runs and idle sessions past ``retention``; see ``Agent.prune``."""
+        return await self.agent.prune(retention, now=now)
+
     def state(self, session_id: str) -> str | None:
         return self.agent.state(session_id)
 
@@ -494,6 +534,7 @@ async def create_agent(
     deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
     max_concurrent_model_calls: int | None = None,
     max_concurrent_runs: int | None = None,
+    redact: Redactor | None = None,
 ) -> AgentClient:
     """Build an Agent and return its client.
 
@@ -514,6 +555,9 @@ async def create_agent(
     past it waits for one to end; ``max_concurrent_runs`` caps the requests running at once (one
     waiting for an answer included): a request past it stays ``idle`` until one ends, and never
     fails for it (see docs/concurrency.md).
+    ``redact`` (an event or a message in, the one to keep out) changes what is stored and sent: every
+    event streamed or delivered to ``on_event``, every message entering ``history``; the request and
+    its model keep the original (see ``orchestrator.runtime.redaction`` and docs/operations.md).
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -531,8 +575,19 @@ async def create_agent(
         deps_factory=deps_factory,
         max_concurrent_model_calls=max_concurrent_model_calls,
         max_concurrent_runs=max_concurrent_runs,
+        redact=redact,
     )
     return AgentClient(agent)
+
+
+def _session_stores(extensions: Iterable[AgentExtension]) -> list[Any]:
+    """The session stores of the extensions that keep one (each once)."""
+    stores: list[Any] = []
+    for extension in extensions:
+        store = getattr(extension, "store", None)
+        if callable(getattr(store, "idle_sessions", None)) and not any(store is kept for kept in stores):
+            stores.append(store)
+    return stores
 
 
 def _delete_stored(store: Any, session_id: str) -> bool:

@@ -47,12 +47,13 @@ from orchestrator.model import ModelSettings
 from orchestrator.observe.trace import NestedTrace, children_from_events
 from orchestrator.observe.trace_context import current_trace_context
 from orchestrator.output import StructuredAnswer
-from orchestrator.runtime.handle import UnknownRun
+from orchestrator.runtime.handle import RunPruned, UnknownRun
 from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunView
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.changes import RUN
 from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.retention import PrunedRun, PruneReport, Retention, prune_run_store
 from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
 from orchestrator.store.titles import first_input_title
 
@@ -91,8 +92,16 @@ class StoreBackend:
     async def _record(self, request_id: str) -> RunRecord:
         record: RunRecord | None = await self._call(self.store.run, request_id)
         if record is None:
+            pruned: PrunedRun | None = await self._call(self.store.pruned, request_id)
+            if pruned is not None:
+                raise RunPruned(request_id, pruned.reason, pruned.pruned)
             raise UnknownRun(request_id)
         return record
+
+    async def prune(self, retention: Retention, now: float | None = None) -> PruneReport:
+        """One prune pass over the run store (see ``prune_run_store``)."""
+        report: PruneReport = await self._call(prune_run_store, self.store, retention, now)
+        return report
 
     @staticmethod
     def _view(record: RunRecord) -> RunView:

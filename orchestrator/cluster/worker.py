@@ -49,6 +49,7 @@ from orchestrator.observe.trace_context import TraceAnchor, traced_under
 from orchestrator.runtime.restored import Restored
 from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.retention import TOMBSTONE_SECONDS
 from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
 from orchestrator.wire.format import WireFormatError, decode_message, encode_event
 
@@ -232,6 +233,7 @@ class Worker:
             cutoff = time.time() - self.retention_seconds
             try:
                 gone = await trio.to_thread.run_sync(self.store.prune, cutoff)
+                await trio.to_thread.run_sync(self.store.forget_pruned, time.time() - TOMBSTONE_SECONDS)
             except StoreUnavailable as down:
                 log.warning("worker %s: no runs pruned: %s", self.name, down)
             else:

@@ -55,6 +55,7 @@ from orchestrator.runtime.context import AgentRunContext
 from orchestrator.runtime.edges import CALLBACKS, GUARDS, has_work
 from orchestrator.runtime.emission import _DROP, _heard_names, _new_text_delta
 from orchestrator.runtime.model_calls import capped_stream
+from orchestrator.runtime.redaction import RedactingSink, Redactor, redacted
 from orchestrator.runtime.response_checks import checked_response, checked_stop, checked_usage
 from orchestrator.runtime.restored import Restored
 from orchestrator.runtime.sinks import EventSink, StreamQueue
@@ -154,6 +155,10 @@ class RequestRun(SteeringPoints):
         self.output: Any = None
         self.output_error: ValueMismatch | None = None
         self.output_attempts = 0
+        # The agent's redaction: what the sink and every on_event get (the request keeps the original).
+        self._redact: Redactor | None = getattr(agent, "redact", None)
+        if self._redact is not None and sink is not None:
+            sink = RedactingSink(sink, self._redact)
         self._sink: EventSink = sink if sink is not None else _DROP
         profile = _profile_of(agent)
         # Without a consumer, only the events some on_event wants are built (None: every event).
@@ -291,7 +296,8 @@ class RequestRun(SteeringPoints):
             message = clean_message(message)
         self.context._messages.append(message)  # add_message without cleaning it a second time
         if self.agent.history is not None:
-            self.agent.history.append(self.context.session_id, message)
+            kept = message if self._redact is None else redacted(self._redact, message)
+            self.agent.history.append(self.context.session_id, kept)
         if isinstance(message, AssistantMessage):
             self.open_calls = {call.id: call for call in message.tool_calls}
         elif isinstance(message, ToolMessage):
@@ -709,7 +715,9 @@ class RequestRun(SteeringPoints):
         """Make the session's history the request's messages, system instructions left out."""
         kept = tuple(m for m in self.context.messages if not isinstance(m, SystemMessage))
         if self.agent.history is not None:
-            self.agent.history.replace(self.context.session_id, kept)
+            redact = self._redact
+            stored = kept if redact is None else tuple(redacted(redact, message) for message in kept)
+            self.agent.history.replace(self.context.session_id, stored)
         await self.publish(
             ev.HistoryReplacedEvent(
                 session_id=self.context.session_id, request_id=self.context.request_id, messages=kept

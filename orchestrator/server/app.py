@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from importlib import resources
 
+import anyio
 import attrs
 import sniffio
 from starlette.applications import Starlette
@@ -29,9 +30,11 @@ from orchestrator.server.idempotency import DEFAULT_CAPACITY
 from orchestrator.server.origins import OriginGuard
 from orchestrator.server.protocols.a2a import CARD_PATH, a2a_routes, card_info_of
 from orchestrator.server.protocols.routes import protocol_routes
+from orchestrator.server.retention import prune_forever, pruner_of
 from orchestrator.server.routes import Service
 from orchestrator.server.streams import StopReason, asgi_server_stopping
 from orchestrator.store.errors import StoreUnavailable
+from orchestrator.store.retention import Retention
 
 
 @attrs.frozen
@@ -111,6 +114,7 @@ def create_app(
     stop_streams: Callable[[], str | None] | None = None,
     drain: Drain | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    retention: Retention | None = None,
 ) -> ASGIApp:
     """The ASGI application for ``agent``: an Agent or its client, an AgentHost, or a Backend (a web node's).
 
@@ -147,7 +151,12 @@ def create_app(
     Once ``drain`` has begun, a request that would start a run gets 503 ``Draining`` with
     ``Retry-After`` (answers, cancels and reads go on; see docs/operations.md). An ASGI lifespan
     shutdown begins it and waits up to ``grace_seconds`` for the runs of this process that work.
+    With ``retention``, the app's lifespan prunes ended runs and idle sessions past it (a pass at
+    startup, then every ``retention.every`` seconds; see docs/operations.md). TypeError when
+    ``retention`` is not a Retention.
     """
+    if retention is not None and not isinstance(retention, Retention):
+        raise TypeError(f"retention must be a Retention or None, got {type(retention).__name__}")
     settings = ServerSettings(
         token,
         max_body_bytes,
@@ -198,9 +207,18 @@ def create_app(
         routes.append(Mount("/static", StaticFiles(directory=str(static)), name="static"))
     drain = Drain() if drain is None else drain
 
+    if retention is not None:
+        pruner_of(backend)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        yield
+        if retention is None:
+            yield
+        else:
+            async with anyio.create_task_group() as pruning:
+                pruning.start_soon(prune_forever, backend, retention)
+                yield
+                pruning.cancel_scope.cancel()
         await drained(backend, drain, grace_seconds)
 
     app = Starlette(

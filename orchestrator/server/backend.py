@@ -9,7 +9,7 @@ format, so the routes and the console cannot tell them apart.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -29,7 +29,8 @@ from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import RunHandle, UnknownRun
 from orchestrator.server import sessions
 from orchestrator.store.fork import ForkRefused, first_turns, fork_session
-from orchestrator.store.titles import first_input_title, set_title, set_titles
+from orchestrator.store.retention import PruneReport, Retention
+from orchestrator.store.titles import first_input_title, forget_titles, set_title, set_titles
 from orchestrator.wire.sse import encode_pending
 
 
@@ -300,7 +301,23 @@ class LocalBackend:
         return self._handle(request_id).transitions
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
-        return await self.client.delete_session(session_id, cancel=cancel)
+        found = await self.client.delete_session(session_id, cancel=cancel)
+        await self._forget_titles([session_id])
+        return found
+
+    async def prune(self, retention: Retention, now: float | None = None) -> PruneReport:
+        """One prune pass over the agent's finished runs and its session store (see ``Agent.prune``)."""
+        report = await self.agent.prune(retention, now=now)
+        await self._forget_titles(report.sessions)
+        return report
+
+    async def _forget_titles(self, session_ids: Sequence[str]) -> None:
+        """The titles of sessions that are gone go too (from the file beside the SQLite store, or memory)."""
+        for session_id in session_ids:
+            self._titles.pop(session_id, None)
+        db = self._titles_db()
+        if db is not None and session_ids:
+            await anyio.to_thread.run_sync(forget_titles, db, session_ids)
 
     async def requests(self, session_id: str) -> list[str]:
         return [handle.request_id for handle in self.agent.runs.of_session(session_id)]

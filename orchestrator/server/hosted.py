@@ -23,6 +23,7 @@ from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import READ_BATCH, EventFollower
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, LocalBackend, RunView
+from orchestrator.store.retention import PruneReport, Retention
 
 
 class HostBackend:
@@ -83,6 +84,9 @@ class HostBackend:
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         return await self.host.call(self.local.delete_session, session_id, cancel)
+    async def prune(self, retention: Retention, now: float | None = None) -> PruneReport:
+        return await self.host.call(self.local.prune, retention, now)
+
     async def fork(self, session_id: str, target: str | None, turns: int | None) -> tuple[str, int]:
         return await self.host.call(self.local.fork, session_id, target, turns)
 

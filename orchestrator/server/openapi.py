@@ -53,6 +53,9 @@ def _refusal(description: str) -> dict[str, Any]:
     return _json(_ERROR, description)
 
 
+_PRUNED = _refusal("the run was pruned (RunPruned): it existed, its events and state are gone")
+
+
 def _path(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": _ID}
 
@@ -326,7 +329,12 @@ def _document() -> dict[str, Any]:
             "/runs/{request_id}": {
                 "get": _operation(
                     "a run's state",
-                    {"200": _json(run, "the run"), "400": _refusal("bad id"), "404": _refusal("no such run")},
+                    {
+                        "200": _json(run, "the run"),
+                        "400": _refusal("bad id"),
+                        "404": _refusal("no such run"),
+                        "410": _PRUNED,
+                    },
                     parameters=[_path("request_id")],
                 )
             },
@@ -345,7 +353,10 @@ def _document() -> dict[str, Any]:
                         "204": {"description": "the run has ended, nothing after Last-Event-ID: stop reconnecting"},
                         "400": _refusal("bad Last-Event-ID (ASCII digits only) or bad id"),
                         "404": _refusal("no such run"),
-                        "410": _refusal("the events after Last-Event-ID are no longer retained"),
+                        "410": _refusal(
+                            "the events after Last-Event-ID are no longer retained (EventsExpired), or the run was"
+                            " pruned (RunPruned)"
+                        ),
                     },
                     parameters=[
                         _path("request_id"),
@@ -361,6 +372,7 @@ def _document() -> dict[str, Any]:
                         "202": _json(run, "cancellation requested"),
                         "400": _refusal("bad id"),
                         "404": _refusal("no such run"),
+                        "410": _PRUNED,
                     },
                     parameters=[_path("request_id")],
                 )
@@ -368,7 +380,7 @@ def _document() -> dict[str, Any]:
             "/runs/{request_id}/trace": {
                 "get": _operation(
                     "the run's path through the request machine as a Mermaid flowchart, taken edges highlighted",
-                    {"200": text, "400": _refusal("bad id"), "404": _refusal("no such run")},
+                    {"200": text, "400": _refusal("bad id"), "404": _refusal("no such run"), "410": _PRUNED},
                     parameters=[_path("request_id")],
                 )
             },

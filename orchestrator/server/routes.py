@@ -21,7 +21,7 @@ from machines.diagrams import composed_diagram, graphviz_available, machine_diag
 from machines.registry import all_definitions
 from orchestrator.errors import SessionBusy
 from orchestrator.observe.trace import trace_mermaid
-from orchestrator.runtime.handle import EventsExpired, UnknownRun
+from orchestrator.runtime.handle import EventsExpired, RunPruned, UnknownRun
 from orchestrator.server.backend import Backend, IdempotencyKeyReused, NotSupported, RunExists, RunView
 from orchestrator.server.bodies import (
     external_event,
@@ -32,7 +32,7 @@ from orchestrator.server.bodies import (
     title_input,
     whole_number,
 )
-from orchestrator.server.errors import HTTPRefusal, not_found
+from orchestrator.server.errors import HTTPRefusal, not_found, run_gone
 from orchestrator.server.idempotency import Answer, IdempotencyCache
 from orchestrator.server.ids import checked_id
 from orchestrator.server.openapi import openapi_document
@@ -92,6 +92,8 @@ class Service:
     async def _run(self, request_id: str) -> RunView:
         try:
             return await self.backend.run(request_id)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
 
@@ -213,6 +215,8 @@ class Service:
                 if first is None:
                     return Response(status_code=204, headers=SSE_HEADERS)
                 batches = _after_first(first, batches)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
         except EventsExpired as expired:
@@ -227,6 +231,8 @@ class Service:
         request_id = _path_id(request, "request_id")
         try:
             view, asked = await self.backend.cancel(request_id)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
         return JSONResponse({**view.json(), "cancelled": asked}, status_code=202)
@@ -236,6 +242,8 @@ class Service:
         try:
             steps = await self.backend.transitions(request_id)
             children = await self.backend.child_traces(request_id)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
         return PlainTextResponse(trace_mermaid(steps, children=children), media_type="text/vnd.mermaid")

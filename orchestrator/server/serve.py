@@ -34,6 +34,7 @@ from orchestrator.server.backend import DEFAULT_RETAINED_RUNS
 from orchestrator.server.drain import DEFAULT_GRACE_SECONDS
 from orchestrator.server.hosts import LOOPBACK_NAMES, AllowedHost
 from orchestrator.server.origins import normalized_origin
+from orchestrator.store.retention import Retention
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
@@ -64,6 +65,8 @@ class ServeOptions:
     project: str | None = None
     trust_project: bool = False
     grace_seconds: float = DEFAULT_GRACE_SECONDS
+    retention: Retention | None = None
+    """What the server prunes while it runs (None: nothing)."""
     stopped: list[int] = attrs.field(factory=list, eq=False, repr=False)
     """The signal that stopped the server, once one did (SIGINT or SIGTERM)."""
 
@@ -150,9 +153,30 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         help=f"at SIGTERM, how long runs that work may finish before the server stops"
         f" (default {DEFAULT_GRACE_SECONDS:g})",
     )
+    parser.add_argument(
+        "--retention-hours",
+        type=float,
+        default=None,
+        help="prune ended runs (their events and state) this long after they ended (default: keep; in one"
+        " process --retained-runs still bounds them)",
+    )
+    parser.add_argument(
+        "--session-retention-hours",
+        type=float,
+        default=None,
+        help="delete sessions idle this long, with their runs and history; a session with a run queued, running"
+        " or waiting stays (default: keep)",
+    )
     args = parser.parse_args(list(argv))
     if args.grace_seconds < 0:
         parser.error("--grace-seconds cannot be negative")
+    ages = {"--retention-hours": args.retention_hours, "--session-retention-hours": args.session_retention_hours}
+    for flag, hours in ages.items():
+        if hours is not None and not hours > 0:
+            parser.error(f"{flag} must be above 0, got {hours:g}")
+    retention = None
+    if args.retention_hours is not None or args.session_retention_hours is not None:
+        retention = Retention.hours(args.retention_hours, args.session_retention_hours)
     from orchestrator.store.runs_sql import is_run_store_url
 
     web_node = bool(args.db) and is_run_store_url(args.db)
@@ -197,6 +221,7 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         args.project,
         args.trust_project,
         args.grace_seconds,
+        retention,
     )
 
 
@@ -295,6 +320,7 @@ async def _serve(
         stop_streams=lambda: "the server is shutting down" if closing else None,
         drain=drain,
         grace_seconds=0,  # serve drains at SIGTERM itself, before hypercorn's shutdown runs the lifespan's
+        retention=options.retention,
     )
     closing: list[bool] = []
 

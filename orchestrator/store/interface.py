@@ -121,6 +121,11 @@ class SessionStore(abc.ABC):
         """Remove every row of the session (messages, waits and answers, Plan Mode, quarantined rows) in one
         transaction; whether there was any. The caller holds the session (``lock_session``)."""
 
+    def idle_sessions(self, idle_before: float) -> list[str]:
+        """Ids of sessions whose last activity (a message, a wait, a Plan Mode change) is older than
+        ``idle_before`` (a time.time() value) and that have no wait recorded (none waits for an answer)."""
+        return []
+
     # approvals --------------------------------------------------------------
 
     @abc.abstractmethod

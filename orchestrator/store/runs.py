@@ -41,6 +41,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "NewInboxItem",
+    "PrunedRun",
     "RunCommit",
     "RunRecord",
     "RunStore",
@@ -204,6 +205,15 @@ class RunCommit:
     trace_context: Mapping[str, str] | None = None
 
 
+@attrs.frozen
+class PrunedRun:
+    """What is remembered of a pruned run: its id, why it went (``ended`` or ``idle_session``) and when."""
+
+    request_id: str
+    reason: str
+    pruned: float
+
+
 class RunStore(abc.ABC):
     """Runs, their inbox and their event log (blocking, thread-safe, one transaction per call)."""
 
@@ -311,12 +321,21 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def prune_sessions(self, idle_before: float) -> list[str]:
         """Delete (as ``delete_session`` does) every session without a run that is not final whose last
-        message and last run change are older than ``idle_before`` (a time.time() value); their ids."""
+        message and last run change are older than ``idle_before`` (a time.time() value); their ids.
+        Each of their runs' ids is remembered as pruned (``pruned``), with no trace of the session."""
 
     @abc.abstractmethod
     def prune(self, older_than: float) -> int:
         """Delete final runs (their events and inbox) last updated before ``older_than``
-        (a time.time() value); how many runs went."""
+        (a time.time() value), remembering each id as pruned (``pruned``); how many runs went."""
+
+    def pruned(self, request_id: str) -> PrunedRun | None:
+        """What is remembered of the pruned run ``request_id`` (None: never pruned, or forgotten since)."""
+        return None
+
+    def forget_pruned(self, before: float) -> int:
+        """Forget the runs pruned before ``before`` (a time.time() value): following them is then a 404."""
+        return 0
 
     def watch(self) -> ChangeFeed:
         """A feed of this store's changes for one consumer (close it when done); this default one polls."""

@@ -33,6 +33,7 @@ from orchestrator.messages import Message
 from orchestrator.store.changes import INBOX, RUN, WORK, ChangeFeed
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
 from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, StoreError, StoreUnavailable, one_line
+from orchestrator.store.metrics import claimed, measured
 from orchestrator.store.runs import (
     ACTIVE,
     FINAL,
@@ -43,6 +44,7 @@ from orchestrator.store.runs import (
     Lease,
     LeaseLost,
     NewInboxItem,
+    PrunedRun,
     RunCommit,
     RunRecord,
     RunStore,
@@ -129,6 +131,13 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
         _inbox_table("orchestrator_inbox", real, serial),
         "CREATE INDEX IF NOT EXISTS orchestrator_inbox_run ON orchestrator_inbox (request_id, consumed, id)",
         "CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_inbox_key ON orchestrator_inbox (session_id, idempotency_key)",
+        # Pruned runs' ids (never their sessions'), so following one answers 410 instead of 404.
+        f"""CREATE TABLE IF NOT EXISTS orchestrator_pruned_runs (
+            request_id TEXT PRIMARY KEY,
+            reason TEXT NOT NULL,
+            pruned {real} NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS orchestrator_pruned_runs_age ON orchestrator_pruned_runs (pruned)",
     )
 
 
@@ -424,7 +433,7 @@ class SQLRunStore(RunStore):
         except Exception as failed:
             raise StoreUnavailable(f"cannot connect to {where}: {one_line(failed)}") from failed
         try:
-            with self._transaction() as db:
+            with self._transaction("open") as db:
                 self._open_schema(db)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -459,7 +468,7 @@ class SQLRunStore(RunStore):
 
     def schema_version(self) -> int:
         """The version the database's run store tables are at (RUN_SCHEMA_VERSION once opened)."""
-        with self._transaction() as db:
+        with self._transaction("schema_version") as db:
             db.execute(f"SELECT version FROM {_SCHEMA_TABLE}")
             return int(db.fetchone()[0])
 
@@ -495,7 +504,13 @@ class SQLRunStore(RunStore):
                 db.close()
 
     @contextmanager
-    def _transaction(self) -> Iterator[_Cursor]:
+    def _transaction(self, operation: str = "other") -> Iterator[_Cursor]:
+        """One transaction, its duration measured as ``operation`` (see ``orchestrator.store.metrics``)."""
+        with measured(self.dialect.name, operation), self._transaction_unmeasured() as db:
+            yield db
+
+    @contextmanager
+    def _transaction_unmeasured(self) -> Iterator[_Cursor]:
         if self.dialect.name == "sqlite":
             with self._lock:
                 cursor = self._db.cursor()
@@ -637,7 +652,7 @@ class SQLRunStore(RunStore):
         traced = _dumps(dict(trace_context)) if trace_context else None
         own = _dumps(dict(settings)) if settings else None
         try:
-            with self._transaction() as db:
+            with self._transaction("create_run") as db:
                 db.execute(
                     f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_ACTIVE_SQL}",
                     (session_id,),
@@ -646,6 +661,7 @@ class SQLRunStore(RunStore):
                     raise SessionBusy(session_id)
                 if self._row(db, request_id) is not None:
                     raise StoreError(f"a run {request_id!r} already exists")
+                db.execute("DELETE FROM orchestrator_pruned_runs WHERE request_id = ?", (request_id,))
                 db.execute(
                     "INSERT INTO orchestrator_runs (request_id, session_id, status, input, version, last_seq,"
                     " cancel_requested, created, updated, trace_context, settings)"
@@ -660,7 +676,7 @@ class SQLRunStore(RunStore):
         return created
 
     def run(self, request_id: str) -> RunRecord | None:
-        with self._transaction() as db:
+        with self._transaction("run") as db:
             return self._row(db, request_id)
 
     def runs(self, session_id: str | None = None, *, active: bool = False) -> list[RunRecord]:
@@ -671,7 +687,7 @@ class SQLRunStore(RunStore):
         if active:
             clauses.append(f"status IN {_ACTIVE_SQL}")
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        with self._transaction() as db:
+        with self._transaction("runs") as db:
             db.execute(f"SELECT {_RUN_COLUMNS} FROM orchestrator_runs{where} ORDER BY created, request_id", params)
             return [_record(row) for row in db.fetchall()]
 
@@ -682,17 +698,25 @@ class SQLRunStore(RunStore):
         now = time.time()
         clock = self.dialect.now
         leases: list[Lease] = []
-        with self._transaction() as db:
+        with self._transaction("claim") as db:
             db.execute(
-                f"SELECT request_id, status FROM orchestrator_runs"
+                f"SELECT request_id, status, updated, not_before, lease_expires, wake_at FROM orchestrator_runs"
                 f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
                 f" OR (status = 'running' AND lease_expires < {clock})"
                 f" OR (status = 'parked' AND wake_at <= {clock})"
                 " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
                 (limit,),
             )
-            for request_id, status in db.fetchall():
+            for request_id, status, updated, not_before, lease_expires, wake_at in db.fetchall():
                 trigger = {"queued": "claim", "parked": "expire"}.get(status, "take_over")
+                # Claimable since it was queued (or its back-off ended), its wait expired, or its lease expired.
+                if status == "queued":
+                    since = max(updated, not_before or 0.0)
+                elif status == "parked":
+                    since = wake_at if wake_at is not None else updated
+                else:
+                    since = lease_expires or updated
+                claimed({"queued": "queued", "parked": "expire"}.get(status, "take_over"), now - float(since))
                 new_status = lease_step(status, trigger, expired=True, due=True)
                 token = secrets.token_hex(16)
                 db.execute(
@@ -729,7 +753,7 @@ class SQLRunStore(RunStore):
 
     def next_wake(self) -> float | None:
         """One indexed read: ``MIN(wake_at)`` of the parked runs, less the database's clock."""
-        with self._transaction() as db:
+        with self._transaction("next_wake") as db:
             db.execute(
                 f"SELECT MIN(wake_at) - {self.dialect.now} FROM orchestrator_runs"
                 " WHERE status = 'parked' AND wake_at IS NOT NULL"
@@ -738,7 +762,7 @@ class SQLRunStore(RunStore):
         return float(row[0]) if row is not None and row[0] is not None else None
 
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
-        with self._transaction() as db:
+        with self._transaction("renew") as db:
             db.execute(
                 f"UPDATE orchestrator_runs SET lease_expires = {self.dialect.now} + ? WHERE request_id = ?"
                 " AND lease_token = ? AND status = 'running' RETURNING cancel_requested, lease_expires",
@@ -751,7 +775,7 @@ class SQLRunStore(RunStore):
 
     def commit(self, lease: Lease, change: RunCommit) -> Lease:
         now = time.time()
-        with self._transaction() as db:
+        with self._transaction("commit") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
             db.execute(
                 f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested FROM orchestrator_runs"
@@ -820,7 +844,7 @@ class SQLRunStore(RunStore):
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
     def release(self, lease: Lease) -> None:
-        with self._transaction() as db:
+        with self._transaction("release") as db:
             db.execute(
                 "UPDATE orchestrator_runs SET status = ?, lease_owner = NULL, lease_token = NULL,"
                 " lease_expires = NULL, not_before = NULL, version = version + 1, updated = ?"
@@ -845,7 +869,7 @@ class SQLRunStore(RunStore):
     # events and inbox -------------------------------------------------------
 
     def events(self, request_id: str, after: int = 0, limit: int = 500) -> list[StoredEvent]:
-        with self._transaction() as db:
+        with self._transaction("events") as db:
             db.execute(
                 "SELECT seq, type, body FROM orchestrator_run_events WHERE request_id = ? AND seq > ?"
                 " ORDER BY seq LIMIT ?",
@@ -861,7 +885,7 @@ class SQLRunStore(RunStore):
         (``ON CONFLICT``), which then reads the winner's item in the same transaction."""
         now = time.time()
         digest = _body_digest(item)
-        with self._transaction() as db:
+        with self._transaction("post") as db:
             row = self._row(db, item.request_id, lock=True)
             if item.idempotency_key is not None:
                 found = self._inbox_by_key(db, item.session_id, item.idempotency_key, digest)
@@ -939,7 +963,7 @@ class SQLRunStore(RunStore):
         return _inbox_item(row)
 
     def inbox(self, request_id: str, *, after_id: int = 0) -> list[InboxItem]:
-        with self._transaction() as db:
+        with self._transaction("inbox") as db:
             db.execute(
                 "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
                 " WHERE request_id = ? AND consumed = 0 AND id > ? ORDER BY id",
@@ -954,7 +978,7 @@ class SQLRunStore(RunStore):
         settle: Callable[[RunRecord, list[Message]], Sequence[Message]] | None = None,
     ) -> RunRecord:
         now = time.time()
-        with self._transaction() as db:
+        with self._transaction("cancel") as db:
             row = self._row(db, request_id, lock=True)
             if row is None:
                 raise UnknownRunRow(request_id)
@@ -987,7 +1011,7 @@ class SQLRunStore(RunStore):
         return changed
 
     def history(self, session_id: str) -> list[Message]:
-        with self._transaction() as db:
+        with self._transaction("history") as db:
             return self._history(db, session_id)
 
     def _history(self, db: _Cursor, session_id: str) -> list[Message]:
@@ -1004,7 +1028,7 @@ class SQLRunStore(RunStore):
 
     def sessions(self) -> list[str]:
         table = self.dialect.messages_table
-        with self._transaction() as db:
+        with self._transaction("sessions") as db:
             db.execute(
                 f"SELECT session_id FROM (SELECT session_id, MIN(created) AS first FROM orchestrator_runs"
                 f" GROUP BY session_id UNION ALL SELECT session_id, MIN(created) FROM {table} GROUP BY session_id)"
@@ -1014,7 +1038,7 @@ class SQLRunStore(RunStore):
 
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
         found = 0
-        with self._transaction() as db:
+        with self._transaction("delete_session") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
             db.execute(f"SELECT request_id, status FROM orchestrator_runs WHERE session_id = ?{lock}", (session_id,))
             runs = db.fetchall()
@@ -1029,7 +1053,8 @@ class SQLRunStore(RunStore):
 
     def prune_sessions(self, idle_before: float) -> list[str]:
         table = self.dialect.messages_table
-        with self._transaction() as db:
+        now = time.time()
+        with self._transaction("prune_sessions") as db:
             db.execute(
                 f"SELECT session_id FROM (SELECT session_id, MAX(updated) AS last FROM orchestrator_runs"
                 f" GROUP BY session_id UNION ALL SELECT session_id, MAX(created) FROM {table} GROUP BY session_id)"
@@ -1045,28 +1070,49 @@ class SQLRunStore(RunStore):
                 if db.fetchone() is not None:
                     continue  # a live or parked run is never pruned
                 # Only final runs go: a run started meanwhile (not yet visible to the check above) stays.
-                ended = f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}"
-                for name in ("orchestrator_run_events", "orchestrator_inbox"):
-                    db.execute(f"DELETE FROM {name} WHERE request_id IN ({ended})", (session_id,))
                 db.execute(
-                    f"DELETE FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}", (session_id,)
+                    f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}",
+                    (session_id,),
                 )
+                ended = [row[0] for row in db.fetchall()]
+                self._bury(db, ended, "idle_session", now)
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
                 gone.append(session_id)
         return gone
 
     def prune(self, older_than: float) -> int:
-        final = "('completed', 'failed', 'cancelled')"
-        with self._transaction() as db:
+        with self._transaction("prune") as db:
             db.execute(
-                f"SELECT request_id FROM orchestrator_runs WHERE status IN {final} AND updated < ?", (older_than,)
+                f"SELECT request_id FROM orchestrator_runs WHERE status IN {_FINAL_SQL} AND updated < ?", (older_than,)
             )
             gone = [row[0] for row in db.fetchall()]
-            for request_id in gone:
-                db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
-                db.execute("DELETE FROM orchestrator_inbox WHERE request_id = ?", (request_id,))
-                db.execute("DELETE FROM orchestrator_runs WHERE request_id = ?", (request_id,))
+            self._bury(db, gone, "ended", time.time())
         return len(gone)
+
+    def _bury(self, db: _Cursor, request_ids: Sequence[str], reason: str, now: float) -> None:
+        """Delete the runs ``request_ids`` (their events, inbox and row), remembering each id as pruned."""
+        for request_id in request_ids:
+            db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
+            db.execute("DELETE FROM orchestrator_inbox WHERE request_id = ?", (request_id,))
+            db.execute("DELETE FROM orchestrator_runs WHERE request_id = ?", (request_id,))
+            db.execute(
+                "INSERT INTO orchestrator_pruned_runs (request_id, reason, pruned) VALUES (?, ?, ?)"
+                " ON CONFLICT (request_id) DO UPDATE SET reason = excluded.reason, pruned = excluded.pruned",
+                (request_id, reason, now),
+            )
+
+    def pruned(self, request_id: str) -> PrunedRun | None:
+        with self._transaction("pruned") as db:
+            db.execute(
+                "SELECT request_id, reason, pruned FROM orchestrator_pruned_runs WHERE request_id = ?", (request_id,)
+            )
+            row = db.fetchone()
+        return PrunedRun(row[0], row[1], float(row[2])) if row is not None else None
+
+    def forget_pruned(self, before: float) -> int:
+        with self._transaction("forget_pruned") as db:
+            db.execute("DELETE FROM orchestrator_pruned_runs WHERE pruned < ? RETURNING 1", (before,))
+            return len(db.fetchall())
 
     def wait_for_work(self, timeout: float) -> None:
         if self._listen is None:

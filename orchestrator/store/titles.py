@@ -49,6 +49,18 @@ def set_title(db: str, session_id: str, title: str) -> None:
         raise
 
 
+def forget_titles(db: str, session_ids: Sequence[str]) -> None:
+    """Drop the titles set for ``session_ids`` (the file is written again only when one had a title)."""
+    titles = set_titles(db)
+    kept = {key: value for key, value in titles.items() if key not in set(session_ids)}
+    if len(kept) == len(titles):
+        return
+    temporary = _file(db) + f".{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(kept, handle, ensure_ascii=False, indent=1)
+    os.replace(temporary, _file(db))
+
+
 def first_input_title(messages: Sequence[Message]) -> str:
     """The session's first input on one line, shortened to TITLE_LENGTH ("" when it has none)."""
     first = next((m.text for m in messages if isinstance(m, UserMessage)), "")

@@ -26,9 +26,9 @@ from starlette.types import Receive, Scope, Send
 from orchestrator.config import ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import UserMessage
-from orchestrator.runtime.handle import EventsExpired, UnknownRun
+from orchestrator.runtime.handle import EventsExpired, RunPruned, UnknownRun
 from orchestrator.server.backend import Backend, RunView
-from orchestrator.server.errors import HTTPRefusal
+from orchestrator.server.errors import HTTPRefusal, run_gone
 from orchestrator.server.protocols.a2a_requests import (
     INTERNAL_ERROR,
     TASK_NOT_CANCELABLE,
@@ -144,6 +144,8 @@ class A2AService:
     async def _view(self, task_id: str) -> RunView:
         try:
             return await self.backend.run(task_id)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None  # HTTP 410, like the native routes: the task existed
         except UnknownRun:
             raise RpcError(TASK_NOT_FOUND, f"no task {task_id!r} (no live or recent request with that id)") from None
 
