@@ -109,6 +109,8 @@ class DurableRun:
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
         self.seen_inbox = 0
+        # The carrying agent's fingerprint (JSON text), to be stored by the next commit (None: nothing to store).
+        self.fingerprint: str | None = None
 
     # the sink of the run's streamed events ----------------------------------
 
@@ -156,8 +158,10 @@ class DurableRun:
                 checkpoint=self.checkpoint().json(),
                 consumed=tuple(self.consumed),
                 status=status,
+                fingerprint=self.fingerprint,
             )
             self.messages, self.events, self.consumed = [], [], []
+            self.fingerprint = None
             try:
                 with trio.CancelScope(shield=True):
                     self.lease = await self._committed(change)
@@ -174,6 +178,7 @@ class DurableRun:
                 self.messages[:0] = change.messages
                 self.events[:0] = change.events
                 self.consumed[:0] = change.consumed
+                self.fingerprint = self.fingerprint or change.fingerprint
                 raise
             if self.draining and boundary and status == "running" and not self.unrecorded:
                 self.hand_back()  # every call body entered here has its result committed
@@ -274,8 +279,9 @@ class DurableRun:
         return self.started - self.unanswered()
 
     def settled(self, call_id: str) -> None:
-        """``call_id`` has its result: neither running nor waiting any more."""
+        """``call_id`` has its result: neither running nor waiting any more (an answer to it is dropped)."""
         self.started.discard(call_id)
+        self.expected.discard(call_id)
         self.waiting.pop(call_id, None)
         self.answered.discard(call_id)
         self.phases.pop(call_id, None)
@@ -305,6 +311,7 @@ class DurableExtension(AgentExtension):
     """Keeps each DurableRun of a worker's agent current: commits, intents, waits, parking."""
 
     priority = -1000  # before other extensions: nothing happens before it is recorded
+    fingerprinted = False  # where the agent runs, not what it is
 
     def __init__(self) -> None:
         self._runs: dict[str, DurableRun] = {}
@@ -344,6 +351,9 @@ class DurableExtension(AgentExtension):
             await durable.commit(_FINAL_EVENTS[name])
         elif name == "run_parked":
             await durable.commit("parked")
+        elif name == "agent_changed" and event.payload["outcome"] == "continued":
+            # The run goes on under this agent: later resumes compare with it.
+            durable.fingerprint = durable.run.agent.fingerprint.text()
         elif _is_question(event):
             await self.question_asked(context, event)
 

@@ -19,7 +19,8 @@ class Restored(FieldValues):
     they are not announced a second time),
     ``last_seq`` the seq of the last event the run's log kept, ``stop_reason`` why
     that response ended (a response cut off at ``max_tokens`` runs none of its calls,
-    also after a restore).
+    also after a restore), ``fingerprint`` the stored fingerprint (JSON text) of the agent
+    that carried the run so far (None when none was stored).
     """
 
     worker: str
@@ -29,3 +30,4 @@ class Restored(FieldValues):
     open_calls: tuple[str, ...]
     stop_reason: StopReason = "end_turn"
     asked: tuple[str, ...] = ()
+    fingerprint: str | None = None

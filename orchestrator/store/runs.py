@@ -117,6 +117,9 @@ class RunRecord:
     updated: float
     unreadable: str | None = None
     """Why the row's input or checkpoint does not decode (that part then reads as empty); None when both do."""
+    fingerprint: str | None = None
+    """The fingerprint (JSON text) of the agent that started the run, or that took it over when it changed and
+    its policy let the run go on (``orchestrator.runtime.fingerprint``); None before its first commit."""
 
     @property
     def final(self) -> bool:
@@ -180,7 +183,8 @@ class RunCommit:
     - ``status``: ``running`` keeps the lease; ``parked``, ``queued`` or a final status
       releases it (a parked run with unconsumed items is queued at once).
 
-    A ``checkpoint`` of None keeps the stored one. ``retry_after`` (seconds, with ``queued``) keeps the
+    A ``checkpoint`` of None keeps the stored one, and so does a ``fingerprint`` of None (the carrying
+    agent's fingerprint, as JSON text). ``retry_after`` (seconds, with ``queued``) keeps the
     run from being claimed again before then, on the database's clock: a give-back of a run its
     carrier could not run.
     """
@@ -191,6 +195,7 @@ class RunCommit:
     consumed: tuple[int, ...] = ()
     status: str = "running"
     retry_after: float | None = None
+    fingerprint: str | None = None
 
 
 class RunStore(abc.ABC):

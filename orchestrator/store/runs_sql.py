@@ -66,7 +66,7 @@ _ACTIVE_SQL = "('queued', 'running', 'parked')"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 _RUN_COLUMNS = (
     "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
-    " cancel_requested, created, updated"
+    " cancel_requested, created, updated, fingerprint"
 )
 
 
@@ -109,7 +109,8 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             cancel_requested INTEGER NOT NULL DEFAULT 0,
             created {real} NOT NULL,
             updated {real} NOT NULL,
-            not_before {real}
+            not_before {real},
+            fingerprint TEXT
         )""",
         f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
         f" WHERE status IN {_ACTIVE_SQL}",
@@ -167,13 +168,14 @@ POSTGRES = Dialect(
 
 # schema versions -------------------------------------------------------------
 
-RUN_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION = 3
 """The version of the run store's tables this library writes; ``orchestrator_run_schema`` holds a database's own.
 
 Version 0 is a run store from before the version was recorded (no such table): its tables may
 lack columns added since, which opening it adds with their defaults. Version 2 adds a run's
 ``not_before`` (a give-back's back-off) and makes an inbox idempotency key unique per session
-instead of across the database, with the digest of the body it was first used with.
+instead of across the database, with the digest of the body it was first used with. Version 3 adds a
+run's ``fingerprint`` (of the agent that carries it, see ``orchestrator.runtime.fingerprint``).
 """
 _SCHEMA_TABLE = "orchestrator_run_schema"
 _SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
@@ -268,7 +270,14 @@ def _to_version_2(dialect: Dialect, db: _Cursor, where: str) -> None:
         db.execute("ALTER TABLE orchestrator_inbox DROP CONSTRAINT IF EXISTS orchestrator_inbox_idempotency_key_key")
 
 
-_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2)
+def _to_version_3(dialect: Dialect, db: _Cursor, where: str) -> None:
+    """Version 2 to 3: runs get ``fingerprint`` (NULL for the runs already there: nothing to compare with)."""
+    db.execute(dialect.columns_of, ("orchestrator_runs",))
+    if {str(row[0]).lower() for row in db.fetchall()}:
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN fingerprint TEXT")
+
+
+_UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2, _to_version_3)
 """``_UPGRADES[n]`` migrates version n to n + 1; a new version appends its upgrade."""
 assert len(_UPGRADES) == RUN_SCHEMA_VERSION
 
@@ -332,6 +341,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         created=row[10],
         updated=row[11],
         unreadable="; ".join(problems) or None,
+        fingerprint=row[12],
     )
 
 
@@ -747,11 +757,12 @@ class SQLRunStore(RunStore):
             back_off = change.retry_after if status == "queued" else None
             db.execute(
                 "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint), version = version + 1,"
+                " fingerprint = COALESCE(?, fingerprint),"
                 " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
                 " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
                 " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
                 f" not_before = {self.dialect.now} + ? WHERE request_id = ?",
-                (status, checkpoint, last_seq, now, held, held, held, back_off, lease.request_id),
+                (status, checkpoint, change.fingerprint, last_seq, now, held, held, held, back_off, lease.request_id),
             )
             if status == "queued":
                 self._notify(db)
