@@ -50,9 +50,9 @@ async def _carry(store: SQLRunStore, client: Any, until: Callable[[str], bool]) 
             nursery.cancel_scope.cancel()
 
 
-async def _parked_run(tmp_path: Path) -> tuple[SQLRunStore, AgentFingerprint]:
+async def _parked_run(tmp_path: Path, store: SQLRunStore | None = None) -> tuple[SQLRunStore, AgentFingerprint]:
     """A run started by the first agent, parked on the approval of ``charge``, then approved."""
-    store = sqlite_run_store(str(tmp_path / "runs.db"))
+    store = store or sqlite_run_store(str(tmp_path / "runs.db"))
     store.create_run("s1", "r1", encode_message(UserMessage("charge 5 dollars")))
     first = await _agent()
     await _carry(store, first, lambda status: status == "parked")
@@ -94,6 +94,22 @@ async def test_a_worker_resumes_a_run_whose_tool_was_removed_with_a_failed_resul
     assert isinstance(history[-1], AssistantMessage) and "no longer available" in history[-1].content
     # The run goes on under the second agent: later resumes compare with it.
     assert row.fingerprint == second.agent.fingerprint.text()
+
+
+async def test_a_worker_on_postgresql_keeps_the_fingerprint_and_warns_alike(tmp_path: Path, postgres_dsn: str) -> None:
+    from orchestrator.store.runs_sql import postgres_run_store
+
+    store, started_by = await _parked_run(tmp_path, postgres_run_store(postgres_dsn))
+    try:
+        second = await _agent(tools=(refund,))
+        await _carry(store, second, lambda status: status in ("completed", "failed"))
+        changed = _one(_events(store), "agent_changed")
+        assert changed["tools_removed"] == ["charge"] and changed["stored_digest"] == started_by.digest
+        row = store.run("r1")
+        assert row is not None and row.status == "completed"
+        assert row.fingerprint == second.agent.fingerprint.text() and LEDGER == []
+    finally:
+        store.close()
 
 
 async def test_a_worker_resumes_a_run_whose_approval_policy_changed_naming_the_extension(tmp_path: Path) -> None:
