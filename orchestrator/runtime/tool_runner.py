@@ -51,6 +51,7 @@ def no_longer_available(tool_name: str) -> str:
         " carry on without it"
     )
 
+
 CUT_OFF = (
     "not run: the response hit the output token limit (max_tokens) while its tool calls were being written, "
     "so this call may be incomplete; send it again, shorter if need be"

@@ -140,6 +140,8 @@ async def test_refuse_ends_the_resumed_run_failed_with_both_fingerprints(tmp_pat
     assert second.agent.fingerprint.digest[:12] in failed["error"]["message"]
     assert LEDGER == []
     assert row.fingerprint == started_by.text()  # the refused agent never took the run over
+    result = store.history("s1")[-1]
+    assert isinstance(result, ToolMessage) and result.tool_call_id == "c1" and result.status.value == "cancelled"
 
 
 async def test_a_migration_hook_sees_both_fingerprints_and_decides(tmp_path: Path) -> None:
