@@ -27,6 +27,7 @@ from orchestrator.output import OutputType
 from orchestrator.output import output_type as _output_type
 from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
+from orchestrator.runtime.fingerprint import AgentFingerprint, OnAgentChanged, check_policy, fingerprint_of
 from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
 from orchestrator.runtime.inbox import InputInbox
 from orchestrator.runtime.pending import PendingCall, WaitingCalls, pending_calls
@@ -126,6 +127,8 @@ class Agent:
     wrong type raises TypeError, a bad value ValueError, naming it.
     ``deps_factory``, when given, makes a request's ``context.deps`` from its
     ``metadata`` whenever the request is not given deps (a run resumed from a store).
+    ``on_agent_changed`` (``"warn"``, ``"refuse"`` or a callable) is what a run resumed by this agent does
+    when another agent started it (``orchestrator.runtime.fingerprint.check_resumed``).
     """
 
     def __init__(
@@ -146,6 +149,7 @@ class Agent:
         max_concurrent_model_calls: int | None = None,
         max_concurrent_runs: int | None = None,
         redact: Redactor | None = None,
+        on_agent_changed: OnAgentChanged = "warn",
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -166,6 +170,8 @@ class Agent:
         function(optional=True).check("Agent.redact", redact)
         if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
             raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
+        self.on_agent_changed: OnAgentChanged = check_policy(on_agent_changed, "Agent.on_agent_changed")
+        self._fingerprint: AgentFingerprint | None = None
         self.model = model
         self.extensions = _order(_with_steering(extensions, steering))
         self.tools = list(tools)
@@ -199,6 +205,14 @@ class Agent:
         self.runs = RunRegistry()
         # Calls waiting for an external answer (every ResponseRouter's), for pending().
         self.waiting = WaitingCalls()
+
+    @property
+    def fingerprint(self) -> AgentFingerprint:
+        """The agent's fingerprint (its model's name, tools and extensions), computed on first use and kept."""
+        found = self._fingerprint
+        if found is None:
+            found = self._fingerprint = fingerprint_of(self)
+        return found
 
     # requests ---------------------------------------------------------------
 
@@ -535,6 +549,7 @@ async def create_agent(
     max_concurrent_model_calls: int | None = None,
     max_concurrent_runs: int | None = None,
     redact: Redactor | None = None,
+    on_agent_changed: OnAgentChanged = "warn",
 ) -> AgentClient:
     """Build an Agent and return its client.
 
@@ -558,6 +573,9 @@ async def create_agent(
     ``redact`` (an event or a message in, the one to keep out) changes what is stored and sent: every
     event streamed or delivered to ``on_event``, every message entering ``history``; the request and
     its model keep the original (see ``orchestrator.runtime.redaction`` and docs/operations.md).
+    ``on_agent_changed`` says what a run resumed by this agent does when another agent (another
+    fingerprint: tools, extensions, model) started it: ``"warn"`` (an ``agent_changed`` event, the run
+    goes on), ``"refuse"`` (the run fails with AgentChanged) or a migration hook (see docs/agent-changes.md).
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -576,6 +594,7 @@ async def create_agent(
         max_concurrent_model_calls=max_concurrent_model_calls,
         max_concurrent_runs=max_concurrent_runs,
         redact=redact,
+        on_agent_changed=on_agent_changed,
     )
     return AgentClient(agent)
 

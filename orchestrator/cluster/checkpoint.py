@@ -245,8 +245,16 @@ def _open(history: Sequence[Message]) -> tuple[AssistantMessage | None, tuple[st
     return response, open_ids
 
 
-def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
-    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
+def restored(
+    checkpoint: Checkpoint,
+    history: Sequence[Message],
+    *,
+    worker: str,
+    last_seq: int,
+    fingerprint: str | None = None,
+) -> Restored:
+    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result;
+    ``fingerprint``: the run's stored agent fingerprint."""
     response, open_ids = _open(history)
     asked = tuple(w.tool_call_id for w in checkpoint.waiting)
     expiries = {w.tool_call_id: w.expires_at for w in checkpoint.waiting if w.expires_at is not None}
@@ -260,4 +268,5 @@ def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str,
         asked,
         expiries,
         checkpoint.spent,
+        fingerprint,
     )

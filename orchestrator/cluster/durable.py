@@ -125,6 +125,8 @@ class DurableRun:
         self.children: dict[tuple[str, str], Waiting] = {}
         # A trace context made for the run here (it had none): stored with the next commit, where none is yet.
         self.trace_context: Mapping[str, str] | None = None
+        # The carrying agent's fingerprint (JSON text), to be stored by the next commit (None: nothing to store).
+        self.fingerprint: str | None = None
 
     # the sink of the run's streamed events ----------------------------------
 
@@ -194,8 +196,10 @@ class DurableRun:
                 history=self.history,
                 wake_at=self.wake_at() if status == "parked" else None,
                 trace_context=self.trace_context,
+                fingerprint=self.fingerprint,
             )
             self.messages, self.events, self.consumed, self.history = [], [], [], None
+            self.fingerprint = None
             try:
                 with trio.CancelScope(shield=True):
                     self.lease = await self._committed(change)
@@ -215,6 +219,7 @@ class DurableRun:
                 self.consumed[:0] = change.consumed
                 if self.history is None:
                     self.history = change.history
+                self.fingerprint = self.fingerprint or change.fingerprint
                 raise
             if self.draining and boundary and status == "running" and not self.unrecorded:
                 self.hand_back()  # every call body entered here has its result committed
@@ -348,8 +353,9 @@ class DurableRun:
         return self.started - self.unanswered()
 
     def settled(self, call_id: str) -> None:
-        """``call_id`` has its result: neither running nor waiting any more."""
+        """``call_id`` has its result: neither running nor waiting any more (an answer to it is dropped)."""
         self.started.discard(call_id)
+        self.expected.discard(call_id)
         self.waiting.pop(call_id, None)
         self.answered.discard(call_id)
         self.phases.pop(call_id, None)
@@ -387,6 +393,7 @@ class DurableExtension(AgentExtension):
     """Keeps each DurableRun of a worker's agent current: commits, intents, waits, parking."""
 
     priority = -1000  # before other extensions: nothing happens before it is recorded
+    fingerprinted = False  # where the agent runs, not what it is
 
     def __init__(self) -> None:
         self._runs: dict[str, DurableRun] = {}
@@ -436,6 +443,9 @@ class DurableExtension(AgentExtension):
         elif name == "wait_expired":
             call_id = str(event.payload["tool_call_id"])
             durable.expired[call_id] = expired_reason(call_id, float(event.payload["expires_at"]))
+        elif name == "agent_changed" and event.payload["outcome"] == "continued":
+            # The run goes on under this agent: later resumes compare with it.
+            durable.fingerprint = durable.run.agent.fingerprint.text()
         elif _is_question(event):
             await self.question_asked(context, event)
 

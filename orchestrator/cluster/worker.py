@@ -287,6 +287,8 @@ class Worker:
             answers=checkpoint.answers if checkpoint else {},
             expired=checkpoint.expired if checkpoint else {},
         )
+        if record.fingerprint is None:
+            durable.fingerprint = self.agent.fingerprint.text()  # the agent that starts it (or first carries it)
         self.active[lease.request_id] = durable
         if self.draining:
             durable.drain()
@@ -294,7 +296,9 @@ class Worker:
             durable.hand_back()
         resume = None
         if checkpoint is not None and checkpoint.input_recorded:
-            resume = restored(checkpoint, history, worker=self.name, last_seq=lease.last_seq)
+            resume = restored(
+                checkpoint, history, worker=self.name, last_seq=lease.last_seq, fingerprint=record.fingerprint
+            )
             if checkpoint.plan_mode not in (None, "normal"):
                 self._restore_plan_mode(lease.session_id)
         self.history.preload(lease.session_id, history)

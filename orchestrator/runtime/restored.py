@@ -24,7 +24,8 @@ class Restored(FieldValues):
     that response ended (a response cut off at ``max_tokens`` runs none of its calls,
     also after a restore), ``expiries`` the deadline (seconds since the epoch) each wait that
     expires had: waiting again, it keeps that deadline instead of starting a new one, and
-    ``spent`` what the run spent before (its usage limits count it too).
+    ``spent`` what the run spent before (its usage limits count it too); ``fingerprint`` the
+    stored fingerprint (JSON text) of the agent that carried the run so far (None when none was stored).
     """
 
     worker: str
@@ -36,3 +37,4 @@ class Restored(FieldValues):
     asked: tuple[str, ...] = ()
     expiries: Mapping[str, float] = attrs.field(factory=dict)
     spent: RunUsage | None = None
+    fingerprint: str | None = None

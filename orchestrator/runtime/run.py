@@ -54,6 +54,7 @@ from orchestrator.runtime.budget import Budget, Deadline
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.runtime.edges import CALLBACKS, GUARDS, has_work
 from orchestrator.runtime.emission import _DROP, _heard_names, _new_text_delta
+from orchestrator.runtime.fingerprint import AgentFingerprint, check_resumed
 from orchestrator.runtime.model_calls import capped_stream
 from orchestrator.runtime.redaction import RedactingSink, Redactor, redacted
 from orchestrator.runtime.response_checks import checked_response, checked_stop, checked_usage
@@ -418,6 +419,12 @@ class RequestRun(SteeringPoints):
                         await self.step("check_input")
                 else:
                     await self.step("restore")
+                    await check_resumed(
+                        self.context,
+                        AgentFingerprint.parse(self.restored.fingerprint),
+                        self.agent.fingerprint,
+                        self.agent.on_agent_changed,
+                    )
                     if self.machine.state() != "turn_settled":
                         assert self.response is not None
                         final = await self._finish_turn(self.response, resumed=True)

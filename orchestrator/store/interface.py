@@ -64,6 +64,8 @@ class PendingApproval:
     payload: Mapping[str, Any]
     response: Mapping[str, Any] | None
     created: float
+    fingerprint: str | None = None
+    """The fingerprint (JSON text) of the agent whose request waits (``orchestrator.runtime.fingerprint``)."""
 
 
 @attrs.frozen

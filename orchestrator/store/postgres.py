@@ -99,8 +99,10 @@ _V1 = (
     )""",
 )
 
+_V2 = ("ALTER TABLE orchestrator_pending_approvals ADD COLUMN fingerprint TEXT",)
+
 # Each entry migrates from the version before it; a new version appends one.
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(_MIGRATIONS)
 _MIGRATION_LOCK = int.from_bytes(b"orchmigr", "big") & 0x7FFFFFFFFFFFFFFF
 
@@ -324,8 +326,8 @@ class PostgresStore(SessionStore):
 
     def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
         query = (
-            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created "
-            "FROM orchestrator_pending_approvals"
+            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created,"
+            " fingerprint FROM orchestrator_pending_approvals"
         )
         params: tuple[str, ...] = ()
         if session_id is not None:
@@ -334,9 +336,17 @@ class PostgresStore(SessionStore):
             rows = db.execute(query + " ORDER BY created, seq", params).fetchall()
         return [
             PendingApproval(
-                sid, rid, call_id, event, response_event, json_object(payload) or {}, json_object(response), created
+                sid,
+                rid,
+                call_id,
+                event,
+                response_event,
+                json_object(payload) or {},
+                json_object(response),
+                created,
+                fingerprint,
             )
-            for sid, rid, call_id, event, response_event, payload, response, created in rows
+            for sid, rid, call_id, event, response_event, payload, response, created, fingerprint in rows
         ]
 
     def record_wait(self, wait: PendingApproval) -> None:
@@ -344,11 +354,11 @@ class PostgresStore(SessionStore):
         with self._transaction(wait.session_id, operation="record_wait") as db:
             db.execute(
                 "INSERT INTO orchestrator_pending_approvals "
-                "(session_id, tool_call_id, request_id, event, response_event, payload, created) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "(session_id, tool_call_id, request_id, event, response_event, payload, created, fingerprint) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (session_id, tool_call_id) DO UPDATE SET request_id = excluded.request_id, "
                 "event = excluded.event, response_event = excluded.response_event, payload = excluded.payload, "
-                "response = NULL",
+                "fingerprint = excluded.fingerprint, response = NULL",
                 (
                     wait.session_id,
                     wait.tool_call_id,
@@ -357,6 +367,7 @@ class PostgresStore(SessionStore):
                     wait.response_event,
                     body,
                     wait.created,
+                    wait.fingerprint,
                 ),
             )
 

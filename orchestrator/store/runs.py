@@ -123,6 +123,9 @@ class RunRecord:
     """The run's own model settings and output type as JSON (``cluster.run_settings``); None: the agent's."""
     unreadable: str | None = None
     """Why the row's input, checkpoint or settings do not decode (that part then reads as empty); None when all do."""
+    fingerprint: str | None = None
+    """The fingerprint (JSON text) of the agent that started the run, or that took it over when it changed and
+    its policy let the run go on (``orchestrator.runtime.fingerprint``); None before its first commit."""
 
     @property
     def final(self) -> bool:
@@ -187,7 +190,8 @@ class RunCommit:
     - ``status``: ``running`` keeps the lease; ``parked``, ``queued`` or a final status
       releases it (a parked run with unconsumed items is queued at once).
 
-    A ``checkpoint`` of None keeps the stored one. ``retry_after`` (seconds, with ``queued``) keeps the
+    A ``checkpoint`` of None keeps the stored one, and so does a ``fingerprint`` of None (the carrying
+    agent's fingerprint, as JSON text). ``retry_after`` (seconds, with ``queued``) keeps the
     run from being claimed again before then, on the database's clock: a give-back of a run its
     carrier could not run. ``wake_at`` (seconds since the epoch, with ``parked``) is when the parked
     run is claimable again although nobody answered: the earliest expiry of its waits.
@@ -203,6 +207,7 @@ class RunCommit:
     retry_after: float | None = None
     wake_at: float | None = None
     trace_context: Mapping[str, str] | None = None
+    fingerprint: str | None = None
 
 
 @attrs.frozen

@@ -68,7 +68,7 @@ _ACTIVE_SQL = "('queued', 'running', 'parked')"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 _RUN_COLUMNS = (
     "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
-    " cancel_requested, created, updated, trace_context, settings"
+    " cancel_requested, created, updated, trace_context, settings, fingerprint"
 )
 
 
@@ -114,7 +114,8 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             not_before {real},
             wake_at {real},
             trace_context TEXT,
-            settings TEXT
+            settings TEXT,
+            fingerprint TEXT
         )""",
         f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
         f" WHERE status IN {_ACTIVE_SQL}",
@@ -189,7 +190,8 @@ lack columns added since, which opening it adds with their defaults. Version 2 a
 instead of across the database, with the digest of the body it was first used with. Version 3
 adds a run's ``wake_at`` (the earliest expiry of a parked run's waits), indexed with its status,
 its ``trace_context`` (the W3C trace context its segments are traced under) and ``settings`` (its
-own model settings and output type), all nullable.
+own model settings and output type), and its ``fingerprint`` (of the agent that carries
+it, see ``orchestrator.runtime.fingerprint``), all nullable.
 """
 _SCHEMA_TABLE = "orchestrator_run_schema"
 _SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
@@ -292,6 +294,7 @@ def _to_version_3(dialect: Dialect, db: _Cursor, where: str) -> None:
         db.execute(f"ALTER TABLE orchestrator_runs ADD COLUMN wake_at {dialect.real}")
         db.execute("ALTER TABLE orchestrator_runs ADD COLUMN trace_context TEXT")
         db.execute("ALTER TABLE orchestrator_runs ADD COLUMN settings TEXT")
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN fingerprint TEXT")
 
 
 _UPGRADES: tuple[Callable[[Dialect, _Cursor, str], None], ...] = (_from_unversioned, _to_version_2, _to_version_3)
@@ -363,6 +366,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         trace_context={str(k): str(v) for k, v in trace_context.items()} if trace_context else None,
         settings=settings,
         unreadable="; ".join(problems) or None,
+        fingerprint=row[14],
     )
 
 
@@ -831,11 +835,24 @@ class SQLRunStore(RunStore):
             wake_at = change.wake_at if status == "parked" else None
             db.execute(
                 "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint), version = version + 1,"
+                " fingerprint = COALESCE(?, fingerprint),"
                 " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
                 " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
                 " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
                 f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
-                (status, checkpoint, last_seq, now, held, held, held, back_off, wake_at, lease.request_id),
+                (
+                    status,
+                    checkpoint,
+                    change.fingerprint,
+                    last_seq,
+                    now,
+                    held,
+                    held,
+                    held,
+                    back_off,
+                    wake_at,
+                    lease.request_id,
+                ),
             )
             if status == "queued" or wake_at is not None:
                 self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner

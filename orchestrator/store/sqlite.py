@@ -75,8 +75,12 @@ CREATE TABLE IF NOT EXISTS unreadable_rows (
 );
 """
 
+_V3 = """
+ALTER TABLE pending_approvals ADD COLUMN fingerprint TEXT;
+"""
+
 # Each entry migrates from the version before it; a new version appends one.
-_MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 IDLE_SESSIONS = (
@@ -283,8 +287,8 @@ class SQLiteStore(SessionStore):
 
     def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
         query = (
-            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created "
-            "FROM pending_approvals"
+            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created,"
+            " fingerprint FROM pending_approvals"
         )
         params: tuple[str, ...] = ()
         if session_id is not None:
@@ -292,10 +296,12 @@ class SQLiteStore(SessionStore):
         with self._lock:
             rows = self._db.execute(query + " ORDER BY created, rowid", params).fetchall()
         found = []
-        for sid, rid, call_id, event, response_event, payload, response, created in rows:
+        for sid, rid, call_id, event, response_event, payload, response, created, fingerprint in rows:
             asked = json_object(payload)
             found.append(
-                PendingApproval(sid, rid, call_id, event, response_event, asked or {}, json_object(response), created)
+                PendingApproval(
+                    sid, rid, call_id, event, response_event, asked or {}, json_object(response), created, fingerprint
+                )
             )
         return found
 
@@ -304,11 +310,11 @@ class SQLiteStore(SessionStore):
         with self._transaction("record_wait") as db:
             db.execute(
                 "INSERT INTO pending_approvals "
-                "(session_id, tool_call_id, request_id, event, response_event, payload, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "(session_id, tool_call_id, request_id, event, response_event, payload, created, fingerprint) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (session_id, tool_call_id) DO UPDATE SET request_id = excluded.request_id, "
                 "event = excluded.event, response_event = excluded.response_event, payload = excluded.payload, "
-                "response = NULL",
+                "fingerprint = excluded.fingerprint, response = NULL",
                 (
                     wait.session_id,
                     wait.tool_call_id,
@@ -317,6 +323,7 @@ class SQLiteStore(SessionStore):
                     wait.response_event,
                     clean_text(body),
                     wait.created,
+                    wait.fingerprint,
                 ),
             )
 

@@ -189,3 +189,16 @@ def test_a_parked_run_is_claimed_once_its_wake_at_has_passed_and_not_before(stor
     store.commit(woken, RunCommit(status="running"))  # a running run has no wake_at: it is not claimed
     assert store.claim("w3", 30, limit=5) == []
     assert store.run("r2").status == "parked"  # type: ignore[union-attr]
+
+
+def test_a_commit_stores_the_fingerprint_it_carries_and_keeps_it_otherwise(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    assert store.run("r1").fingerprint is None  # type: ignore[union-attr]
+    (lease,) = store.claim("w1", 30.0)
+    lease = store.commit(lease, RunCommit(fingerprint='{"digest": "a", "summary": {}}'))
+    lease = store.commit(lease, RunCommit(events=(event("r1", 1),)))
+    assert store.run("r1").fingerprint == '{"digest": "a", "summary": {}}'  # type: ignore[union-attr]
+    store.commit(lease, RunCommit(status="parked", fingerprint='{"digest": "b", "summary": {}}'))
+    parked = store.run("r1")
+    assert parked is not None and parked.status == "parked" and parked.fingerprint == '{"digest": "b", "summary": {}}'
+    assert [row.fingerprint for row in store.runs("s1")] == ['{"digest": "b", "summary": {}}']

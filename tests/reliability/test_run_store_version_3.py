@@ -28,6 +28,7 @@ def test_a_version_2_store_gets_the_columns_and_keeps_its_runs(database: Databas
     database.execute("ALTER TABLE orchestrator_runs DROP COLUMN wake_at")
     database.execute("ALTER TABLE orchestrator_runs DROP COLUMN trace_context")
     database.execute("ALTER TABLE orchestrator_runs DROP COLUMN settings")
+    database.execute("ALTER TABLE orchestrator_runs DROP COLUMN fingerprint")
     database.execute("UPDATE orchestrator_run_schema SET version = 2")
     database.execute(
         "INSERT INTO orchestrator_runs (request_id, session_id, status, input, version, last_seq, cancel_requested,"
