@@ -38,6 +38,13 @@ RUN_LEASE = MachineDefinition(
                 Transition("checkpoint", "running", "running", conditions="lease_held", doc="a fenced write"),
                 Transition("park", "running", "parked", conditions="lease_held"),
                 Transition("wake", "parked", "queued", doc="an answer arrived in its inbox"),
+                Transition(
+                    "expire",
+                    "parked",
+                    "running",
+                    conditions="wake_due",
+                    doc="its wake_at (a wait's expiry) passed: a worker leases it, and the wait takes its default",
+                ),
                 Transition("release", "running", "queued", conditions="lease_held", doc="its worker gives it back"),
                 Transition("complete", "running", "completed", conditions="lease_held"),
                 Transition("fail", "running", "failed", conditions="lease_held"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +27,12 @@ from orchestrator.output import OutputType
 from orchestrator.output import output_type as _output_type
 from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
+from orchestrator.runtime.fingerprint import AgentFingerprint, OnAgentChanged, check_policy, fingerprint_of
 from orchestrator.runtime.handle import RETAINED_EVENTS, RunHandle, RunRegistry, start_run
 from orchestrator.runtime.inbox import InputInbox
 from orchestrator.runtime.pending import PendingCall, WaitingCalls, pending_calls
 from orchestrator.runtime.ports import RunPort
+from orchestrator.runtime.redaction import Redactor
 from orchestrator.runtime.restored import Restored
 from orchestrator.runtime.run import RequestRun
 from orchestrator.runtime.sinks import EventSink
@@ -39,6 +42,7 @@ from orchestrator.tools import ToolDefinition
 if TYPE_CHECKING:
     from orchestrator.events import CompactionCompletedEvent
     from orchestrator.observe.trace import NestedTrace
+    from orchestrator.store.retention import PruneReport, Retention
 
 log = logging.getLogger("orchestrator.agent")
 
@@ -123,6 +127,8 @@ class Agent:
     wrong type raises TypeError, a bad value ValueError, naming it.
     ``deps_factory``, when given, makes a request's ``context.deps`` from its
     ``metadata`` whenever the request is not given deps (a run resumed from a store).
+    ``on_agent_changed`` (``"warn"``, ``"refuse"`` or a callable) is what a run resumed by this agent does
+    when another agent started it (``orchestrator.runtime.fingerprint.check_resumed``).
     """
 
     def __init__(
@@ -142,6 +148,8 @@ class Agent:
         deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
         max_concurrent_model_calls: int | None = None,
         max_concurrent_runs: int | None = None,
+        redact: Redactor | None = None,
+        on_agent_changed: OnAgentChanged = "warn",
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise TypeError(f"Agent.model must be a Model (with a stream method), got {type(model).__name__}")
@@ -159,8 +167,11 @@ class Agent:
             raise TypeError(f"Agent.model_settings must be a ModelSettings or None, got {kind}")
         check_settings(model, model_settings)
         function(optional=True).check("Agent.deps_factory", deps_factory)
+        function(optional=True).check("Agent.redact", redact)
         if history is not None and not all(callable(getattr(history, name, None)) for name in _HISTORY_METHODS):
             raise TypeError(f"Agent.history must be a SessionHistory or None, got {type(history).__name__}")
+        self.on_agent_changed: OnAgentChanged = check_policy(on_agent_changed, "Agent.on_agent_changed")
+        self._fingerprint: AgentFingerprint | None = None
         self.model = model
         self.extensions = _order(_with_steering(extensions, steering))
         self.tools = list(tools)
@@ -178,6 +189,8 @@ class Agent:
         self.model_settings = model_settings or DEFAULT_SETTINGS
         self.output_type: OutputType | None = _output_type(output_type)
         self.deps_factory = deps_factory
+        # Changes every event and message before it is stored or sent (see orchestrator.runtime.redaction).
+        self.redact = redact
         self.hooks: dict[str, list[AgentExtension]] = {
             hook: [e for e in self.extensions if overrides(e, hook)] for hook in HOOK_NAMES
         }
@@ -192,6 +205,14 @@ class Agent:
         self.runs = RunRegistry()
         # Calls waiting for an external answer (every ResponseRouter's), for pending().
         self.waiting = WaitingCalls()
+
+    @property
+    def fingerprint(self) -> AgentFingerprint:
+        """The agent's fingerprint (its model's name, tools and extensions), computed on first use and kept."""
+        found = self._fingerprint
+        if found is None:
+            found = self._fingerprint = fingerprint_of(self)
+        return found
 
     # requests ---------------------------------------------------------------
 
@@ -384,6 +405,35 @@ class Agent:
         self._budgets.pop(session_id, None)
         return found
 
+    async def prune(self, retention: Retention, *, now: float | None = None) -> PruneReport:
+        """One prune pass at ``now`` (default: the time): finished runs that ended ``retention.ended_runs_after``
+        ago go, and sessions of a session store extension's store idle ``retention.idle_sessions_after``
+        (removed as ``delete_session`` does). A running or waiting request's session stays, and so does one
+        another process holds. Pruned runs' ids are remembered ``retention.tombstones_for``: ``attach`` raises
+        RunPruned for them meanwhile."""
+        from orchestrator.store.errors import SessionLocked
+        from orchestrator.store.retention import PruneReport
+
+        now = time.time() if now is None else now
+        runs = 0
+        if retention.ended_runs_after is not None:
+            runs = self.runs.prune(now - retention.ended_runs_after, now=now)
+        gone: list[str] = []
+        if retention.idle_sessions_after is not None:
+            cutoff = now - retention.idle_sessions_after
+            for store in _session_stores(self.extensions):
+                for session_id in await trio.to_thread.run_sync(store.idle_sessions, cutoff):
+                    if session_id in self._live or session_id in gone:
+                        continue  # a request of it runs or waits here
+                    self.runs.prune_session(session_id, now=now)
+                    try:
+                        await self.delete_session(session_id)
+                    except (SessionBusy, SessionLocked):
+                        continue  # another process runs it
+                    gone.append(session_id)
+        self.runs.forget_pruned(now - retention.tombstones_for)
+        return PruneReport(runs, tuple(gone))
+
     def working(self) -> list[str]:
         """Sessions whose running request works, not only waits for an answer: what a drain lets finish."""
         return [session for session in self._live if not any(call.live for call in self.pending(session))]
@@ -462,6 +512,10 @@ class AgentClient:
         """Remove the session everywhere this agent keeps it; see ``Agent.delete_session``."""
         return await self.agent.delete_session(session_id, cancel=cancel)
 
+    async def prune(self, retention: Retention, *, now: float | None = None) -> PruneReport:
+        """One prune pass: ended runs and idle sessions past ``retention``; see ``Agent.prune``."""
+        return await self.agent.prune(retention, now=now)
+
     def state(self, session_id: str) -> str | None:
         return self.agent.state(session_id)
 
@@ -494,6 +548,8 @@ async def create_agent(
     deps_factory: Callable[[Mapping[str, Any]], Any] | None = None,
     max_concurrent_model_calls: int | None = None,
     max_concurrent_runs: int | None = None,
+    redact: Redactor | None = None,
+    on_agent_changed: OnAgentChanged = "warn",
 ) -> AgentClient:
     """Build an Agent and return its client.
 
@@ -514,6 +570,12 @@ async def create_agent(
     past it waits for one to end; ``max_concurrent_runs`` caps the requests running at once (one
     waiting for an answer included): a request past it stays ``idle`` until one ends, and never
     fails for it (see docs/concurrency.md).
+    ``redact`` (an event or a message in, the one to keep out) changes what is stored and sent: every
+    event streamed or delivered to ``on_event``, every message entering ``history``; the request and
+    its model keep the original (see ``orchestrator.runtime.redaction`` and docs/operations.md).
+    ``on_agent_changed`` says what a run resumed by this agent does when another agent (another
+    fingerprint: tools, extensions, model) started it: ``"warn"`` (an ``agent_changed`` event, the run
+    goes on), ``"refuse"`` (the run fails with AgentChanged) or a migration hook (see docs/agent-changes.md).
     """
     store: SessionHistory | None = InMemoryHistory() if history is _DEFAULT else history  # type: ignore[assignment]
     agent = Agent(
@@ -531,8 +593,20 @@ async def create_agent(
         deps_factory=deps_factory,
         max_concurrent_model_calls=max_concurrent_model_calls,
         max_concurrent_runs=max_concurrent_runs,
+        redact=redact,
+        on_agent_changed=on_agent_changed,
     )
     return AgentClient(agent)
+
+
+def _session_stores(extensions: Iterable[AgentExtension]) -> list[Any]:
+    """The session stores of the extensions that keep one (each once)."""
+    stores: list[Any] = []
+    for extension in extensions:
+        store = getattr(extension, "store", None)
+        if callable(getattr(store, "idle_sessions", None)) and not any(store is kept for kept in stores):
+            stores.append(store)
+    return stores
 
 
 def _delete_stored(store: Any, session_id: str) -> bool:

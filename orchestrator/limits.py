@@ -105,6 +105,32 @@ class RunUsage(FieldValues):
         return sum(self.per_tool.values())
 
 
+LIMIT_FIELDS = (*LIMIT_NAMES, "per_tool", "on_exhausted", "count_subagents")
+"""The fields of ``UsageLimits`` in its JSON form (an HTTP run's ``limits``, a stored run's input row)."""
+
+
+def usage_limits_json(limits: UsageLimits) -> dict[str, Any]:
+    """``limits`` as a JSON object of the fields set (what ``usage_limits_from_json`` reads back)."""
+    body: dict[str, Any] = {name: getattr(limits, name) for name in LIMIT_NAMES if getattr(limits, name) is not None}
+    if limits.per_tool:
+        body["per_tool"] = dict(limits.per_tool)
+    if limits.on_exhausted != "fail":
+        body["on_exhausted"] = limits.on_exhausted
+    if limits.count_subagents:
+        body["count_subagents"] = True
+    return body
+
+
+def usage_limits_from_json(data: object) -> UsageLimits:
+    """The ``UsageLimits`` a JSON object names; TypeError or ValueError, saying which field is wrong, otherwise."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"usage limits must be an object, got {type(data).__name__}")
+    unknown = sorted(str(name) for name in data if name not in LIMIT_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown usage limits {unknown} (known: {', '.join(LIMIT_FIELDS)})")
+    return UsageLimits(**{str(name): value for name, value in data.items()})
+
+
 class UsageLimitExceeded(AgentError):
     """A request reached one of its usage limits: ``limit`` names it (``"requests"``, ``"tool_calls"``, ...)."""
 

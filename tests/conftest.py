@@ -1,8 +1,21 @@
-"""Hypothesis profiles: a quick default, and ``--hypothesis-profile=long`` for thousands of examples."""
+"""Hypothesis profiles (a quick default, and ``--hypothesis-profile=long`` for thousands of examples), and a
+home of the test run's own for the user data and settings directories."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 from hypothesis import HealthCheck, settings
+
+# The user's own data and settings stay out of the tests (and the tests out of them): the default session
+# database and the user settings file live under a home of the test run's own, subprocesses included.
+_HOME = tempfile.mkdtemp(prefix="orchestrator-tests-home-")
+atexit.register(shutil.rmtree, _HOME, True)
+os.environ["XDG_DATA_HOME"] = os.path.join(_HOME, "data")
+os.environ["XDG_CONFIG_HOME"] = os.path.join(_HOME, "config")
 
 settings.register_profile(
     "default",

@@ -17,11 +17,11 @@ EXAMPLE = re.compile(r"```python\n(.*?)```\n\nIt prints[^\n]*:\n\n```text\n(.*?)
 
 def examples() -> list[tuple[str, str]]:
     found = [(program, printed) for program, printed in EXAMPLE.findall(PAGE.read_text())]
-    assert len(found) == 3, "the page's examples with their output were not found"
+    assert len(found) == 4, "the page's examples with their output were not found"
     return found
 
 
-@pytest.mark.parametrize(("program", "printed"), examples(), ids=["spans", "metrics", "prometheus"])
+@pytest.mark.parametrize(("program", "printed"), examples(), ids=["spans", "durable", "metrics", "prometheus"])
 def test_the_example_prints_what_the_page_shows(program: str, printed: str) -> None:
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

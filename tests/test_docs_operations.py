@@ -21,8 +21,8 @@ def examples() -> dict[str, tuple[str, str]]:
     return {m["name"]: (m["code"], m["output"]) for m in _EXAMPLE.finditer(PAGE.read_text())}
 
 
-def test_the_page_has_its_two_examples() -> None:
-    assert sorted(examples()) == ["delete", "drain"]
+def test_the_page_has_its_examples() -> None:
+    assert sorted(examples()) == ["delete", "drain", "gone", "metrics", "redact", "retention"]
 
 
 @pytest.mark.parametrize("name", sorted(examples()))

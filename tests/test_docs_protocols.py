@@ -21,8 +21,8 @@ def examples() -> dict[str, tuple[str, str]]:
     return {m["name"]: (m["code"], m["output"]) for m in _EXAMPLE.finditer(PAGE.read_text())}
 
 
-def test_the_page_has_its_two_examples() -> None:
-    assert sorted(examples()) == ["agui", "ai_sdk"]
+def test_the_page_has_its_three_examples() -> None:
+    assert sorted(examples()) == ["agui", "agui_subagents", "ai_sdk"]
 
 
 @pytest.mark.parametrize("name", sorted(examples()))

@@ -134,3 +134,49 @@ async def test_a_request_exported_over_otlp_http_is_read_back_from_phoenix(phoen
     chats = sorted(by_name["chat"], key=lambda s: s["start_time"])
     assert chats[0]["attributes"]["gen_ai.usage.input_tokens"] == 30
     assert any(event["name"] == "orchestrator.transition" for event in root["events"])
+
+
+async def test_a_durable_run_parked_and_resumed_by_another_worker_is_one_trace_in_phoenix(
+    phoenix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import UserMessage
+    from orchestrator.cluster.webnode import StoreBackend
+    from orchestrator.store.runs_sql import sqlite_run_store
+    from tests.cluster import apps
+    from tests.cluster.test_otel_segments import park_then_resume_elsewhere
+
+    monkeypatch.setattr(apps, "MARKS", tmp_path / "marks")
+    providers = []
+    for _ in range(3):  # the caller's process and two workers', each exporting on its own
+        provider = TracerProvider(resource=Resource.create({"openinference.project.name": PROJECT}))
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{phoenix}/v1/traces")))
+        providers.append(provider)
+    path = str(tmp_path / "cluster.db")
+    web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
+    with providers[0].get_tracer("app").start_as_current_span("POST /runs") as caller:
+        request_id = await web.start("s1", UserMessage("paint"), None)
+    await park_then_resume_elsewhere(path, web, request_id, (providers[1], providers[2]))
+    for provider in providers:
+        provider.shutdown()
+
+    names = {"POST /runs", "invoke_agent a", "invoke_agent b"}
+    deadline = time.monotonic() + 30
+    spans = spans_of(phoenix, 3)
+    while not names <= {s["name"] for s in spans}:
+        assert time.monotonic() < deadline, f"Phoenix holds {sorted(s['name'] for s in spans)}"
+        time.sleep(0.25)
+        spans = spans_of(phoenix, 3)
+    time.sleep(1.0)  # the rest of what was exported with them is stored by now
+    spans = spans_of(phoenix, len(spans))
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        by_name.setdefault(span["name"], []).append(span)
+    (first,) = by_name["invoke_agent a"]
+    (second,) = by_name["invoke_agent b"]
+    (root,) = by_name["POST /runs"]
+    trace_id = f"{caller.get_span_context().trace_id:032x}"
+    assert {s["context"]["trace_id"].removeprefix("0x") for s in spans} == {trace_id}
+    for segment in (first, second):
+        assert segment["parent_id"] == root["context"]["span_id"]
+    known = {s["context"]["span_id"] for s in spans}
+    assert all(s.get("parent_id") in known for s in spans if s is not root)  # every parent arrived

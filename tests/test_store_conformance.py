@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -256,6 +257,17 @@ def test_waits_are_listed_oldest_first_and_answered_once(backend: Backend) -> No
     assert [w.tool_call_id for w in store.pending_approvals("s")] == ["q1"]
     store.record_wait(_wait("s", "q1", request_id="r2"))  # the same call waiting again starts unanswered
     assert store.pending_approvals("s")[0].response is None
+
+
+def test_a_wait_keeps_the_fingerprint_of_its_agent_and_a_new_wait_replaces_it(backend: Backend) -> None:
+    store = backend.open()
+    store.record_wait(attrs.evolve(_wait("s", "q1"), fingerprint='{"digest": "a", "summary": {}}'))
+    store.record_wait(_wait("s", "q2"))
+    kept = {w.tool_call_id: w.fingerprint for w in store.pending_approvals("s")}
+    assert kept == {"q1": '{"digest": "a", "summary": {}}', "q2": None}
+    store.record_wait(attrs.evolve(_wait("s", "q1"), fingerprint='{"digest": "b", "summary": {}}'))
+    kept = {w.tool_call_id: w.fingerprint for w in store.pending_approvals("s")}
+    assert kept == {"q1": '{"digest": "b", "summary": {}}', "q2": None}
 
 
 def test_a_result_or_a_drop_ends_a_wait(backend: Backend) -> None:

@@ -16,10 +16,12 @@ from orchestrator.agent import AgentClient
 from orchestrator.cli.args import Options
 from orchestrator.cli.conversation import Conversation
 from orchestrator.cli.lines import LineRouter, LineSource, ReadLine, StreamLines, TerminalLines, read_stdin_line
+from orchestrator.cli.offered import OfferedTools
 from orchestrator.cli.render import Screen, Write, WriteFile
 from orchestrator.cli.sessions import last_session, remember_last
 from orchestrator.config import AgentRunConfig
 from orchestrator.extensions.files.sandbox import Sandbox
+from orchestrator.extensions.plan_mode import ENTER_TOOL, EXIT_TOOL
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.extensions.tool_approval import ToolApprovalExtension
 from orchestrator.model import Model
@@ -63,13 +65,14 @@ class App:
     built: DefaultAgent
     model_spec: str = "scripted"
     permission_sources: dict[str, str] = attrs.field(factory=dict)  # changed in this session
+    offered: OfferedTools = attrs.field(factory=OfferedTools)  # the tools the model has been offered
 
     @property
     def session_id(self) -> str:
         return self.conversation.config.session_id
 
     def switch_session(self, session_id: str) -> None:
-        self.conversation.config = AgentRunConfig(session_id)
+        self.conversation.config = attrs.evolve(self.conversation.config, session_id=session_id)
 
 
 class _RetryNotes(logging.Handler):
@@ -149,6 +152,9 @@ async def _open_app(
         if scripted:
             tools = (*tools, *scripted_tools(options.scripted_delay))
         project = project_config if project_config is not None else load_config(flags_of(options), options.project)
+        offered = OfferedTools()
+        if chat or options.plan_mode:  # Plan Mode's tools are offered only in and on the way into it
+            offered.names.update((ENTER_TOOL, EXIT_TOOL))
         built = await stack_async.enter_async_context(
             open_default_agent(
                 project,
@@ -159,12 +165,15 @@ async def _open_app(
                 sandbox=sandbox,
                 plan_mode=chat or options.plan_mode,
                 tools=tools,
+                extra=[offered],
             )
         )
         client = built.client
         assert built.approvals is not None
         approvals = built.approvals
-        config = AgentRunConfig(_session_id(options, store))
+        config = AgentRunConfig(
+            _session_id(options, store), usage_limits=options.usage_limits, deadline=options.deadline
+        )
         stdin_tty = read_line is None and sys.stdin.isatty()
         is_interactive = (stdin_tty and not options.json) if interactive is None else interactive
         terminal: TerminalLines | None = None
@@ -195,6 +204,7 @@ async def _open_app(
                 options.db,
                 built,
                 model_spec=project.model.value or "scripted",
+                offered=offered,
             )
         finally:
             retry_log.removeHandler(handler)

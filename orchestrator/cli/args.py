@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -10,6 +11,7 @@ import attrs
 
 from orchestrator.cli.parsing import OneLineParser, tool_pattern
 from orchestrator.extensions.files.sandbox import DEFAULT_LEVEL, SANDBOX_LEVELS, SandboxLevel
+from orchestrator.limits import UsageLimits
 from orchestrator.providers.choice import MODEL_SPECS, default_db, names_a_provider
 
 MODEL_HELP = f"{MODEL_SPECS} (default: the scripted model, which needs no key)"
@@ -36,6 +38,8 @@ class Options:
     sandbox_network: bool = False
     project: str | None = None  # the folder whose project files are read (None: none)
     trust_project: bool = False
+    usage_limits: UsageLimits | None = None  # --max-requests, --max-tool-calls, --max-tokens (each request)
+    deadline: float | None = None  # --deadline: seconds each request may run
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +74,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="start the MCP servers the project's .mcp.json names (untrusted, they are listed but not started)",
     )
     parser.add_argument(
+        "--max-requests", type=int, metavar="N", help="end a request that would make more than N model calls"
+    )
+    parser.add_argument(
+        "--max-tool-calls", type=int, metavar="N", help="end a request that would run more than N tool calls"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, metavar="N", help="end a request once its model calls used more than N tokens"
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="end a request that runs longer than this (time waiting for your answers not counted)",
+    )
+    parser.add_argument(
         "--scripted-delay",
         type=float,
         default=3.0,
@@ -97,6 +116,19 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: 
         parser.error(f"--root {args.root!r} is not a directory")
     if args.scripted_delay < 0:
         parser.error("--scripted-delay must not be negative")
+    for flag, value in (("--max-requests", args.max_requests), ("--max-tool-calls", args.max_tool_calls)):
+        if value is not None and value < 0:
+            parser.error(f"{flag} must not be negative, got {value}")
+    if args.max_tokens is not None and args.max_tokens < 0:
+        parser.error(f"--max-tokens must not be negative, got {args.max_tokens}")
+    if args.deadline is not None and not (0 < args.deadline < math.inf):
+        parser.error(f"--deadline must be a number of seconds above 0, got {args.deadline:g}")
+    limits = (args.max_requests, args.max_tool_calls, args.max_tokens)
+    usage_limits = (
+        UsageLimits(requests=args.max_requests, tool_calls=args.max_tool_calls, total_tokens=args.max_tokens)
+        if any(limit is not None for limit in limits)
+        else None
+    )
     return Options(
         prompt=prompt,
         model=args.model,
@@ -115,6 +147,8 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, prompt: 
         sandbox_network=args.sandbox_network,
         project=os.getcwd(),
         trust_project=args.trust_project,
+        usage_limits=usage_limits,
+        deadline=args.deadline,
     )
 
 

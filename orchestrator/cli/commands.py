@@ -22,12 +22,19 @@ A line typed while the agent works steers it; a line typed while it asks answers
     "{session}", session_commands.HELP
 )
 
+_NO_ARGUMENTS = frozenset(
+    {"/quit", "/exit", "/help", "/new", "/sessions", "/compact", "/diagram", "/usage", "/context", "/mcp"}
+)
+
 
 async def run_command(app: App, line: str) -> bool:
     """Carry out one slash command; False when the chat should end."""
     name, _, rest = line.strip().partition(" ")
     rest = rest.strip()
     screen = app.screen
+    if rest and name in _NO_ARGUMENTS:
+        screen.say(f"{name} takes no arguments (got {rest!r}); /help lists the commands", style="yellow")
+        return True
     if name in ("/quit", "/exit"):
         return False
     if name == "/help":

@@ -8,6 +8,7 @@ from orchestrator.cli.app import App, flags_of
 from orchestrator.cli.args import Options
 from orchestrator.cli.render import Write
 from orchestrator.model import Model
+from orchestrator.project.agent import subagent_models
 from orchestrator.project.config import ProjectConfig, load_config
 from orchestrator.project.settings import ConfigError
 from orchestrator.providers.choice import SCRIPTED_NOTICE, ModelUnavailable, build_model
@@ -22,7 +23,9 @@ def configure(options: Options, err: Write) -> ProjectConfig | None:
     """The configuration in force for ``options``; None (its file, line and reason reported on ``err``) when a
     configuration file is unusable."""
     try:
-        return load_config(flags_of(options), options.project)
+        config = load_config(flags_of(options), options.project)
+        subagent_models(config)  # a subagent's model that cannot be used is refused before anything starts
+        return config
     except ConfigError as problem:
         err(f"error: {problem}\n")
         return None

@@ -3,7 +3,9 @@ permissions, MCP servers, and which session to resume."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 from collections.abc import Sequence
 
 from orchestrator.cli.app import App
@@ -30,14 +32,28 @@ HELP = """\
 /resume [N|ID] pick a stored session to continue"""
 
 
+_TOOL_PATTERN = re.compile(r"(?:[A-Za-z0-9_.*?-]|\[!?[A-Za-z0-9_.-]+\])+")
+_WHOLE = re.compile(r"[0-9]{1,9}")  # a turn or list number as typed (str.isdigit also takes '²', which int refuses)
+
+
 def _messages(app: App) -> list[Message]:
     return app.store.messages(app.session_id)
 
 
+def _store_title(app: App, session_id: str, text: str) -> bool:
+    """Set the title, or say in one line why it cannot be kept (the titles file is not writable)."""
+    try:
+        set_title(app.db, session_id, text)
+    except OSError as error:
+        app.screen.say(f"cannot keep the title of {session_id}: {error.strerror or error}", style="red")
+        return False
+    return True
+
+
 def title(app: App, rest: str) -> None:
     if rest:
-        set_title(app.db, app.session_id, rest)
-        app.screen.say(f"title: {rest}")
+        if _store_title(app, app.session_id, rest):
+            app.screen.say(f"title: {rest}")
         return
     shown = title_of(app.db, app.session_id, _messages(app))
     app.screen.say(f"title: {shown}" if shown else "no title yet: the first input gives one (or /title TEXT)")
@@ -46,7 +62,7 @@ def title(app: App, rest: str) -> None:
 def fork(app: App, rest: str) -> None:
     turns: int | None = None
     if rest:
-        if not rest.isdigit():
+        if not _WHOLE.fullmatch(rest):
             app.screen.say("usage: /fork [TURN] (a turn number; /usage lists them)", style="yellow")
             return
         turns = int(rest)
@@ -57,22 +73,23 @@ def fork(app: App, rest: str) -> None:
     except ForkRefused as refused:
         app.screen.say(f"cannot fork: {refused.reason}", style="yellow")
         return
-    set_title(app.db, target, f"{title_of(app.db, source, _messages(app))} (fork)")
     app.switch_session(target)
+    _store_title(app, target, f"{title_of(app.db, source, app.store.messages(source))} (fork)")
     since = f" up to turn {turns}" if turns is not None else ""
     app.screen.say(f"forked {source}{since} into {target} ({copied} messages); you are in the fork now")
 
 
 def export(app: App, rest: str) -> None:
-    path = rest or f"{app.session_id}.md"
+    path = os.path.expanduser(rest) if rest else f"{app.session_id}.md"
     messages = _messages(app)
     heading = title_of(app.db, app.session_id, messages) or app.session_id
     text = to_html(messages, heading) if path.lower().endswith((".html", ".htm")) else to_markdown(messages, heading)
     try:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
-    except OSError as error:
-        app.screen.say(f"cannot write {path}: {error.strerror or error}", style="red")
+    except (OSError, ValueError) as error:  # ValueError: a path the system cannot take (a NUL byte)
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        app.screen.say(f"cannot write {path}: {reason}", style="red")
         return
     app.screen.say(f"exported {len(messages)} messages to {path}")
 
@@ -137,6 +154,9 @@ def model(app: App, rest: str) -> None:
         return
     spec, _, effort = rest.partition(" ")
     effort = effort.strip()
+    if len(effort.split()) > 1:
+        app.screen.say("usage: /model [SPEC [EFFORT]] (one spec and at most one effort)", style="yellow")
+        return
     if spec != "scripted" and not names_a_provider(spec):
         app.screen.say(f"unknown model {spec!r}: use scripted or {MODEL_SPECS}", style="yellow")
         return
@@ -161,6 +181,10 @@ def permissions(app: App, rest: str) -> None:
         if verdict not in ("allow", "ask", "deny"):
             app.screen.say("usage: /permissions TOOL allow|ask|deny (a tool name or pattern)", style="yellow")
             return
+        problem = _tool_problem(tool, app.offered.names)
+        if problem is not None:
+            app.screen.say(f"permissions not changed: {problem}", style="yellow")
+            return
         chosen: Verdict = "allow" if verdict == "allow" else "ask" if verdict == "ask" else "deny"
         rules = {name: value for name, value in policy.rules.items() if name != tool}
         app.approvals.policy = ToolPolicy({tool: chosen, **rules}, policy.default)
@@ -174,6 +198,19 @@ def permissions(app: App, rest: str) -> None:
         app.screen.say(f"  {pattern:<16} {shown:<6} [{sources.get(pattern, 'this session')}]")
     default = policy.default if isinstance(policy.default, str) else "decided by a policy"
     app.screen.say(f"  every other tool: {default}", style="dim")
+
+
+def _tool_problem(pattern: str, offered: set[str]) -> str | None:
+    """Why ``pattern`` cannot be a rule (None: it can): not of a tool name's form, or matching none of the
+    ``offered`` tools (not checked before the model was first offered any)."""
+    if not _TOOL_PATTERN.fullmatch(pattern):
+        return (
+            f"{pattern!r} is not a tool name or pattern (letters, digits, '_', '-', '.', "
+            "and the wildcards *, ? and [...])"
+        )
+    if offered and not any(fnmatch.fnmatchcase(name, pattern) for name in offered):
+        return f"no tool matches {pattern!r} (the tools offered so far: {', '.join(sorted(offered))})"
+    return None
 
 
 def mcp(app: App) -> None:
@@ -204,8 +241,11 @@ async def resume(app: App, rest: str) -> None:
         if not rest:
             return
     chosen = next((s for s in listed if s.session_id == rest), None)
-    if chosen is None and rest.isdigit() and 1 <= int(rest) <= len(listed):
+    if chosen is None and _WHOLE.fullmatch(rest) and 1 <= int(rest) <= len(listed):
         chosen = listed[int(rest) - 1]
+    if chosen is None and _WHOLE.fullmatch(rest):
+        app.screen.say(f"no session number {rest}: there are {len(listed)} (/resume lists them)", style="yellow")
+        return
     if chosen is None:
         app.screen.say(f"no stored session {rest!r} (/resume lists them)", style="yellow")
         return

@@ -53,6 +53,10 @@ def rows(config: ProjectConfig) -> list[tuple[str, str, str]]:
     found.append(("compaction.keep_last", str(config.compaction_keep_last.value), config.compaction_keep_last.source))
     for subagent, source in config.subagents:
         found.append((f"subagents.{subagent.name}", subagent.description, source))
+        if subagent.model is not None:
+            found.append((f"subagents.{subagent.name}.model", subagent.model, source))
+        if subagent.tools is not None:
+            found.append((f"subagents.{subagent.name}.tools", ", ".join(subagent.tools) or "(none)", source))
     found.append(("trusted", "yes" if config.trusted.value else "no", config.trusted.source))
     for path in config.agents_md:
         found.append(("agents_md", str(path), "found"))
@@ -61,6 +65,10 @@ def rows(config: ProjectConfig) -> list[tuple[str, str, str]]:
     for entry in config.mcp:
         state = "starts with the first request" if entry.reason is None else f"not started: {entry.reason}"
         found.append((f"mcp.{entry.server.name}", f"{entry.server.describe()} ({state})", entry.source))
+        for expansion in entry.expansions:
+            # the variable's name, not its value: env and headers often hold secrets
+            origin = "environment" if expansion.source == "environment" else f"default in {entry.source}"
+            found.append((f"mcp.{entry.server.name}.{expansion.field}", expansion.reference, origin))
     return found
 
 

@@ -3,22 +3,26 @@
 The session's history (in the store, written by the same fenced commits) holds
 the messages; the checkpoint holds the rest: the request machine's states, the
 iteration count, the calls that recorded an intent (started and not yet
-settled), the calls that wait for an answer (with the question asked), each
-open call's phase in the call ledger and the answer it consumed, the
+settled), the calls that wait for an answer (with the question asked and its
+expiry, so a resumed wait keeps its deadline), each
+open call's phase in the call ledger and the answer it consumed, what the run spent
+(when it has usage limits, which then count it after a resume), the
 session's Plan Mode state and why the last response ended. ``restored`` reads both back into the point where
 the request loop resumes.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from orchestrator.errors import AgentError
+from orchestrator.limits import RunUsage
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolStatus
-from orchestrator.model import STOP_REASONS, StopReason
+from orchestrator.model import STOP_REASONS, StopReason, Usage
 from orchestrator.runtime.restored import Restored
 
 VERSION = 1
@@ -36,20 +40,28 @@ PHASES = ("waiting", "answered", "executing")
 
 @attrs.frozen
 class Waiting:
-    """A call that waits for an external answer: the question event and what answers it."""
+    """A call that waits for an external answer: the question event, what answers it, and until when
+    (``expires_at``, seconds since the epoch; None: the wait never expires)."""
 
     tool_call_id: str
     event: str
     payload: Mapping[str, Any]
     response_event: str
+    expires_at: float | None = None
+    session_id: str | None = None  # a subagent's session, for a wait of a child request; None for the run's own
 
     def json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "tool_call_id": self.tool_call_id,
             "event": self.event,
             "payload": dict(self.payload),
             "response_event": self.response_event,
         }
+        if self.expires_at is not None:
+            body["expires_at"] = self.expires_at
+        if self.session_id is not None:
+            body["session_id"] = self.session_id
+        return body
 
 
 @attrs.frozen
@@ -63,6 +75,11 @@ class Checkpoint:
     stop_reason: StopReason = "end_turn"  # why the last response ended (max_tokens: its calls never run)
     phases: Mapping[str, str] | None = None  # call id -> PHASES; None in a checkpoint written before the ledger
     answers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)  # call id -> the answer it consumed
+    expired: Mapping[str, str] = attrs.field(factory=dict)  # call id -> why a late answer is refused
+    spent: RunUsage | None = None  # what the run spent so far, when it counts (it has usage limits)
+    # Questions of the run's subagents that wait (the child requests run in the process holding the run):
+    # listed and answered through any web node while that process holds it; a resumed run has none.
+    children: tuple[Waiting, ...] = ()
 
     def json(self) -> dict[str, Any]:
         return {
@@ -76,6 +93,9 @@ class Checkpoint:
             "stop_reason": self.stop_reason,
             "phases": dict(self.phases or {}),
             "answers": {call_id: dict(answer) for call_id, answer in self.answers.items()},
+            "expired": dict(self.expired),
+            **({"spent": _spent_json(self.spent)} if self.spent is not None else {}),
+            "children": [w.json() for w in self.children],
         }
 
     def phase(self, call_id: str) -> str | None:
@@ -85,6 +105,17 @@ class Checkpoint:
     def unanswered(self) -> tuple[Waiting, ...]:
         """The waits whose question has no answer consumed yet (what a person may still answer)."""
         return tuple(w for w in self.waiting if self.phase(w.tool_call_id) in (None, "waiting"))
+
+    def wake_at(self) -> float | None:
+        """The earliest ``expires_at`` of the unanswered waits: when the parked run must be taken up again."""
+        expiries = [w.expires_at for w in self.unanswered() if w.expires_at is not None]
+        return min(expiries) if expiries else None
+
+
+def expired_reason(tool_call_id: str, expires_at: float) -> str:
+    """Why a late answer to call ``tool_call_id``, whose wait expired at ``expires_at``, is refused."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires_at))
+    return f"call tool_call_id={tool_call_id!r} expired: nobody answered it by {when}"
 
 
 class UnreadableCheckpoint(AgentError):
@@ -111,15 +142,42 @@ def _checkpoint(data: Mapping[str, Any]) -> Checkpoint:
         iterations=int(data.get("iterations", 0)),
         input_recorded=bool(data.get("input_recorded", False)),
         started=tuple(str(i) for i in data.get("started", ())),
-        waiting=tuple(
-            Waiting(str(w["tool_call_id"]), str(w["event"]), dict(w.get("payload", {})), str(w["response_event"]))
-            for w in data.get("waiting", ())
-        ),
+        waiting=tuple(_waiting(w) for w in data.get("waiting", ())),
+        children=tuple(_waiting(w) for w in data.get("children", ())),
         plan_mode=data.get("plan_mode"),
         stop_reason=_stop_reason(data.get("stop_reason")),
         phases=_phases(data["phases"]) if "phases" in data else None,
         answers={str(k): dict(v) for k, v in dict(data.get("answers", {})).items()},
+        expired={str(k): str(v) for k, v in dict(data.get("expired", {})).items()},
+        spent=_spent(data["spent"]) if data.get("spent") is not None else None,
     )
+
+
+def _waiting(data: Mapping[str, Any]) -> Waiting:
+    session = data.get("session_id")
+    return Waiting(
+        str(data["tool_call_id"]),
+        str(data["event"]),
+        dict(data.get("payload", {})),
+        str(data["response_event"]),
+        float(data["expires_at"]) if data.get("expires_at") is not None else None,
+        None if session is None else str(session),
+    )
+
+
+def _spent_json(spent: RunUsage) -> dict[str, Any]:
+    return {
+        "model_calls": [[u.input_tokens, u.output_tokens] for u in spent.model_calls],
+        "per_tool": dict(spent.per_tool),
+        "subagents": [spent.subagents.input_tokens, spent.subagents.output_tokens],
+    }
+
+
+def _spent(data: Mapping[str, Any]) -> RunUsage:
+    calls = tuple(Usage(int(i), int(o)) for i, o in data.get("model_calls", ()))
+    per_tool = {str(tool): int(count) for tool, count in dict(data.get("per_tool", {})).items()}
+    subagents = Usage(*(int(n) for n in data.get("subagents", (0, 0))))
+    return RunUsage(calls, per_tool, subagents)
 
 
 def _phases(value: Any) -> dict[str, str]:
@@ -187,8 +245,28 @@ def _open(history: Sequence[Message]) -> tuple[AssistantMessage | None, tuple[st
     return response, open_ids
 
 
-def restored(checkpoint: Checkpoint, history: Sequence[Message], *, worker: str, last_seq: int) -> Restored:
-    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result."""
+def restored(
+    checkpoint: Checkpoint,
+    history: Sequence[Message],
+    *,
+    worker: str,
+    last_seq: int,
+    fingerprint: str | None = None,
+) -> Restored:
+    """Where the loop resumes: the last assistant message of ``history`` and its calls still without a result;
+    ``fingerprint``: the run's stored agent fingerprint."""
     response, open_ids = _open(history)
     asked = tuple(w.tool_call_id for w in checkpoint.waiting)
-    return Restored(worker, last_seq, checkpoint.iterations, response, open_ids, checkpoint.stop_reason, asked)
+    expiries = {w.tool_call_id: w.expires_at for w in checkpoint.waiting if w.expires_at is not None}
+    return Restored(
+        worker,
+        last_seq,
+        checkpoint.iterations,
+        response,
+        open_ids,
+        checkpoint.stop_reason,
+        asked,
+        expiries,
+        checkpoint.spent,
+        fingerprint,
+    )

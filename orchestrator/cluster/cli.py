@@ -148,11 +148,14 @@ async def prune_idle_sessions(store: RunStore, idle_seconds: float) -> None:
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
     from orchestrator.cli.signals import run_service
+    from orchestrator.project.agent import subagent_models
     from orchestrator.project.settings import ConfigError
 
     args = parse(argv)
     try:
         config = None if args.app else project_config(args)
+        if config is not None:
+            subagent_models(config)  # a subagent's model that cannot be used is refused before anything starts
     except ConfigError as error:  # a configuration file that cannot be used: said before anything starts
         print(f"worker: {error}", file=sys.stderr)
         return 2

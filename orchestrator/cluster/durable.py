@@ -24,18 +24,20 @@ and cancels the run: nothing of it is written twice.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
 
 from orchestrator import wire
-from orchestrator.cluster.checkpoint import Checkpoint, Waiting
+from orchestrator.cluster.checkpoint import Checkpoint, Waiting, expired_reason
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
-from orchestrator.messages import Message, ToolCall, ToolMessage
+from orchestrator.extensions.steering import STEERING_EVENT
+from orchestrator.messages import Message, ToolCall, ToolMessage, UserMessage
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import InboxItem, Lease, LeaseLost, RunCommit, RunStore, StoredEvent
@@ -44,6 +46,9 @@ from orchestrator.tools import ToolResult
 log = logging.getLogger("orchestrator.cluster")
 
 FLUSH_SECONDS = 0.1
+EXPIRY_HOLD_SECONDS = 2.0
+"""A run whose wait expires within this long is not parked: its carrier keeps it and the wait's timer fires
+(also what a resumed run whose wait has expired does, and room for clocks a little apart)."""
 #: Pauses before each new try of a commit the store could not take (well inside a lease).
 COMMIT_RETRY_SECONDS = (0.2, 1.0, 2.0)
 STOPPED_MID_CALL = (
@@ -68,6 +73,7 @@ class DurableRun:
         waiting: tuple[Waiting, ...] = (),
         phases: Mapping[str, str] | None = None,
         answers: Mapping[str, Mapping[str, Any]] | None = None,
+        expired: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -76,6 +82,7 @@ class DurableRun:
         self.lock = trio.Lock()
         self.events: list[StoredEvent] = []
         self.messages: list[Message] = []
+        self.history: tuple[Message, ...] | None = None  # a compaction's replacement, written by the next commit
         self.consumed: list[int] = []  # inbox items used up since the last commit
         # Every inbox item this process used up: a look at the inbox that began before the commit
         # marking one consumed may still return it, and it must not be offered (or consumed) twice.
@@ -84,6 +91,8 @@ class DurableRun:
         # Each open call's ledger phase, and the answers consumed for calls without a result.
         self.phases: dict[str, str] = dict(phases or {})
         self.answers: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (answers or {}).items()}
+        # Calls whose wait expired, with why a late answer to each is refused (kept while the run lasts).
+        self.expired: dict[str, str] = dict(expired or {})
         waiting_ids = {w.tool_call_id for w in waiting}
         # Calls of an earlier process cut off mid-way (their body was entered): not run blindly again.
         # A checkpoint written before the ledger knows only intents: each one not waiting counts as cut off.
@@ -109,12 +118,37 @@ class DurableRun:
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
         self.seen_inbox = 0
+        # Steering taken from the inbox and not yet in the history, oldest first: (item id, its text). Each item
+        # is consumed by the commit that appends its message, so a run stopped before that takes it again.
+        self.steering: list[tuple[int, str]] = []
+        # Questions of subagents that wait, by (child session, call id): never resumed (the children are not).
+        self.children: dict[tuple[str, str], Waiting] = {}
+        # A trace context made for the run here (it had none): stored with the next commit, where none is yet.
+        self.trace_context: Mapping[str, str] | None = None
+        # The carrying agent's fingerprint (JSON text), to be stored by the next commit (None: nothing to store).
+        self.fingerprint: str | None = None
 
     # the sink of the run's streamed events ----------------------------------
 
     def offer(self, event: AgentEvent) -> bool:
         self.events.append(StoredEvent(self.lease.request_id, event.seq, event.name, wire.encode_event(event)))
+        if event.session_id != self.lease.session_id:
+            self._child_event(event)
         return True
+
+    def _child_event(self, event: AgentEvent) -> None:
+        """Keep the questions of the run's subagents that wait, so any web node lists and checks their answers."""
+        if _is_question(event):
+            payload = wire.json_value(dict(event.payload))
+            call_id = str(event.payload["tool_call_id"])
+            response = str(event.payload["response_event"])
+            child = event.session_id
+            self.children[(child, call_id)] = Waiting(call_id, event.name, payload, response, session_id=child)
+        elif event.name in _SETTLED_EVENTS:
+            self.children.pop((event.session_id, event.payload["call"].id), None)
+        elif event.name in _FINAL_EVENTS:
+            for key in [key for key in self.children if key[0] == event.session_id]:
+                del self.children[key]
 
     async def put(self, event: AgentEvent) -> None:
         self.offer(event)
@@ -138,6 +172,9 @@ class DurableRun:
             stop_reason=run.stop_reason if run is not None else "end_turn",
             phases=dict(self.phases),
             answers=dict(self.answers),
+            expired=dict(self.expired),
+            spent=run.budget.report() if run is not None and run.budget is not None else None,
+            children=tuple(self.children.values()),
         )
 
     async def commit(self, status: str = "running", *, boundary: bool = True) -> None:
@@ -156,11 +193,17 @@ class DurableRun:
                 checkpoint=self.checkpoint().json(),
                 consumed=tuple(self.consumed),
                 status=status,
+                history=self.history,
+                wake_at=self.wake_at() if status == "parked" else None,
+                trace_context=self.trace_context,
+                fingerprint=self.fingerprint,
             )
-            self.messages, self.events, self.consumed = [], [], []
+            self.messages, self.events, self.consumed, self.history = [], [], [], None
+            self.fingerprint = None
             try:
                 with trio.CancelScope(shield=True):
                     self.lease = await self._committed(change)
+                self.trace_context = None
             except LeaseLost as lost:
                 log.warning("%s; the run stops here without writing more", lost)
                 self.lose()
@@ -174,6 +217,9 @@ class DurableRun:
                 self.messages[:0] = change.messages
                 self.events[:0] = change.events
                 self.consumed[:0] = change.consumed
+                if self.history is None:
+                    self.history = change.history
+                self.fingerprint = self.fingerprint or change.fingerprint
                 raise
             if self.draining and boundary and status == "running" and not self.unrecorded:
                 self.hand_back()  # every call body entered here has its result committed
@@ -221,6 +267,10 @@ class DurableRun:
         if item.id in self.used:
             return True
         call_id = item.payload.get("tool_call_id") if isinstance(item.payload, Mapping) else None
+        if item.name == STEERING_EVENT:
+            return self._offer_steering(item)
+        if item.session_id != self.lease.session_id:
+            return self._offer_to_child(item)
         if self._deliver(ExternalEvent(item.name, dict(item.payload)), self.config):
             # Consumed and answered together: whichever commit consumes the item records the phase.
             self._use(item)
@@ -235,6 +285,35 @@ class DurableRun:
         log.warning("inbox item %s (%s) of run %s refused; dropped", item.id, item.name, self.lease.request_id)
         self._use(item)
         return True
+
+    def _offer_steering(self, item: InboxItem) -> bool:
+        """Deliver a steering message; it stays unconsumed until the commit that appends it (``steering_appended``)."""
+        content = item.payload.get("content") if isinstance(item.payload, Mapping) else None
+        self.used.add(item.id)
+        if self._deliver(ExternalEvent(item.name, dict(item.payload)), self.config):
+            self.steering.append((item.id, content if isinstance(content, str) else ""))
+            return True
+        log.warning("steering item %s of run %s refused; dropped", item.id, self.lease.request_id)
+        self.consumed.append(item.id)
+        return True
+
+    def _offer_to_child(self, item: InboxItem) -> bool:
+        """An answer for a subagent's question: delivered in the child's session (the run's agent routes it)."""
+        self._use(item)
+        if self._deliver(ExternalEvent(item.name, dict(item.payload)), AgentRunConfig(session_id=item.session_id)):
+            call_id = item.payload.get("tool_call_id") if isinstance(item.payload, Mapping) else None
+            self.children.pop((item.session_id, str(call_id)), None)
+        else:
+            log.warning("inbox item %s for subagent session %s refused; dropped", item.id, item.session_id)
+        return True
+
+    def steering_appended(self, message: UserMessage) -> None:
+        """A user message joined the history: the oldest steering item with its text is consumed in this commit."""
+        for index, (item_id, content) in enumerate(self.steering):
+            if message.text.strip() == content.strip():
+                del self.steering[index]
+                self.consumed.append(item_id)
+                return
 
     def redeliver(self, waiting: Waiting, answer: Mapping[str, Any]) -> bool:
         """Give ``waiting`` the answer its call consumed in an earlier process; whether it took it."""
@@ -274,8 +353,9 @@ class DurableRun:
         return self.started - self.unanswered()
 
     def settled(self, call_id: str) -> None:
-        """``call_id`` has its result: neither running nor waiting any more."""
+        """``call_id`` has its result: neither running nor waiting any more (an answer to it is dropped)."""
         self.started.discard(call_id)
+        self.expected.discard(call_id)
         self.waiting.pop(call_id, None)
         self.answered.discard(call_id)
         self.phases.pop(call_id, None)
@@ -284,13 +364,21 @@ class DurableRun:
     def unanswered(self) -> set[str]:
         return set(self.waiting) - self.answered
 
+    def wake_at(self) -> float | None:
+        """The earliest expiry of the waits not answered yet: when a parked run is to be taken up again."""
+        expiries = [w.expires_at for c, w in self.waiting.items() if c not in self.answered and w.expires_at]
+        return min(expiries) if expiries else None
+
     def park_if_idle(self) -> None:
         """Let the run go when all it does is wait: every open call waits for an answer not yet given."""
         run = self.run
         if run is None or not self.unanswered() or self.running_calls() or self.lost or self.parked:
             return
-        if run.steering is not None or not run.machine.may("park"):
-            return
+        if run.steering is not None or self.steering or not run.machine.may("park"):
+            return  # steering taken: it is applied as the next turn, once the waiting calls have their results
+        wake_at = self.wake_at()
+        if wake_at is not None and wake_at - time.time() < EXPIRY_HOLD_SECONDS:
+            return  # its wait expires (or expired) about now: it stays held, and the wait's own timer fires
         self.parked = True
         run.parking = True
         self.scope.cancel()
@@ -305,6 +393,7 @@ class DurableExtension(AgentExtension):
     """Keeps each DurableRun of a worker's agent current: commits, intents, waits, parking."""
 
     priority = -1000  # before other extensions: nothing happens before it is recorded
+    fingerprinted = False  # where the agent runs, not what it is
 
     def __init__(self) -> None:
         self._runs: dict[str, DurableRun] = {}
@@ -326,6 +415,8 @@ class DurableExtension(AgentExtension):
         if name == "message_appended":
             message = event.payload["message"]
             durable.messages.append(message)
+            if isinstance(message, UserMessage) and durable.steering:
+                durable.steering_appended(message)
             if isinstance(message, ToolMessage):
                 durable.unrecorded.discard(message.tool_call_id)
                 # The result is recorded in this commit: the call is no longer an intent without a result,
@@ -344,6 +435,17 @@ class DurableExtension(AgentExtension):
             await durable.commit(_FINAL_EVENTS[name])
         elif name == "run_parked":
             await durable.commit("parked")
+        elif name == "history_replaced":
+            # A compaction: the replacement holds every message so far, those not committed yet included.
+            durable.history = tuple(event.payload["messages"])
+            durable.messages = []
+            await durable.commit()
+        elif name == "wait_expired":
+            call_id = str(event.payload["tool_call_id"])
+            durable.expired[call_id] = expired_reason(call_id, float(event.payload["expires_at"]))
+        elif name == "agent_changed" and event.payload["outcome"] == "continued":
+            # The run goes on under this agent: later resumes compare with it.
+            durable.fingerprint = durable.run.agent.fingerprint.text()
         elif _is_question(event):
             await self.question_asked(context, event)
 
@@ -354,7 +456,8 @@ class DurableExtension(AgentExtension):
             return
         payload = wire.json_value(dict(event.payload))
         call_id = str(event.payload["tool_call_id"])
-        waiting = Waiting(call_id, event.name, payload, str(event.payload["response_event"]))
+        expires_at = durable.run.agent.waiting.expiry(context.session_id, call_id) if durable.run else None
+        waiting = Waiting(call_id, event.name, payload, str(event.payload["response_event"]), expires_at)
         durable.waiting[call_id] = waiting
         durable.expected.discard(call_id)
         stored = durable.answers.get(call_id)

@@ -1,12 +1,12 @@
 """``StoreHistory``: a worker's agent history. Runs read their session from the store; what they append
-is written by their fenced commits (the DurableExtension), never around the lease."""
+is written by their fenced commits (the DurableExtension), never around the lease; so is a compaction's
+replacement of the history."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from orchestrator.messages import Message
-from orchestrator.store.errors import StoreError
 
 
 class StoreHistory:
@@ -25,4 +25,4 @@ class StoreHistory:
         """Nothing here: the run's commit writes it, fenced by the lease."""
 
     def replace(self, session_id: str, messages: Sequence[Message]) -> None:
-        raise StoreError("runs in a run store keep their history as written; compaction does not replace it")
+        """Nothing here: the run's next commit replaces the stored history (``history_replaced``), fenced."""

@@ -1,19 +1,28 @@
 """``Wakeups``: one process's waits on a run store, woken by the store's change feed instead of each polling.
 
 Tasks wait for a (topic, request id) pair: a held run for its inbox, an event stream
-for its run's log, a claim loop for work. One task per trio run reads the store's feed
+for its run's log, a claim loop for work. One task per event loop reads the store's feed
 in a thread and sets exactly the events of the pairs that changed (all of them when
 the feed says anything may have). ``arm`` before reading the store, then wait: a change
 committed between the read and the wait still wakes the waiter.
+
+The waits may live in a trio loop (a worker, a web node under hypercorn) or in an
+asyncio one (a web node under uvicorn): the events and the feed's task are that loop's own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
+import sniffio
 import trio
 
-from orchestrator.store.changes import ChangeFeed
+from orchestrator.store.changes import ChangeFeed, Changes
 from orchestrator.store.runs import RunStore
 
 log = logging.getLogger("orchestrator.cluster")
@@ -22,55 +31,93 @@ FEED_SECONDS = 1.0
 """Longest a feed read blocks its thread (so a stopped process leaves no thread waiting longer)."""
 
 
+class Wakeup(Protocol):
+    """What ``arm`` gives: set at the pair's next change (a ``trio.Event`` or an ``asyncio.Event``)."""
+
+    def is_set(self) -> bool: ...
+    def set(self) -> None: ...
+    async def wait(self) -> object: ...
+
+
 class Wakeups:
     """The waits of one process on ``store``, keyed by (topic, request id)."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
-        self._waiting: dict[tuple[str, str], trio.Event] = {}
-        self._token: trio.lowlevel.TrioToken | None = None
+        self._waiting: dict[tuple[str, str], Wakeup] = {}
+        self._loop: object = None  # the trio token or asyncio loop the waits and the feed's task belong to
         self._feed: ChangeFeed | None = None
-        self._thread: trio.CapacityLimiter | None = None
+        self._asyncio_pump: asyncio.Task[None] | None = None  # held: a task nobody references may be collected
 
-    def arm(self, topic: str, request_id: str = "") -> trio.Event:
+    def arm(self, topic: str, request_id: str = "") -> Wakeup:
         """The event set at the next change of ``request_id``'s ``topic`` (shared by every waiter of the pair)."""
-        token = trio.lowlevel.current_trio_token()
-        if self._token is not token:
-            self._start(token)
+        on_trio = sniffio.current_async_library() == "trio"
+        loop: object = trio.lowlevel.current_trio_token() if on_trio else asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._start(loop, on_trio)
         key = (topic, request_id)
         event = self._waiting.get(key)
         if event is None:
-            event = self._waiting[key] = trio.Event()
+            event = self._waiting[key] = trio.Event() if on_trio else asyncio.Event()
         return event
 
     async def wait(self, topic: str, request_id: str, timeout: float) -> None:
         """Until the next change of the pair, or ``timeout`` seconds."""
-        with trio.move_on_after(timeout):
-            await self.arm(topic, request_id).wait()
+        event = self.arm(topic, request_id)
+        if sniffio.current_async_library() == "trio":
+            with trio.move_on_after(timeout):
+                await event.wait()
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), None if math.isinf(timeout) else timeout)
 
-    def _start(self, token: trio.lowlevel.TrioToken) -> None:
+    def _start(self, loop: object, on_trio: bool) -> None:
         if self._feed is not None:
             self._feed.close()
-        self._token = token
+        self._loop = loop
         self._waiting = {}
-        self._thread = trio.CapacityLimiter(1)  # its own: never waits behind store calls for one of trio's threads
         self._feed = feed = self.store.watch()
-        trio.lowlevel.spawn_system_task(self._pump, feed, name=f"wake-ups of {self.store.where}")
+        if on_trio:
+            trio.lowlevel.spawn_system_task(self._trio_pump, feed, name=f"wake-ups of {self.store.where}")
+        else:
+            assert isinstance(loop, asyncio.AbstractEventLoop)
+            self._asyncio_pump = loop.create_task(self._asyncio_feed(feed), name=f"wake-ups of {self.store.where}")
 
-    async def _pump(self, feed: ChangeFeed) -> None:
+    def _woken(self, feed: ChangeFeed, changes: Changes) -> bool:
+        """Set the events of the pairs that changed; False once ``feed`` is no longer this process's."""
+        if feed is not self._feed:
+            return False
+        woken = list(self._waiting) if changes.everything else changes.keys & self._waiting.keys()
+        for key in woken:
+            self._waiting.pop(key).set()
+        return True
+
+    async def _trio_pump(self, feed: ChangeFeed) -> None:
+        thread = trio.CapacityLimiter(1)  # its own: never waits behind store calls for one of trio's threads
         try:
             while not feed.closed:
-                changes = await trio.to_thread.run_sync(
-                    feed.wait, FEED_SECONDS, abandon_on_cancel=True, limiter=self._thread
-                )
-                if feed is not self._feed:
+                changes = await trio.to_thread.run_sync(feed.wait, FEED_SECONDS, abandon_on_cancel=True, limiter=thread)
+                if not self._woken(feed, changes):
                     return
-                woken = list(self._waiting) if changes.everything else changes.keys & self._waiting.keys()
-                for key in woken:
-                    self._waiting.pop(key).set()
         except trio.Cancelled:
             raise
         except Exception:  # the waits fall back on their timeouts
             log.exception("wake-ups of %s stopped", self.store.where)
         finally:
             feed.close()
+
+    async def _asyncio_feed(self, feed: ChangeFeed) -> None:
+        loop = asyncio.get_running_loop()
+        thread = ThreadPoolExecutor(1, thread_name_prefix="orchestrator-wakeups")  # not the executor store calls use
+        try:
+            while not feed.closed:
+                changes = await loop.run_in_executor(thread, feed.wait, FEED_SECONDS)
+                if not self._woken(feed, changes):
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the waits fall back on their timeouts
+            log.exception("wake-ups of %s stopped", self.store.where)
+        finally:
+            feed.close()
+            thread.shutdown(wait=False)  # its read ends within FEED_SECONDS

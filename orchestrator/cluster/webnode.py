@@ -1,5 +1,8 @@
 """``StoreBackend``: what a web node serves. It talks only to the run store; workers carry the runs.
 
+It serves under trio (hypercorn's trio worker) and under asyncio (uvicorn, hypercorn's
+asyncio worker) alike: its waits are anyio's and its store calls run in threads.
+
 Starting a run inserts a ``queued`` row (one active run per session across the
 deployment: a second is SessionBusy, a 409). Events are read from the run's
 log after ``Last-Event-ID`` and followed through the store's wake-ups (one
@@ -8,7 +11,8 @@ and the followers of one run share one read per change, so any node serves any
 run. An answer is checked like a live one against the question its run's
 checkpoint says is waiting (the same ``WaitRule`` validators the extensions
 use) in the one transaction that inserts it into the run's inbox and wakes a
-parked run, so a worker's commit cannot come between; a call takes one answer
+parked run, so a worker's commit cannot come between (an answer after the wait's
+stored expiry is refused saying so, whether or not a worker took its default yet); a call takes one answer
 (a second is refused while the first waits), and an idempotency key makes a
 retried POST harmless on any node, even one raced with its first try.
 """
@@ -22,27 +26,34 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-import trio
+import anyio
+import anyio.to_thread
 
 from machines.build import Step
 from machines.request import REQUEST
 from orchestrator import wire
-from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, read
+from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, expired_reason, read
+from orchestrator.cluster.run_settings import decode_run_settings, encode_run_settings
 from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import SessionBusy
-from orchestrator.events import RunCancelledEvent
+from orchestrator.events import AgentEvent, RunCancelledEvent, RunCompletedEvent
 from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
-from orchestrator.messages import Message, UserMessage
-from orchestrator.observe.trace import NestedTrace
-from orchestrator.runtime.handle import UnknownRun
+from orchestrator.limits import UsageLimits, usage_limits_json
+from orchestrator.messages import AssistantMessage, Message, UserMessage
+from orchestrator.model import ModelSettings
+from orchestrator.observe.trace import NestedTrace, children_from_events
+from orchestrator.observe.trace_context import current_trace_context
+from orchestrator.output import StructuredAnswer
+from orchestrator.runtime.handle import RunPruned, UnknownRun
 from orchestrator.runtime.pending import WaitRule
 from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunView
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.changes import RUN
 from orchestrator.store.errors import SessionOwned, StoreError, StoreUnavailable
+from orchestrator.store.retention import PrunedRun, PruneReport, Retention, prune_run_store
 from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
 from orchestrator.store.titles import first_input_title
 
@@ -76,13 +87,21 @@ class StoreBackend:
         self._reads: dict[tuple[str, int], _SharedRead] = {}
 
     async def _call(self, function: Any, *args: Any) -> Any:
-        return await trio.to_thread.run_sync(function, *args)
+        return await anyio.to_thread.run_sync(function, *args)
 
     async def _record(self, request_id: str) -> RunRecord:
         record: RunRecord | None = await self._call(self.store.run, request_id)
         if record is None:
+            pruned: PrunedRun | None = await self._call(self.store.pruned, request_id)
+            if pruned is not None:
+                raise RunPruned(request_id, pruned.reason, pruned.pruned)
             raise UnknownRun(request_id)
         return record
+
+    async def prune(self, retention: Retention, now: float | None = None) -> PruneReport:
+        """One prune pass over the run store (see ``prune_run_store``)."""
+        report: PruneReport = await self._call(prune_run_store, self.store, retention, now)
+        return report
 
     @staticmethod
     def _view(record: RunRecord) -> RunView:
@@ -103,11 +122,20 @@ class StoreBackend:
         metadata: Mapping[str, Any] | None = None,
         *,
         owner: str | None = None,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
+        model_settings: ModelSettings | None = None,
+        output_type: object = None,
     ) -> str:
         """Insert a queued run. A run started with an Idempotency-Key and no request id is named
         after the key (``keyed_request_id``), so a retry to any node finds the run it started:
         the same input in the same session gets that run's id again, another input a refusal.
-        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message;
+        ``metadata`` (checked as ``AgentRunConfig.metadata``) is stored in the input row beside the message,
+        and so are ``usage_limits`` (``"limits"``) and ``deadline``: the worker that carries the run applies them;
+        ``model_settings`` and ``output_type`` (as ``AgentRunConfig`` takes them) in its ``settings``
+        (``cluster.run_settings``; UnresolvableOutputType for a type another process could not import).
+        The trace context of the span current here, if any, is stored too: every segment of the run is
+        traced under it.;
         ``owner`` is the principal the run is kept for (SessionOwned when the session is another's)."""
         keyed = request_id is None and idempotency_key is not None
         if request_id is None:
@@ -115,18 +143,33 @@ class StoreBackend:
         encoded = wire.encode_message(message)
         if metadata:
             encoded["metadata"] = dict(AgentRunConfig(metadata=metadata).metadata)
+        if usage_limits is not None:
+            encoded["limits"] = usage_limits_json(usage_limits)
+        if deadline is not None:
+            encoded["deadline"] = deadline
+        settings = encode_run_settings(model_settings, output_type)
+        traced = current_trace_context()
         try:
-            await self._call(lambda: self.store.create_run(session_id, request_id, encoded, owner=owner))
+            await self._call(
+                lambda: self.store.create_run(
+                    session_id, request_id, encoded, trace_context=traced, settings=settings, owner=owner
+                )
+            )
         except (StoreUnavailable, SessionOwned):
             raise
         except (SessionBusy, StoreError) as refused:
             if idempotency_key is not None:
                 earlier: RunRecord | None = await self._call(self.store.run, request_id)
-                if earlier is not None and earlier.session_id == session_id and _same_json(earlier.input, encoded):
+                if (
+                    earlier is not None
+                    and earlier.session_id == session_id
+                    and _same_json(earlier.input, encoded)
+                    and _same_json(earlier.settings or {}, settings or {})
+                ):
                     return request_id  # a retry: the run it started
                 if earlier is not None and keyed:
                     raise IdempotencyKeyReused(
-                        f"this Idempotency-Key started run {request_id!r} with another input"
+                        f"this Idempotency-Key started run {request_id!r} with another input or other settings"
                     ) from None
             if isinstance(refused, SessionBusy):
                 raise
@@ -135,6 +178,29 @@ class StoreBackend:
 
     async def run(self, request_id: str) -> RunView:
         return self._view(await self._record(request_id))
+
+    async def result(self, request_id: str) -> AssistantMessage | None:
+        """The final answer of a completed run; None while it has none (it runs, or it failed or was cancelled).
+
+        A run started with its own output type gives a ``StructuredAnswer`` whose ``output`` is the answer as a
+        value of that type (the worker accepted it against the same type). UnknownRun when there is no such run.
+        """
+        record = await self._record(request_id)
+        if record.status != "completed":
+            return None
+        answer: AssistantMessage | None = None
+        position = 0
+        while stored := await self._call(self.store.events, request_id, position):
+            position = stored[-1].seq
+            for event in stored:
+                if event.type == "run_completed" and _of_session(event, record.session_id):
+                    completed = wire.decode_event(dict(event.body))
+                    assert isinstance(completed, RunCompletedEvent)
+                    answer = completed.result
+        spec = decode_run_settings(record.settings).output_type
+        if answer is None or spec is None:
+            return answer
+        return StructuredAnswer.of(answer, spec.parse(answer.content))
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
         session_id = (await self._record(request_id)).session_id
@@ -147,7 +213,7 @@ class StoreBackend:
                     stored, record = await self._tail(request_id, position)
                 except StoreUnavailable:
                     # The stream stays open while the store is away; its events follow when it is back.
-                    await trio.sleep(self.poll_seconds)
+                    await anyio.sleep(self.poll_seconds)
                     continue
                 if stored:
                     position = stored[-1].seq
@@ -157,7 +223,7 @@ class StoreBackend:
                     continue
                 if record is None or (record.final and record.last_seq <= position):
                     return
-                with trio.move_on_after(FOLLOW_SECONDS):
+                with anyio.move_on_after(FOLLOW_SECONDS):
                     await woken.wait()
 
         return batches()
@@ -195,7 +261,7 @@ class StoreBackend:
         return self._view(changed), not record.final
 
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
-        deleted: bool = await trio.to_thread.run_sync(lambda: self.store.delete_session(session_id, cancel=cancel))
+        deleted: bool = await self._call(lambda: self.store.delete_session(session_id, cancel=cancel))
         return deleted
 
     async def transitions(self, request_id: str) -> list[Step]:
@@ -211,9 +277,21 @@ class StoreBackend:
             ]
         return steps
 
+    async def requests(self, session_id: str) -> list[str]:
+        records: list[RunRecord] = await self._call(lambda: self.store.runs(session_id))
+        return [record.request_id for record in records]
+
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
-        """None: a worker's subagent requests are not kept in the run store."""
-        return []
+        """The paths of the subagent requests the run started, nested as they ran, from its event log: the
+        worker that carried each part of the run stored its children's events there with the run's own."""
+        session_id = (await self._record(request_id)).session_id
+        wanted = ("transition", "subagent_started")
+        events: list[AgentEvent] = []
+        position = 0
+        while stored := await self._call(self.store.events, request_id, position):
+            position = stored[-1].seq
+            events += [wire.decode_event(dict(e.body)) for e in stored if e.type in wanted]
+        return children_from_events(events, session_id)
 
     # answers ----------------------------------------------------------------
 
@@ -221,13 +299,15 @@ class StoreBackend:
         self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
     ) -> Delivery:
         record = await self._target(session_id, request_id)
+        if record is None and request_id is None:
+            record = await self._parent_of(session_id)  # a subagent's session: its question waits in a parent run
         if record is None:
             which = f"request {request_id!r} of" if request_id else "request in"
             return _refused(event, f"no running {which} session {session_id!r}")
         item = NewInboxItem(session_id, record.request_id, event.name, dict(event.payload), idempotency_key)
         try:
             # Checked against the run as it is when the item goes in: a worker's commit cannot come between.
-            await self._call(self.store.post, item, lambda locked: self._problem(locked, event))
+            await self._call(self.store.post, item, lambda locked: self._problem(locked, event, session_id))
         except StoreUnavailable:
             raise  # a 503: the client retries, with its Idempotency-Key if it sent one
         except InboxKeyReused as reused:
@@ -243,32 +323,61 @@ class StoreBackend:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
         return active[0] if active else None
 
-    def _problem(self, record: RunRecord, event: ExternalEvent) -> str | None:
+    async def _parent_of(self, session_id: str) -> RunRecord | None:
+        """The active run one of whose subagents waits in ``session_id`` (its checkpoint lists the question)."""
+        active: list[RunRecord] = await self._call(lambda: self.store.runs(active=True))
+        for record in active:
+            checkpoint = read(record.checkpoint) if record.status == "running" else None
+            if checkpoint is not None and any(w.session_id == session_id for w in checkpoint.children):
+                return record
+        return None
+
+    def _problem(self, record: RunRecord, event: ExternalEvent, session_id: str | None = None) -> str | None:
         payload = event.payload
+        if session_id is not None and session_id != record.session_id:
+            return self._child_problem(record, event, session_id)
         if event.name == STEERING_EVENT:
             content = payload.get("content") if isinstance(payload, Mapping) else None
             if not isinstance(content, str) or not content.strip():
                 return "steering needs non-empty 'content' text"
-            if record.status == "parked":
-                return "the request waits for an answer; answer it before steering"
-            return None
+            return None  # a parked run is made runnable; its waiting calls go on waiting, as in one process
         rule = self.rules.get(event.name)
         if rule is None:
             return f"no extension takes {event.name!r} events"
         key = payload.get("tool_call_id") if isinstance(payload, Mapping) else None
         checkpoint = read(record.checkpoint)
+        if checkpoint is not None and isinstance(key, str) and key in checkpoint.expired:
+            return checkpoint.expired[key]
         waiting = {w.tool_call_id: w for w in checkpoint.unanswered()} if checkpoint else {}
         wait = waiting.get(key) if isinstance(key, str) else None
         if wait is None or wait.response_event != event.name:
             return f"no waiting call tool_call_id={key!r} in session {record.session_id!r}"
+        if wait.expires_at is not None and time.time() >= wait.expires_at:
+            return expired_reason(wait.tool_call_id, wait.expires_at)  # its carrier has not taken the default yet
         return rule.validator(wait.payload)(payload)
+
+    def _child_problem(self, record: RunRecord, event: ExternalEvent, session_id: str) -> str | None:
+        """Why an answer for subagent session ``session_id`` cannot go into ``record``'s inbox, or None."""
+        rule = self.rules.get(event.name)
+        if rule is None:
+            return f"no extension takes {event.name!r} events"
+        key = event.payload.get("tool_call_id") if isinstance(event.payload, Mapping) else None
+        checkpoint = read(record.checkpoint) if record.status == "running" else None
+        waits = {w.tool_call_id: w for w in checkpoint.children if w.session_id == session_id} if checkpoint else {}
+        wait = waits.get(key) if isinstance(key, str) else None
+        if wait is None or wait.response_event != event.name:
+            return f"no waiting call tool_call_id={key!r} in session {session_id!r}"
+        return rule.validator(wait.payload)(event.payload)
 
     async def pending(self, session_id: str | None) -> list[dict[str, Any]]:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
         calls: list[dict[str, Any]] = []
+        now = time.time()
         for record in active:
             checkpoint = read(record.checkpoint)
             for wait in checkpoint.unanswered() if checkpoint else ():
+                if wait.expires_at is not None and wait.expires_at <= now:
+                    continue  # expired: no answer is taken any more (its carrier takes the default)
                 calls.append(
                     {
                         "session_id": record.session_id,
@@ -278,6 +387,18 @@ class StoreBackend:
                         "payload": dict(wait.payload),
                         "response_event": wait.response_event,
                         "live": record.status == "running",
+                    }
+                )
+            for wait in checkpoint.children if checkpoint and record.status == "running" else ():
+                calls.append(
+                    {
+                        "session_id": wait.session_id,
+                        "request_id": record.request_id,
+                        "tool_call_id": wait.tool_call_id,
+                        "event": wait.event,
+                        "payload": dict(wait.payload),
+                        "response_event": wait.response_event,
+                        "live": True,
                     }
                 )
         return calls
@@ -341,7 +462,7 @@ class _SharedRead:
     """One read of a run's log that several followers wait for."""
 
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.done = anyio.Event()
         self.result: tuple[list[StoredEvent], RunRecord | None] | None = None
 
 

@@ -8,7 +8,10 @@ answers and steering posted by any web node to the run's extensions (woken by th
 store when the run's inbox gets an item, see ``Wakeups``), and the
 flusher commits streamed text. A run that only waits for answers is parked:
 its worker lets it go, and whichever worker claims it after an answer arrives
-resumes it. A worker claims again the moment a run ends or a new one is queued.
+resumes it. A parked run whose wait expires is stored with that expiry (``wake_at``): each worker keeps
+one timer on the earliest ``wake_at`` of the store (``next_wake``; a run parked with an earlier one
+wakes the workers to look again) and claims the run once it passes, so the resumed wait takes its
+default. A worker claims again the moment a run ends or a new one is queued.
 A worker that stops (killed, or its lease lost) leaves its runs to
 be claimed again once their leases expire. A worker that drains (``drain``:
 SIGTERM to ``python -m orchestrator worker``) stops claiming, lets each run
@@ -30,16 +33,23 @@ import attrs
 import trio
 
 from orchestrator.agent import AgentClient
+from orchestrator.checks import number
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
 from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
-from orchestrator.cluster.wakeups import Wakeups
+from orchestrator.cluster.run_settings import decode_run_settings
+from orchestrator.cluster.wakeups import Wakeup, Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.events import RunCancelledEvent, RunFailedEvent
+from orchestrator.limits import UsageLimits, usage_limits_from_json
 from orchestrator.messages import Message, UserMessage
+from orchestrator.model import UnsupportedSetting
+from orchestrator.observe.trace_context import TraceAnchor, traced_under
+from orchestrator.runtime.restored import Restored
 from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.retention import TOMBSTONE_SECONDS
 from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
 from orchestrator.wire.format import WireFormatError, decode_message, encode_event
 
@@ -57,6 +67,8 @@ BUSY_RETRY_SECONDS = 1.0
 """How long a run its worker could not run (its session runs here already) waits before it may be claimed again."""
 RETENTION_SECONDS = 7 * 24 * 3600.0
 """Ended runs, with their events and inbox, are pruned this long after their last change (7 days)."""
+WAKE_FLOOR_SECONDS = 0.05
+"""Shortest wait of the expiry timer (a wake_at that passed while another worker takes its run is no busy loop)."""
 GRACE_SECONDS = 30.0
 """How long a drain lets the steps running in it finish before it hands their runs back where they are."""
 
@@ -113,15 +125,14 @@ class Worker:
             with self._claiming:
                 work = self.wakeups.arm(WORK)
                 backlog = True  # runs may wait beyond what the last claim took
+                wake_in: float | None = None
                 while True:
                     free = self.capacity - len(self.active)
                     if free > 0 and (backlog or work.is_set()):
                         # Armed before the claim: work queued after it still wakes the loop.
                         work = self.wakeups.arm(WORK)
                         try:
-                            leases = await trio.to_thread.run_sync(
-                                self.store.claim, self.name, self.lease_seconds, free
-                            )
+                            leases, wake_in = await trio.to_thread.run_sync(self._claim, free)
                         except StoreUnavailable as down:
                             self._note_outage(down)
                             await trio.sleep(self.poll_seconds)
@@ -132,16 +143,24 @@ class Worker:
                             nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
                         backlog = len(leases) == free
                         continue
-                    # Full: until a slot frees. Not full and nothing left: until work is queued (or a poll's time).
-                    if not await self._until_work(work if free > 0 else None):
+                    # Full: until a slot frees. Not full and nothing left: until work is queued, the earliest
+                    # wake_at of a parked run comes (the process's one expiry timer), or a poll's time.
+                    if not await self._until_work(work if free > 0 else None, wake_in if free > 0 else None):
                         backlog = True
             await self._until_idle()
             nursery.cancel_scope.cancel()
 
-    async def _until_work(self, work: trio.Event | None) -> bool:
-        """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds passed first."""
+    def _claim(self, free: int) -> tuple[list[Lease], float | None]:
+        """Claim up to ``free`` runs; when fewer were there, also the seconds until a parked run's ``wake_at``."""
+        leases = self.store.claim(self.name, self.lease_seconds, free)
+        return leases, self.store.next_wake() if len(leases) < free else None
+
+    async def _until_work(self, work: Wakeup | None, wake_in: float | None = None) -> bool:
+        """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds, or ``wake_in``
+        (seconds until a parked run's wait expires), passed first."""
         self._slot_freed = trio.Event()
-        with trio.move_on_after(self.poll_seconds):
+        timeout = self.poll_seconds if wake_in is None else max(WAKE_FLOOR_SECONDS, min(self.poll_seconds, wake_in))
+        with trio.move_on_after(timeout):
             async with trio.open_nursery() as either:
                 for event in (work, self._slot_freed):
                     if event is not None:
@@ -214,6 +233,7 @@ class Worker:
             cutoff = time.time() - self.retention_seconds
             try:
                 gone = await trio.to_thread.run_sync(self.store.prune, cutoff)
+                await trio.to_thread.run_sync(self.store.forget_pruned, time.time() - TOMBSTONE_SECONDS)
             except StoreUnavailable as down:
                 log.warning("worker %s: no runs pruned: %s", self.name, down)
             else:
@@ -238,8 +258,16 @@ class Worker:
             return
         try:
             checkpoint, message = _starting_point(record)
+            usage_limits, deadline = stored_bounds(record)
+            own = decode_run_settings(record.settings)
             config = AgentRunConfig(
-                session_id=lease.session_id, request_id=lease.request_id, metadata=stored_metadata(record)
+                session_id=lease.session_id,
+                request_id=lease.request_id,
+                metadata=stored_metadata(record),
+                usage_limits=usage_limits,
+                deadline=deadline,
+                model_settings=own.model_settings,
+                output_type=own.output_type,
             )
         except UnreadableCheckpoint as unreadable:
             await self._fail_unreadable(lease, unreadable)
@@ -257,7 +285,10 @@ class Worker:
             waiting=checkpoint.waiting if checkpoint else (),
             phases=checkpoint.phases if checkpoint else {},
             answers=checkpoint.answers if checkpoint else {},
+            expired=checkpoint.expired if checkpoint else {},
         )
+        if record.fingerprint is None:
+            durable.fingerprint = self.agent.fingerprint.text()  # the agent that starts it (or first carries it)
         self.active[lease.request_id] = durable
         if self.draining:
             durable.drain()
@@ -265,12 +296,40 @@ class Worker:
             durable.hand_back()
         resume = None
         if checkpoint is not None and checkpoint.input_recorded:
-            resume = restored(checkpoint, history, worker=self.name, last_seq=lease.last_seq)
+            resume = restored(
+                checkpoint, history, worker=self.name, last_seq=lease.last_seq, fingerprint=record.fingerprint
+            )
             if checkpoint.plan_mode not in (None, "normal"):
                 self._restore_plan_mode(lease.session_id)
         self.history.preload(lease.session_id, history)
+        trace_context = record.trace_context
+        if trace_context is None:
+            trace_context = durable.trace_context = await self._anchor_trace(lease)
+        with traced_under(trace_context):  # this segment's spans go under the run's trace
+            await self._carry_run(lease, durable, config, message, resume)
+
+    async def _anchor_trace(self, lease: Lease) -> dict[str, str] | None:
+        """A trace for a run started with no span current, from the first extension that makes one (None if none)."""
+        for extension in self.agent.extensions:
+            if isinstance(extension, TraceAnchor):
+                made = await trio.to_thread.run_sync(extension.anchor_trace, lease.session_id, lease.request_id)
+                if made:
+                    return made
+        return None
+
+    async def _carry_run(
+        self,
+        lease: Lease,
+        durable: DurableRun,
+        config: AgentRunConfig,
+        message: UserMessage | None,
+        resume: Restored | None,
+    ) -> None:
         try:
             run = await self.agent._open_run(config, message, durable, resume)
+        except UnsupportedSetting as refused:
+            await self._fail_unreadable(lease, UnreadableCheckpoint(f"its model settings are refused ({refused})"))
+            return
         except SessionBusy:
             # Given back as it was (no checkpoint: the stored one is kept), not to be claimed again at once.
             log.warning("session %s already runs here; run %s given back", lease.session_id, lease.request_id)
@@ -382,10 +441,10 @@ class Worker:
             for item in items:
                 if item.id in durable.used:
                     continue
-                if durable.offer_item(item):
-                    durable.seen_inbox = max(durable.seen_inbox, item.id)
-                else:
+                if not durable.offer_item(item):
                     held_back = True
+                elif not held_back:  # read again from the first item held back, never past it
+                    durable.seen_inbox = max(durable.seen_inbox, item.id)
             with trio.move_on_after(0.1 if held_back else INBOX_SECONDS):
                 await woken.wait()
 
@@ -408,7 +467,22 @@ def stored_metadata(record: RunRecord) -> dict[str, Any]:
         raise UnreadableCheckpoint(f"its metadata is unusable ({bad})") from None
 
 
-async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+def stored_bounds(record: RunRecord) -> tuple[UsageLimits | None, float | None]:
+    """The run's usage limits and deadline (seconds), kept in its input row (``"limits"``, ``"deadline"``).
+
+    Each process that carries the run applies them from its start there (a resumed run counts afresh);
+    UnreadableCheckpoint when either is unusable.
+    """
+    limits, deadline = record.input.get("limits"), record.input.get("deadline")
+    try:
+        usage_limits = None if limits is None else usage_limits_from_json(limits)
+        number(above=0, optional=True).check("its deadline", deadline)
+    except (TypeError, ValueError) as bad:
+        raise UnreadableCheckpoint(f"its bounds are unusable ({bad})") from None
+    return usage_limits, None if deadline is None else float(deadline)
+
+
+async def _set_then_cancel(event: Wakeup | trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
 

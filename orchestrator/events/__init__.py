@@ -24,6 +24,7 @@ from orchestrator.model import StopReason, Usage, implied_stop_reason
 
 if TYPE_CHECKING:  # built on first use, see __getattr__ below
     from orchestrator.events.features import (
+        AgentChangedEvent,
         CompactionCompletedEvent,
         CompactionStartedEvent,
         HistoryReplacedEvent,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # built on first use, see __getattr__ below
     )
 
 __all__ = [
+    "AgentChangedEvent",
     "AgentEvent",
     "CompactionCompletedEvent",
     "CompactionStartedEvent",
@@ -216,6 +218,7 @@ class RunCancelledEvent(AgentEvent):
 #: The events of optional features, declared in ``orchestrator.events.features`` and built on first use.
 FEATURE_EVENTS = frozenset(
     {
+        "AgentChangedEvent",
         "CompactionCompletedEvent",
         "CompactionStartedEvent",
         "HistoryReplacedEvent",

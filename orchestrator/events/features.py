@@ -41,6 +41,27 @@ class RunResumedEvent(AgentEvent):
 
 
 @attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
+class AgentChangedEvent(AgentEvent):
+    """A resumed run's agent is not the one that started it: what changed, the agent's ``on_agent_changed``
+    policy (``warn``, ``refuse`` or ``hook``) and its ``outcome`` (``continued``, or ``refused`` with a reason)."""
+
+    kind: ClassVar[str] = "agent_changed"
+    stored_digest: str
+    current_digest: str
+    tools_added: tuple[str, ...] = ()
+    tools_removed: tuple[str, ...] = ()
+    tools_changed: tuple[str, ...] = ()
+    extensions_added: tuple[str, ...] = ()
+    extensions_removed: tuple[str, ...] = ()
+    extensions_changed: tuple[str, ...] = ()
+    model_before: str | None = None
+    model_after: str | None = None
+    policy: Literal["warn", "refuse", "hook"] = "warn"
+    outcome: Literal["continued", "refused"] = "continued"
+    reason: str | None = None
+
+
+@attrs.frozen(kw_only=True, repr=False, eq=False, match_args=False)
 class SteeringAcceptedEvent(AgentEvent):
     """The request's steering inbox took a message; ``source`` says whether it came from outside or an extension."""
 

@@ -59,9 +59,11 @@ from orchestrator.events import (
 )
 from orchestrator.extensions.ask_user import ASK_USER_WAIT
 from orchestrator.extensions.base import AgentExtension
+from orchestrator.extensions.client_tools import CLIENT_TOOL_WAIT
 from orchestrator.extensions.plan_mode import ENTER_WAIT, EXIT_WAIT, PlanModeExtension
 from orchestrator.extensions.tool_approval import TOOL_APPROVAL_WAIT
 from orchestrator.messages import Message
+from orchestrator.runtime.fingerprint import AgentChanged, AgentFingerprint, check_resumed, removed_tools
 from orchestrator.runtime.pending import WaitRule
 from orchestrator.runtime.run import CLEANUP_SECONDS
 from orchestrator.store import (
@@ -87,7 +89,7 @@ __all__ = [
 
 log = logging.getLogger("orchestrator.store")
 
-DEFAULT_WAIT_RULES: tuple[WaitRule, ...] = (ASK_USER_WAIT, ENTER_WAIT, EXIT_WAIT, TOOL_APPROVAL_WAIT)
+DEFAULT_WAIT_RULES: tuple[WaitRule, ...] = (ASK_USER_WAIT, ENTER_WAIT, EXIT_WAIT, TOOL_APPROVAL_WAIT, CLIENT_TOOL_WAIT)
 
 _FINAL_PHASES = REQUEST.main.final_states
 # Plan Mode states a restart returns to Plan Mode.
@@ -121,10 +123,42 @@ class StoredMessageUnreadableEvent(AgentEvent):
     reason: str
 
 
+def _fingerprint_text(context: AgentRunContext) -> str | None:
+    fingerprint = getattr(context.agent, "fingerprint", None)
+    return fingerprint.text() if isinstance(fingerprint, AgentFingerprint) else None
+
+
+async def _judge_agent(
+    context: AgentRunContext, waits: Iterable[PendingApproval]
+) -> tuple[AgentChanged | None, frozenset[str]]:
+    """Apply the agent's ``on_agent_changed`` policy when a recorded wait was left by an agent with another
+    fingerprint: the refusal (None: the request goes on), and the tools of that agent this one has no more."""
+    current = getattr(context.agent, "fingerprint", None)
+    if not isinstance(current, AgentFingerprint):
+        return None, frozenset()
+    stored = next(
+        (
+            found
+            for found in (AgentFingerprint.parse(wait.fingerprint) for wait in waits)
+            if found is not None and found.digest != current.digest
+        ),
+        None,
+    )
+    if stored is None:
+        return None, frozenset()
+    try:
+        await check_resumed(context, stored, current, getattr(context.agent, "on_agent_changed", "warn"))
+    except AgentChanged as refused:
+        return refused, frozenset()
+    available = {tool.name for tool in context.agent.tools} | set(context.tools)
+    return None, removed_tools(stored, sorted(available))
+
+
 class SessionStoreExtension(AgentExtension):
     """Durable sessions in ``store`` (create the agent with ``history=None``)."""
 
     priority = -100
+    fingerprinted = False  # where sessions are kept, not what the agent is
 
     def __init__(self, store: SessionStore, *, wait_rules: Iterable[WaitRule] = ()) -> None:
         self.store = store
@@ -183,7 +217,11 @@ class SessionStoreExtension(AgentExtension):
         session_id = context.session_id
         lock = await trio.to_thread.run_sync(self._acquire, session_id)
         self._held[session_id] = (context, lock)
-        restored = await trio.to_thread.run_sync(restore_session, self.store, session_id, self.wait_rules)
+        waits = await trio.to_thread.run_sync(self.store.pending_approvals, session_id)
+        refusal, gone = await _judge_agent(context, waits)
+        # Refused: the waits end as a stopped process leaves them (no answer used), then the request fails.
+        rules = {} if refusal is not None else self.wait_rules
+        restored = await trio.to_thread.run_sync(restore_session, self.store, session_id, rules, gone)
         self._positions[context] = restored.next_position
         self._restored[context] = restored.messages
         for bad in restored.unreadable:
@@ -192,6 +230,8 @@ class SessionStoreExtension(AgentExtension):
             await context.emit(ApprovalResumedEvent(tool_call_id=wait.tool_call_id, response_event=wait.response_event))
             for event in settled.events:
                 await context.emit(event)
+        if refusal is not None:
+            raise refusal
         planners = [e for e in context.agent.extensions if isinstance(e, PlanModeExtension)]
         back = [planner.restore_plan_mode(session_id) for planner in planners if restored.plan_mode in _PLAN_ACTIVE]
         if any(back):
@@ -244,6 +284,7 @@ class SessionStoreExtension(AgentExtension):
                 dict(payload),
                 None,
                 time.time(),
+                _fingerprint_text(context),
             )
             self.store.record_wait(wait)
             return

@@ -307,6 +307,14 @@ class ToolApprovalExtension(AgentExtension):
         self._lock = threading.Lock()
         self._remembered: dict[str, set[str]] = {}
 
+    def fingerprint_settings(self) -> dict[str, Any]:
+        """The policy (rules and default; a callable by its qualified name) and ``expires_after``."""
+        return {
+            "rules": dict(self.policy.rules),
+            "default": self.policy.default,
+            "expires_after": self.expires_after,
+        }
+
     def remembered(self, session_id: str) -> frozenset[str]:
         """Tools the user allowed for the rest of ``session_id``."""
         with self._lock:

@@ -148,6 +148,7 @@ class OpenTelemetryExtension(AgentExtension):
         self.capture_content = capture_content
         self.agent_name = agent_name
         self.resume_carrier = resume_carrier
+        self._provider = tracer_provider
         self._tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider) if traces else None
         self._requests: dict[str, _Request] = {}
         self._instruments = RunInstruments(meter_provider) if metrics else None
@@ -227,6 +228,32 @@ class OpenTelemetryExtension(AgentExtension):
             above: dict[str, str] = {}
             propagator.inject(above, context=request.parent)
             kept.update({f"parent_{key}": value for key, value in above.items()})
+        return kept
+
+    def anchor_trace(self, session_id: str, request_id: str) -> dict[str, str]:
+        """Start the trace of a durable run started with no span current (``observe.trace_context.TraceAnchor``).
+
+        Records a root span ``orchestrator.run``, ends it and flushes the tracer provider, so the span has been
+        handed to the exporters before its W3C trace context (returned) is stored with the run and the run's
+        segments are traced under it. Empty with ``traces=False``. Blocks while the provider flushes.
+        """
+        if self._tracer is None:
+            return {}
+        attributes = {"gen_ai.conversation.id": session_id, "orchestrator.request.id": request_id}
+        if self.agent_name:
+            attributes["gen_ai.agent.name"] = self.agent_name
+        span = self._tracer.start_span(
+            "orchestrator.run", context=otel_context.Context(), kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        span.end()
+        if not span.get_span_context().is_valid:
+            return {}
+        provider = self._provider if self._provider is not None else trace.get_tracer_provider()
+        flush = getattr(provider, "force_flush", None)
+        if callable(flush):
+            flush()
+        kept: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(kept, context=trace.set_span_in_context(span))
         return kept
 
     # -- hooks -------------------------------------------------------------------------------------------------------

@@ -104,3 +104,42 @@ class RunInstruments:
         if status != "succeeded":
             attributes["error.type"] = f"tool_{status}"
         self.tool_duration.record(duration, attributes)
+
+
+_STORE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class StoreInstruments:
+    """The run and session stores' instruments: each transaction's duration by operation, and claim lag."""
+
+    def __init__(self, meter_provider: metrics.MeterProvider | None) -> None:
+        meter = metrics.get_meter(INSTRUMENTATION, meter_provider=meter_provider)
+        self.transaction_duration = meter.create_histogram(
+            "orchestrator.store.transaction.duration",
+            unit="s",
+            description="Duration of one store transaction, by orchestrator.store.operation, orchestrator.store.kind"
+            " (runs or sessions) and db.system.name",
+            explicit_bucket_boundaries_advisory=list(_STORE_BUCKETS),
+        )
+        self.claim_lag = meter.create_histogram(
+            "orchestrator.store.claim.lag",
+            unit="s",
+            description="Time from a run becoming claimable to a worker's claim of it, by orchestrator.claim.kind"
+            " (queued, or take_over of an expired lease)",
+            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+        )
+
+    def transaction(
+        self, system: str, kind: str, operation: str, duration: float, error: BaseException | None
+    ) -> None:
+        attributes = {
+            "db.system.name": system,
+            "orchestrator.store.kind": kind,
+            "orchestrator.store.operation": operation,
+        }
+        if error is not None:
+            attributes["error.type"] = type(error).__qualname__
+        self.transaction_duration.record(duration, attributes)
+
+    def claimed(self, kind: str, lag: float) -> None:
+        self.claim_lag.record(max(0.0, lag), {"orchestrator.claim.kind": kind})

@@ -6,7 +6,9 @@ taken, visited states get the ``visited`` class and each region's current
 state the ``current`` class. Works on a finished or a running request:
 ``trace_mermaid(client.transitions(session_id))``. The requests its subagents
 ran (``children``) are drawn inside it, each as a nested subgraph with its own
-machine and path, linked from the parent's ``awaiting_tool`` state.
+machine and path, linked from the parent's ``awaiting_tool`` state; a request's
+event stream alone gives them too (``children_from_events``), as a web node of
+the cluster draws a run a worker carried.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import attrs
 from machines.build import Step
 from machines.definition import MachineDefinition, Region
 from machines.request import REQUEST
-from orchestrator.events import AgentEvent, TransitionEvent
+from orchestrator.events import AgentEvent, SubagentStartedEvent, TransitionEvent
 
 _INDENT = "  "
 _SHOWN_STEPS = 4
@@ -94,6 +96,45 @@ class ChildTraces(Protocol):
     def child_traces(self, session_id: str, request_id: str | None = None) -> list[NestedTrace]:
         """The paths of the children of ``session_id``'s latest request (if it is ``request_id``), in start order."""
         ...
+
+
+def children_from_events(events: Iterable[AgentEvent], session_id: str) -> list[NestedTrace]:
+    """The paths of the child requests (subagents) of ``session_id``'s request, nested, from its event stream.
+
+    A request's stream carries its children's events under their own sessions: each ``subagent_started`` names
+    a child session and the call that ran it, and the child's TransitionEvents give its path. Children are in
+    start order; a child session started twice (its call run again after a resume) is drawn once, with every
+    step of it.
+    """
+    started: dict[str, list[SubagentStartedEvent]] = {}
+    steps: dict[str, list[Step]] = {}
+    seen: set[str] = set()
+    for event in events:
+        if isinstance(event, SubagentStartedEvent) and event.child_session_id not in seen:
+            seen.add(event.child_session_id)
+            started.setdefault(event.session_id, []).append(event)
+        elif isinstance(event, TransitionEvent):
+            steps.setdefault(event.session_id, []).append(_step(event))
+
+    def under(parent: str, depth: int) -> tuple[NestedTrace, ...]:
+        if depth > len(seen):  # a cycle of session ids cannot come from a real stream; stop rather than loop
+            return ()
+        return tuple(
+            NestedTrace(
+                label=f"{child.agent} {child.tool_call_id}",
+                session_id=child.child_session_id,
+                tool_call_id=child.tool_call_id,
+                steps=tuple(steps.get(child.child_session_id, ())),
+                children=under(child.child_session_id, depth + 1),
+            )
+            for child in started.get(parent, ())
+        )
+
+    return list(under(session_id, 0))
+
+
+def _step(event: TransitionEvent) -> Step:
+    return Step(event.machine, event.region, event.source, event.trigger, event.dest)
 
 
 LINK_FROM = ("phase", "awaiting_tool")

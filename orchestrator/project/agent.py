@@ -20,7 +20,7 @@ from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.compaction import CompactionExtension
 from orchestrator.extensions.files.bash import BashExtension
-from orchestrator.extensions.files.filesystem import FilesystemExtension
+from orchestrator.extensions.files.filesystem import FilesystemExtension, filesystem_tools
 from orchestrator.extensions.files.sandbox import DEFAULT_SANDBOX, Sandbox
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.skills import SkillsExtension
@@ -29,6 +29,7 @@ from orchestrator.extensions.subagent import SubAgentExtension
 from orchestrator.extensions.tool_approval import ToolApprovalExtension, ToolPolicy
 from orchestrator.model import Model
 from orchestrator.project.config import ProjectConfig
+from orchestrator.project.settings import setting_error
 from orchestrator.tools import ToolDefinition
 
 if TYPE_CHECKING:
@@ -53,6 +54,26 @@ def service_model(spec: str | None) -> Model:
 
 def _warn(text: str) -> None:
     sys.stderr.write(text)
+
+
+def subagent_models(config: ProjectConfig) -> dict[str, Model]:
+    """The model of each subagent of ``config`` that names its own (``scripted`` is the CLI's scripted model);
+    ConfigError naming the settings file, the key and the reason when one cannot be used (a missing key or
+    package), so a front end can refuse before it starts anything."""
+    from pathlib import Path
+
+    from orchestrator.providers.choice import ModelUnavailable, build_model
+
+    models: dict[str, Model] = {}
+    for subagent, source in config.subagents:
+        if subagent.model is None:
+            continue
+        try:
+            models[subagent.name] = build_model(None if subagent.model == "scripted" else subagent.model, False)
+        except ModelUnavailable as problem:
+            reason = str(problem).replace("--model ", "", 1)
+            raise setting_error(Path(source), f"subagents.{subagent.name}.model", reason) from None
+    return models
 
 
 @attrs.frozen
@@ -81,14 +102,18 @@ async def open_default_agent(
     sandbox: Sandbox = DEFAULT_SANDBOX,
     plan_mode: bool = True,
     tools: Sequence[ToolDefinition] = (),
+    extra: Sequence[AgentExtension] = (),
 ) -> AsyncIterator[DefaultAgent]:
     """The default agent for ``config`` while the block runs (its MCP servers are stopped when it exits).
 
     ``surface`` "terminal" adds steering, ``bash`` and compaction and always asks
     before the tools the permissions say; "service" asks only when a settings
-    file gives permissions.
+    file gives permissions. A subagent runs on its own ``model`` when the settings name one (else on
+    ``model``) and is offered only its ``tools`` when they are listed (else every file tool); ConfigError
+    when a subagent's model cannot be used. ``extra`` extensions are added to the agent's own.
     """
     extensions: list[AgentExtension] = [] if store is None else [store]
+    extensions.extend(extra)
     terminal = surface == "terminal"
     if terminal:
         extensions.append(SteeringExtension())
@@ -113,10 +138,19 @@ async def open_default_agent(
     if config.skills:
         extensions.append(SkillsExtension(config.skills))
     prompt = TERMINAL_PROMPT if terminal else SERVICE_PROMPT
+    own_models = subagent_models(config)
     for subagent, _ in config.subagents:
+        child_extensions: list[AgentExtension] = []
+        child_tools: list[ToolDefinition] = []
+        if subagent.tools is None:
+            child_extensions.append(FilesystemExtension(root, sandbox=sandbox))
+        else:
+            allowed = set(subagent.tools)
+            child_tools = [tool for tool in filesystem_tools(root, sandbox=sandbox) if tool.name in allowed]
         child = await create_agent(
-            model,
-            extensions=[FilesystemExtension(root, sandbox=sandbox)],
+            own_models.get(subagent.name, model),
+            extensions=child_extensions,
+            tools=child_tools,
             history=None,
             system_prompt=subagent.system_prompt,
         )

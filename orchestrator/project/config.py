@@ -24,7 +24,7 @@ import attrs
 from orchestrator.extensions.agents_md import instruction_folders
 from orchestrator.extensions.mcp.servers import HttpServer, MCPServer, StdioServer
 from orchestrator.extensions.tool_approval import Verdict
-from orchestrator.project.mcp_json import MCP_FILE, read_mcp_json
+from orchestrator.project.mcp_json import MCP_FILE, Expansion, read_mcp_json
 from orchestrator.project.settings import PROJECT_FILE, USER_FILE, ConfigError, Settings, Subagent, read_settings
 
 __all__ = ["ConfigError", "Flags", "ProjectConfig", "Sourced", "load_config", "user_settings_path"]
@@ -57,11 +57,13 @@ class Flags:
 
 @attrs.frozen
 class McpEntry:
-    """One MCP server of the configuration; ``reason`` says why it is not started (None: it is started)."""
+    """One MCP server of the configuration; ``reason`` says why it is not started (None: it is started);
+    ``expansions`` are the ``${VAR}`` its file's entry had."""
 
     server: MCPServer
     source: str
     reason: str | None = None
+    expansions: tuple[Expansion, ...] = ()
 
 
 @attrs.frozen
@@ -109,13 +111,22 @@ class ProjectConfig:
             "permissions": sorted(self.policy_rules.items()),
             "plan_writable": list(self.plan_writable.value),
             "compaction": [self.compaction_threshold.value, self.compaction_keep_last.value],
-            "subagents": [[s.name, s.description, s.system_prompt] for s, _ in self.subagents],
+            "subagents": [_subagent_values(s) for s, _ in self.subagents],
             "agents_md": agents,
             "skills": [self._relative(path) for path in self.skills],
             "mcp": [[_describe(entry.server), entry.reason is None] for entry in self.mcp],
         }
         digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         return f"sha256:{digest[:32]}"
+
+
+def _subagent_values(subagent: Subagent) -> list[Any]:
+    """What the fingerprint takes of a subagent; its model and tools only when given, so that a configuration
+    without them keeps the digest it had before subagents could name them."""
+    values: list[Any] = [subagent.name, subagent.description, subagent.system_prompt]
+    if subagent.model is not None or subagent.tools is not None:
+        values += [subagent.model, None if subagent.tools is None else list(subagent.tools)]
+    return values
 
 
 def _describe(server: MCPServer) -> list[Any]:
@@ -212,17 +223,20 @@ def load_config(flags: Flags, project: str | os.PathLike[str] | None) -> Project
     if flags.trust_project:
         trusted = Sourced(True, "flag --trust-project")
     # .mcp.json, nearer wins by name
-    servers: dict[str, tuple[MCPServer, str]] = {}
+    servers: dict[str, tuple[MCPServer, str, tuple[Expansion, ...]]] = {}
     for folder in outermost_first:
         candidate = folder / MCP_FILE
         if candidate.is_file():
             files.append(candidate)
-            for server in read_mcp_json(candidate):
-                servers[server.name] = (server, str(candidate))
+            for declared in read_mcp_json(candidate):
+                servers[declared.server.name] = (declared.server, str(candidate), declared.expansions)
     untrusted = (
         "the project is not trusted (pass --trust-project, or list it in trusted_projects of " + str(user_path) + ")"
     )
-    mcp = tuple(McpEntry(server, source, None if trusted.value else untrusted) for server, source in servers.values())
+    mcp = tuple(
+        McpEntry(server, source, None if trusted.value else untrusted, expansions)
+        for server, source, expansions in servers.values()
+    )
     agents_md = tuple(folder / "AGENTS.md" for folder in outermost_first if (folder / "AGENTS.md").is_file())
     skills = tuple(folder / name for folder in folders for name in SKILL_FOLDERS if (folder / name).is_dir())
     return ProjectConfig(

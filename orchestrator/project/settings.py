@@ -36,13 +36,20 @@ class ConfigError(Exception):
         super().__init__(f"{where}:{about} {reason}")
 
 
+#: The tools a subagent's ``tools`` may name: the workspace's file tools.
+SUBAGENT_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "glob", "grep")
+
+
 @attrs.frozen
 class Subagent:
-    """A helper agent the model may hand a task to, as the tool ``name(task)``."""
+    """A helper agent the model may hand a task to, as the tool ``name(task)``; ``model`` (a model spec) and
+    ``tools`` (names of ``SUBAGENT_TOOLS``) are None when the settings leave them out."""
 
     name: str
     description: str
     system_prompt: str
+    model: str | None = None
+    tools: tuple[str, ...] | None = None
 
 
 @attrs.frozen
@@ -67,17 +74,33 @@ _TABLES: dict[str, set[str]] = {
     "compaction": {"threshold_tokens", "keep_last"},
 }
 _SUBAGENT = {"description", "system_prompt"}
+_SUBAGENT_OPTIONAL = {"model", "tools"}
 _SUBAGENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _line_of(text: str, key: str) -> int | None:
     """The line where ``key`` (dotted) is set or its table opens, when it can be found."""
     last = key.rsplit(".", 1)[-1]
-    patterns = [rf"^\s*\[\[?\s*{re.escape(key)}\s*\]", rf"^\s*{re.escape(last)}\s*=", rf"^\s*{re.escape(key)}\s*="]
+    table, _, _ = key.rpartition(".")
+    patterns = [rf"^\s*\[\[?\s*{re.escape(key)}\s*\]", rf"^\s*{re.escape(key)}\s*="]
+    inside = not table
     for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(r"^\s*\[", line):
+            inside = bool(table) and re.match(rf"^\s*\[\[?\s*{re.escape(table)}\s*\]", line) is not None
         if any(re.match(pattern, line) for pattern in patterns):
             return number
+        if inside and re.match(rf"^\s*{re.escape(last)}\s*=", line):
+            return number
     return None
+
+
+def setting_error(path: Path, key: str, reason: str) -> ConfigError:
+    """A ``ConfigError`` for ``key`` of the settings file ``path``, with the key's line when it can be found."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ConfigError(path, key, reason)
+    return ConfigError(path, key, reason, _line_of(text, key))
 
 
 class _Reader:
@@ -108,6 +131,19 @@ class _Reader:
             raise self.fail(key, f"must be at least {least}, got {value}")
         return value
 
+    def model(self, key: str, value: Any) -> str:
+        model = self.text_value(key, value)
+        if model != "scripted" and not names_a_provider(model):
+            raise self.fail(key, f"unknown model {model!r}: use scripted or {MODEL_SPECS}")
+        return model
+
+    def tools(self, key: str, value: Any) -> tuple[str, ...]:
+        names = self.strings(key, value)
+        for name in names:
+            if name not in SUBAGENT_TOOLS:
+                raise self.fail(key, f"unknown tool {name!r} (a subagent may have: {', '.join(SUBAGENT_TOOLS)})")
+        return tuple(dict.fromkeys(names))
+
     def text_value(self, key: str, value: Any) -> str:
         if not isinstance(value, str) or not value.strip():
             raise self.fail(key, f"must be a non-empty string, got {value!r}")
@@ -137,10 +173,7 @@ def read_settings(path: Path, *, user: bool) -> Settings:
             raise reader.fail(key, f"unknown key{hint} (known: {', '.join(sorted(allowed))})")
     fields: dict[str, Any] = {}
     if "model" in data:
-        model = reader.text_value("model", data["model"])
-        if model != "scripted" and not names_a_provider(model):
-            raise reader.fail("model", f"unknown model {model!r}: use scripted or {MODEL_SPECS}")
-        fields["model"] = model
+        fields["model"] = reader.model("model", data["model"])
     if "permissions" in data:
         table = reader.table("permissions", data["permissions"], _TABLES["permissions"])
         rules: dict[str, Verdict] = {}
@@ -168,7 +201,7 @@ def read_settings(path: Path, *, user: bool) -> Settings:
             key = f"subagents.{name}"
             if not _SUBAGENT_NAME.fullmatch(name):
                 raise reader.fail(key, "a subagent's name must be 1-64 letters, digits, '_' or '-'")
-            entry = reader.table(key, body, _SUBAGENT)
+            entry = reader.table(key, body, _SUBAGENT | _SUBAGENT_OPTIONAL)
             for needed in sorted(_SUBAGENT - set(entry)):
                 raise reader.fail(key, f"{needed} is missing")
             subagents.append(
@@ -176,6 +209,8 @@ def read_settings(path: Path, *, user: bool) -> Settings:
                     name,
                     reader.text_value(f"{key}.description", entry["description"]),
                     reader.text_value(f"{key}.system_prompt", entry["system_prompt"]),
+                    reader.model(f"{key}.model", entry["model"]) if "model" in entry else None,
+                    reader.tools(f"{key}.tools", entry["tools"]) if "tools" in entry else None,
                 )
             )
         fields["subagents"] = tuple(subagents)

@@ -71,6 +71,15 @@ class Budget:
             self.input_tokens += usage.input_tokens
             self.output_tokens += usage.output_tokens
 
+    def resume(self, spent: RunUsage) -> None:
+        """Count what the request spent before it was resumed from a run store (``report`` of its last carrier)."""
+        for usage in spent.model_calls:
+            self.record_model_call(usage)
+        for tool, calls in spent.per_tool.items():
+            self.per_tool[tool] = self.per_tool.get(tool, 0) + calls
+            self.tool_calls += calls
+        self.record_subagent(spent.subagents)
+
     # checks -------------------------------------------------------------------
 
     def _token_limit_reached(self) -> str | None:

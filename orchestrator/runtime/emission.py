@@ -22,6 +22,7 @@ import trio
 from machines.build import Step
 from machines.frozen import constructor
 from orchestrator import events as ev
+from orchestrator.runtime.redaction import Redactor, redacted
 from orchestrator.runtime.sinks import DropSink, EventSink
 
 if TYPE_CHECKING:
@@ -36,7 +37,17 @@ class EventEmission:
 
     # Set by RequestRun.__init__: the sink, the ids events are stamped with, who hears what
     # (None: every name), the last seq, and the events waiting for room behind the fair lock.
-    __slots__ = ("_heard_names", "_listened", "_request_id", "_send_lock", "_session_id", "_sink", "_waiting", "seq")
+    __slots__ = (
+        "_heard_names",
+        "_listened",
+        "_redact",
+        "_request_id",
+        "_send_lock",
+        "_session_id",
+        "_sink",
+        "_waiting",
+        "seq",
+    )
 
     seq: int
     _sink: EventSink
@@ -46,6 +57,7 @@ class EventEmission:
     _request_id: str
     _heard_names: frozenset[str] | None
     _listened: frozenset[str] | None
+    _redact: Redactor | None  # the agent's redaction (None: events are delivered as they are)
     # RequestRun's.
     context: AgentRunContext
     hooks: Mapping[str, Sequence[AgentExtension]]
@@ -203,6 +215,8 @@ class EventEmission:
         ``to_publisher`` the first failure is raised once every subscriber ran.
         """
         refused: Exception | None = None
+        if self._redact is not None:
+            event = redacted(self._redact, event)
         for extension in self.hooks["on_event"]:
             if extension.event_names is not None and event.name not in extension.event_names:
                 continue

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -38,6 +39,9 @@ RETAINED_EVENTS = 10_000
 
 RETAINED_RUNS = 64
 """Finished runs an agent keeps reachable through ``attach`` by default (the most recent ones)."""
+
+TOMBSTONES = 100_000
+"""Most pruned runs' ids an agent remembers (about 100 bytes each), so following one answers 410, not 404."""
 
 READ_BATCH = 256
 """Most events one read of the log hands over at once."""
@@ -71,6 +75,18 @@ class UnknownRun(AgentError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class RunPruned(UnknownRun):
+    """The run ``request_id`` was pruned (``reason``: ``ended`` past its retention, or ``idle_session``) at
+    ``pruned`` (a time.time() value): its events and state are gone. Routes answer it 410, not 404."""
+
+    def __init__(self, request_id: str, reason: str, pruned: float) -> None:
+        super().__init__(request_id)
+        why = "its session was idle past its retention" if reason == "idle_session" else "it ended past its retention"
+        self.args = (f"run {request_id!r} was pruned ({why}): its events and state are gone",)
+        self.reason = reason
+        self.pruned = pruned
 
 
 class RunCancelled(AgentError):
@@ -305,9 +321,14 @@ class RunRegistry:
         self.keep = keep
         self._live: dict[str, RunHandle] = {}
         self._finished: collections.OrderedDict[str, RunHandle] = collections.OrderedDict()
+        self._ended: dict[str, float] = {}  # when each finished run ended
+        # Pruned runs' ids, oldest first: (reason, when); at most TOMBSTONES of them.
+        self._pruned: collections.OrderedDict[str, tuple[str, float]] = collections.OrderedDict()
 
     def add(self, handle: RunHandle) -> None:
         self._finished.pop(handle.request_id, None)
+        self._ended.pop(handle.request_id, None)
+        self._pruned.pop(handle.request_id, None)
         self._live[handle.request_id] = handle
 
     def finished(self, handle: RunHandle) -> None:
@@ -316,23 +337,61 @@ class RunRegistry:
             return
         del self._live[handle.request_id]
         self._finished[handle.request_id] = handle
+        self._ended[handle.request_id] = time.time()
         while len(self._finished) > self.keep:
-            self._finished.popitem(last=False)
+            request_id, _ = self._finished.popitem(last=False)
+            self._ended.pop(request_id, None)
 
     def get(self, request_id: str) -> RunHandle:
+        """The run ``request_id``; RunPruned when it was pruned (and is remembered), else UnknownRun."""
         handle = self._live.get(request_id) or self._finished.get(request_id)
         if handle is None:
+            pruned = self._pruned.get(request_id)
+            if pruned is not None:
+                raise RunPruned(request_id, *pruned)
             raise UnknownRun(request_id)
         return handle
 
+    def prune(self, ended_before: float, *, now: float | None = None) -> int:
+        """Drop the finished runs that ended before ``ended_before``, remembering their ids; how many."""
+        gone = [request_id for request_id, ended in self._ended.items() if ended < ended_before]
+        for request_id in gone:
+            self._bury(request_id, "ended", now)
+        return len(gone)
+
+    def prune_session(self, session_id: str, *, now: float | None = None) -> None:
+        """Drop the finished runs of ``session_id``, remembering their ids as pruned with an idle session."""
+        for request_id, handle in list(self._finished.items()):
+            if handle.session_id == session_id:
+                self._bury(request_id, "idle_session", now)
+
+    def _bury(self, request_id: str, reason: str, now: float | None) -> None:
+        self._finished.pop(request_id, None)
+        self._ended.pop(request_id, None)
+        self._pruned[request_id] = (reason, time.time() if now is None else now)
+        self._pruned.move_to_end(request_id)
+        while len(self._pruned) > TOMBSTONES:
+            self._pruned.popitem(last=False)
+
+    def forget_pruned(self, before: float) -> None:
+        """Forget the runs pruned before ``before``: asking for one is then UnknownRun."""
+        while self._pruned and next(iter(self._pruned.values()))[1] < before:
+            self._pruned.popitem(last=False)
+
     def live(self) -> list[RunHandle]:
         return list(self._live.values())
+
+    def of_session(self, session_id: str) -> list[RunHandle]:
+        """The session's runs still kept, oldest first (a session runs one request at a time)."""
+        kept = [*self._finished.values(), *self._live.values()]
+        return [handle for handle in kept if handle.session_id == session_id]
 
     def forget_session(self, session_id: str) -> None:
         """Drop the finished runs of ``session_id`` (their handles and event logs)."""
         for request_id, handle in list(self._finished.items()):
             if handle.session_id == session_id:
                 del self._finished[request_id]
+                self._ended.pop(request_id, None)
 
 
 class RunLauncher(RunOpener, Protocol):

@@ -37,6 +37,14 @@ class AgentExtension:
     a request nobody else listens to does not build the rest.
     """
 
+    fingerprinted: bool = True
+    """Whether the agent's fingerprint names this extension (False: machinery of where the agent runs)."""
+
+    def fingerprint_settings(self) -> Any:
+        """The settings that make this extension behave as it does, as JSON data, for the agent's fingerprint
+        (None: none exposed; callables are named by their qualified names)."""
+        return None
+
     @property
     def name(self) -> str:
         """Unique registration identity, defaulting to the concrete class name."""

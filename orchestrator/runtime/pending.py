@@ -163,6 +163,14 @@ class WaitingCalls:
             waits = [w for w in self._waits.values() if session_id in (None, w.session_id)]
         return [w.as_call() for w in waits if w.state == "waiting"]
 
+    def expiry(self, session_id: str, tool_call_id: str) -> float | None:
+        """The ``expires_at`` of the live wait of ``tool_call_id`` in ``session_id`` (None: none, or no expiry)."""
+        with self._lock:
+            for wait in self._waits.values():
+                if wait.key == tool_call_id and wait.session_id == session_id:
+                    return wait.expires_at
+        return None
+
 
 def pending_calls(
     board: WaitingCalls, extensions: Iterable[object], running: Iterable[str], session_id: str | None = None
@@ -415,13 +423,16 @@ class ResponseRouter:
         ``wait_expired`` event (saying ``expired_outcome``) is emitted, the wait
         raises ResponseExpired, and a later answer is refused saying it expired.
         The deadline is the wait's ``expires_at`` (seconds since the epoch), a
-        plain value; one trio timer per waiting call fires it, nothing polls.
+        plain value; one trio timer per waiting call fires it, nothing polls. A
+        request resumed from a run store keeps the deadline its wait had before
+        (``expiry_before``): one that passed meanwhile expires at once.
         """
         run = context._run
         pending = PendingResponse(context.session_id, context.request_id, response_event, key, validate, announce)
         if expires_after is not None:
             _EXPIRES_AFTER.check("expires_after", expires_after)
-            pending.expires_at = time.time() + expires_after
+            earlier = run.expiry_before(key)
+            pending.expires_at = earlier if earlier is not None else time.time() + expires_after
         slot = (pending.session_id, response_event, key)
         with self._lock:
             if slot in self._waits:

@@ -32,6 +32,7 @@ from orchestrator.output import OutputType
 from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.context import AgentRunContext, AgentView
+from orchestrator.runtime.fingerprint import AgentFingerprint, OnAgentChanged
 from orchestrator.runtime.hooks import AgentExtension
 from orchestrator.runtime.inbox import InputInbox
 from orchestrator.runtime.pending import WaitingCalls
@@ -77,6 +78,12 @@ class AgentPort(AgentView, Protocol):
 
     @property
     def output_type(self) -> OutputType | None: ...
+
+    @property
+    def fingerprint(self) -> AgentFingerprint: ...
+
+    @property
+    def on_agent_changed(self) -> OnAgentChanged: ...
 
 
 class RunPort(Protocol):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from machines.values import FieldValues
+from orchestrator.limits import RunUsage
 from orchestrator.messages import AssistantMessage
 from orchestrator.model import StopReason
 
@@ -19,7 +22,10 @@ class Restored(FieldValues):
     they are not announced a second time),
     ``last_seq`` the seq of the last event the run's log kept, ``stop_reason`` why
     that response ended (a response cut off at ``max_tokens`` runs none of its calls,
-    also after a restore).
+    also after a restore), ``expiries`` the deadline (seconds since the epoch) each wait that
+    expires had: waiting again, it keeps that deadline instead of starting a new one, and
+    ``spent`` what the run spent before (its usage limits count it too); ``fingerprint`` the
+    stored fingerprint (JSON text) of the agent that carried the run so far (None when none was stored).
     """
 
     worker: str
@@ -29,3 +35,6 @@ class Restored(FieldValues):
     open_calls: tuple[str, ...]
     stop_reason: StopReason = "end_turn"
     asked: tuple[str, ...] = ()
+    expiries: Mapping[str, float] = attrs.field(factory=dict)
+    spent: RunUsage | None = None
+    fingerprint: str | None = None

@@ -54,7 +54,9 @@ from orchestrator.runtime.budget import Budget, Deadline
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.runtime.edges import CALLBACKS, GUARDS, has_work
 from orchestrator.runtime.emission import _DROP, _heard_names, _new_text_delta
+from orchestrator.runtime.fingerprint import AgentFingerprint, check_resumed
 from orchestrator.runtime.model_calls import capped_stream
+from orchestrator.runtime.redaction import RedactingSink, Redactor, redacted
 from orchestrator.runtime.response_checks import checked_response, checked_stop, checked_usage
 from orchestrator.runtime.restored import Restored
 from orchestrator.runtime.sinks import EventSink, StreamQueue
@@ -154,6 +156,10 @@ class RequestRun(SteeringPoints):
         self.output: Any = None
         self.output_error: ValueMismatch | None = None
         self.output_attempts = 0
+        # The agent's redaction: what the sink and every on_event get (the request keeps the original).
+        self._redact: Redactor | None = getattr(agent, "redact", None)
+        if self._redact is not None and sink is not None:
+            sink = RedactingSink(sink, self._redact)
         self._sink: EventSink = sink if sink is not None else _DROP
         profile = _profile_of(agent)
         # Without a consumer, only the events some on_event wants are built (None: every event).
@@ -210,6 +216,8 @@ class RequestRun(SteeringPoints):
         # What the request may spend (None: nothing counted), and its deadline's clock (None: no deadline).
         limits = config.usage_limits if config.usage_limits is not None else profile.usage_limits
         self.budget: Budget | None = Budget(limits) if limits is not None else None
+        if self.budget is not None and restored is not None and restored.spent is not None:
+            self.budget.resume(restored.spent)
         self.deadline: Deadline | None = Deadline(config.deadline) if config.deadline is not None else None
 
     def mark_left(self) -> None:
@@ -289,7 +297,8 @@ class RequestRun(SteeringPoints):
             message = clean_message(message)
         self.context._messages.append(message)  # add_message without cleaning it a second time
         if self.agent.history is not None:
-            self.agent.history.append(self.context.session_id, message)
+            kept = message if self._redact is None else redacted(self._redact, message)
+            self.agent.history.append(self.context.session_id, kept)
         if isinstance(message, AssistantMessage):
             self.open_calls = {call.id: call for call in message.tool_calls}
         elif isinstance(message, ToolMessage):
@@ -410,6 +419,12 @@ class RequestRun(SteeringPoints):
                         await self.step("check_input")
                 else:
                     await self.step("restore")
+                    await check_resumed(
+                        self.context,
+                        AgentFingerprint.parse(self.restored.fingerprint),
+                        self.agent.fingerprint,
+                        self.agent.on_agent_changed,
+                    )
                     if self.machine.state() != "turn_settled":
                         assert self.response is not None
                         final = await self._finish_turn(self.response, resumed=True)
@@ -665,6 +680,10 @@ class RequestRun(SteeringPoints):
         """Whether the log of this resumed request already holds the question ``tool_call_id`` waits on."""
         return self.restored is not None and tool_call_id in self.restored.asked
 
+    def expiry_before(self, tool_call_id: str) -> float | None:
+        """The deadline (seconds since the epoch) the wait of ``tool_call_id`` had before this request was resumed."""
+        return self.restored.expiries.get(tool_call_id) if self.restored is not None else None
+
     async def pause(self) -> None:
         self.approvals += 1
         if self.deadline is not None and self.approvals == 1:
@@ -703,7 +722,9 @@ class RequestRun(SteeringPoints):
         """Make the session's history the request's messages, system instructions left out."""
         kept = tuple(m for m in self.context.messages if not isinstance(m, SystemMessage))
         if self.agent.history is not None:
-            self.agent.history.replace(self.context.session_id, kept)
+            redact = self._redact
+            stored = kept if redact is None else tuple(redacted(redact, message) for message in kept)
+            self.agent.history.replace(self.context.session_id, stored)
         await self.publish(
             ev.HistoryReplacedEvent(
                 session_id=self.context.session_id, request_id=self.context.request_id, messages=kept

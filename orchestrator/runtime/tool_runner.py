@@ -43,6 +43,15 @@ _STATUSES = {status.value: status for status in ToolStatus}
 
 SKIPPED = "skipped: new user input arrived before this call ran"
 
+
+def no_longer_available(tool_name: str) -> str:
+    """The failed result of a resumed call whose tool the resuming agent does not have."""
+    return (
+        f"not run: the tool {tool_name!r} is no longer available (the agent was changed while this call waited);"
+        " carry on without it"
+    )
+
+
 CUT_OFF = (
     "not run: the response hit the output token limit (max_tokens) while its tool calls were being written, "
     "so this call may be incomplete; send it again, shorter if need be"
@@ -124,6 +133,9 @@ class ToolRunner:
         budget = run.budget
         if run.cut_off:
             result = ToolResult(CUT_OFF, "failed")
+        elif run.restored is not None and call.name not in run.context.tools and call.id in run.restored.open_calls:
+            # Resumed by an agent without its tool (a deploy removed it while the call waited): nobody is asked.
+            result = ToolResult(no_longer_available(call.name), "failed")
         elif budget is not None and (limit := self._limit_on(call)) is not None:
             await run._announce(run.machine.fire("call_over_limit")[0])
             result = ToolResult(budget.refusal(limit, call.name), "failed")

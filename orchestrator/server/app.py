@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from importlib import resources
 
+import anyio
 import attrs
 import sniffio
 from starlette.applications import Starlette
@@ -30,9 +31,11 @@ from orchestrator.server.identity import Authenticate, AuthGuard, Authorize, Own
 from orchestrator.server.origins import OriginGuard
 from orchestrator.server.protocols.a2a import CARD_PATH, a2a_routes, card_info_of
 from orchestrator.server.protocols.routes import protocol_routes
+from orchestrator.server.retention import prune_forever, pruner_of
 from orchestrator.server.routes import Service
 from orchestrator.server.streams import StopReason, asgi_server_stopping
 from orchestrator.store.errors import StoreUnavailable
+from orchestrator.store.retention import Retention
 
 
 @attrs.frozen
@@ -120,6 +123,7 @@ def create_app(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     authenticate: Authenticate | None = None,
     authorize: Authorize | None = None,
+    retention: Retention | None = None,
 ) -> ASGIApp:
     """The ASGI application for ``agent``: an Agent or its client, an AgentHost, or a Backend (a web node's).
 
@@ -156,6 +160,9 @@ def create_app(
     Once ``drain`` has begun, a request that would start a run gets 503 ``Draining`` with
     ``Retry-After`` (answers, cancels and reads go on; see docs/operations.md). An ASGI lifespan
     shutdown begins it and waits up to ``grace_seconds`` for the runs of this process that work.
+    With ``retention``, the app's lifespan prunes ended runs and idle sessions past it (a pass at
+    startup, then every ``retention.every`` seconds; see docs/operations.md). TypeError when
+    ``retention`` is not a Retention.
 
     ``authenticate(headers)`` (sync or async) gives the principal of each request, or None for a 401;
     it replaces ``token`` (giving both is a ValueError). A session then belongs to the principal that
@@ -170,6 +177,8 @@ def create_app(
         )
     if authorize is not None and authenticate is None:
         raise ValueError("authorize needs authenticate: without it every request is the one principal 'local'")
+    if retention is not None and not isinstance(retention, Retention):
+        raise TypeError(f"retention must be a Retention or None, got {type(retention).__name__}")
     settings = ServerSettings(
         token,
         max_body_bytes,
@@ -221,9 +230,18 @@ def create_app(
         routes.append(Mount("/static", StaticFiles(directory=str(static)), name="static"))
     drain = Drain() if drain is None else drain
 
+    if retention is not None:
+        pruner_of(backend)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        yield
+        if retention is None:
+            yield
+        else:
+            async with anyio.create_task_group() as pruning:
+                pruning.start_soon(prune_forever, backend, retention)
+                yield
+                pruning.cancel_scope.cancel()
         await drained(backend, drain, grace_seconds)
 
     app = Starlette(

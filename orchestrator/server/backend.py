@@ -9,7 +9,7 @@ format, so the routes and the console cannot tell them apart.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -23,6 +23,7 @@ from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError, SessionBusy
 from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.history import ListsSessions
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import RunHandle, UnknownRun
@@ -30,8 +31,9 @@ from orchestrator.server import sessions
 from orchestrator.store.errors import SessionOwned
 from orchestrator.store.fork import ForkRefused, first_turns, fork_session
 from orchestrator.store.owners import read_owners, write_owners
+from orchestrator.store.retention import PruneReport, Retention
 from orchestrator.store.runs import LOCAL_PRINCIPAL
-from orchestrator.store.titles import first_input_title, set_title, set_titles
+from orchestrator.store.titles import first_input_title, forget_titles, set_title, set_titles
 from orchestrator.wire.sse import encode_pending
 
 
@@ -76,13 +78,17 @@ class Backend(Protocol):
         metadata: Mapping[str, Any] | None = None,
         *,
         owner: str | None = None,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
-        """Start a run; its request id. SessionBusy, RunExists, IdempotencyKeyReused.
+        """Start a run (bounded by ``usage_limits`` and ``deadline`` seconds when given, as ``AgentRunConfig``
+        bounds it); its request id. SessionBusy, RunExists, IdempotencyKeyReused.
 
         With ``idempotency_key``, a backend may answer a retry with the run the key already
         started (its request id) instead of refusing it. ``metadata`` is the run's
-        ``AgentRunConfig.metadata``. ``owner`` is the principal the session is kept for: a new session
-        becomes its, one of another principal is SessionOwned (None records and checks nothing)."""
+        ``AgentRunConfig.metadata`` (MetadataError when the config refuses it), kept with the run. ``owner``
+        is the principal the session is kept for: a new session becomes its, one of another principal is
+        SessionOwned (None records and checks nothing)."""
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         """The owner of each of ``session_ids`` that exists (stored or running); unknown ones are left out."""
@@ -125,6 +131,10 @@ class Backend(Protocol):
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         """Remove the session from every store; whether it was there. SessionBusy while a run of it runs,
         unless ``cancel``."""
+        ...
+
+    async def requests(self, session_id: str) -> list[str]:
+        """The ids of the session's requests still kept here, oldest first."""
         ...
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
@@ -225,6 +235,8 @@ class LocalBackend:
         metadata: Mapping[str, Any] | None = None,
         *,
         owner: str | None = None,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
         # One process: the routes' cache of answers already replays a retried key.
         if request_id is not None:
@@ -234,7 +246,13 @@ class LocalBackend:
                 pass
             else:
                 raise RunExists(f"a run {request_id!r} already exists")
-        config = AgentRunConfig(session_id=session_id, request_id=request_id, metadata=metadata or {})
+        config = AgentRunConfig(
+            session_id=session_id,
+            request_id=request_id,
+            metadata=metadata or {},
+            usage_limits=usage_limits,
+            deadline=deadline,
+        )
         await self._claim(session_id, owner)
         handle = await self.client.start(message, config=config)
         return handle.request_id
@@ -346,7 +364,25 @@ class LocalBackend:
         deleted = await self.client.delete_session(session_id, cancel=cancel)
         if (await self._owners()).pop(session_id, None) is not None:
             await self._keep_owners()  # a deleted session's id is free again
+        await self._forget_titles([session_id])
         return deleted
+
+    async def prune(self, retention: Retention, now: float | None = None) -> PruneReport:
+        """One prune pass over the agent's finished runs and its session store (see ``Agent.prune``)."""
+        report = await self.agent.prune(retention, now=now)
+        await self._forget_titles(report.sessions)
+        return report
+
+    async def _forget_titles(self, session_ids: Sequence[str]) -> None:
+        """The titles of sessions that are gone go too (from the file beside the SQLite store, or memory)."""
+        for session_id in session_ids:
+            self._titles.pop(session_id, None)
+        db = self._titles_db()
+        if db is not None and session_ids:
+            await anyio.to_thread.run_sync(forget_titles, db, session_ids)
+
+    async def requests(self, session_id: str) -> list[str]:
+        return [handle.request_id for handle in self.agent.runs.of_session(session_id)]
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return self.agent.child_traces(self._handle(request_id).session_id, request_id)

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 
 from orchestrator.config import ExternalEvent
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import UserMessage
 from orchestrator.server.errors import HTTPRefusal, bad_request
 from orchestrator.server.ids import checked_id
@@ -106,11 +107,31 @@ def _optional_id(body: Mapping[str, Any], field: str) -> str | None:
     return checked_id(value, repr(field))
 
 
+def run_bounds(body: Mapping[str, Any]) -> tuple[UsageLimits | None, float | None]:
+    """A run's ``"limits"`` (``UsageLimits`` as a JSON object) and ``"deadline"`` (seconds), each optional;
+    a 400 saying which value is wrong."""
+    from orchestrator.checks import number
+    from orchestrator.limits import usage_limits_from_json
+
+    limits = body.get("limits")
+    try:
+        usage_limits = None if limits is None else usage_limits_from_json(limits)
+    except (TypeError, ValueError) as error:
+        raise bad_request(f"'limits': {error}") from None
+    deadline = body.get("deadline")
+    try:
+        number(above=0, optional=True).check("'deadline' (seconds)", deadline)
+    except (TypeError, ValueError) as error:
+        raise bad_request(str(error)) from None
+    return usage_limits, None if deadline is None else float(deadline)
+
+
 def run_input(body: Mapping[str, Any]) -> tuple[UserMessage, str | None]:
-    """``{"input": "text" | [content parts], "request_id"?: str}``."""
+    """``{"input": "text" | [content parts], "request_id"?: str, "limits"?: object, "deadline"?: number}``
+    (the bounds are read by ``run_bounds``)."""
     from orchestrator.wire.format import decode_message
 
-    unknown = set(body) - {"input", "request_id"}
+    unknown = set(body) - {"input", "request_id", "limits", "deadline"}
     if unknown:
         raise bad_request(f"unknown fields: {sorted(unknown)}")
     value = body.get("input")

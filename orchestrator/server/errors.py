@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse
 from starlette.types import Send
+
+if TYPE_CHECKING:
+    from orchestrator.runtime.handle import RunPruned
 
 
 class HTTPRefusal(Exception):
@@ -31,6 +34,11 @@ def bad_request(message: str) -> HTTPRefusal:
 
 def not_found(message: str) -> HTTPRefusal:
     return HTTPRefusal(404, "NotFound", message)
+
+
+def run_gone(pruned: RunPruned) -> HTTPRefusal:
+    """410 ``RunPruned``: the run existed and was pruned (an unknown run is a 404)."""
+    return HTTPRefusal(410, "RunPruned", str(pruned))
 
 
 async def send_refusal(

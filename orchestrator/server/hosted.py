@@ -18,10 +18,12 @@ from orchestrator import wire
 from orchestrator.config import ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.host import AgentHost
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import READ_BATCH, EventFollower
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, LocalBackend, RunView
+from orchestrator.store.retention import PruneReport, Retention
 
 
 class HostBackend:
@@ -44,10 +46,11 @@ class HostBackend:
         metadata: Mapping[str, Any] | None = None,
         *,
         owner: str | None = None,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
-        return await self.host.call(
-            functools.partial(self.local.start, owner=owner), session_id, message, request_id, idempotency_key, metadata
-        )
+        start = functools.partial(self.local.start, owner=owner, usage_limits=usage_limits, deadline=deadline)
+        return await self.host.call(start, session_id, message, request_id, idempotency_key, metadata)
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         return await self.host.call(self.local.owners, session_ids)
@@ -86,6 +89,9 @@ class HostBackend:
     async def delete_session(self, session_id: str, cancel: bool) -> bool:
         return await self.host.call(self.local.delete_session, session_id, cancel)
 
+    async def prune(self, retention: Retention, now: float | None = None) -> PruneReport:
+        return await self.host.call(self.local.prune, retention, now)
+
     async def fork(
         self, session_id: str, target: str | None, turns: int | None, *, owner: str | None = None
     ) -> tuple[str, int]:
@@ -96,6 +102,9 @@ class HostBackend:
 
     async def transitions(self, request_id: str) -> list[Step]:
         return await self.host.call(self.local.transitions, request_id)
+
+    async def requests(self, session_id: str) -> list[str]:
+        return await self.host.call(self.local.requests, session_id)
 
     async def child_traces(self, request_id: str) -> list[NestedTrace]:
         return await self.host.call(self.local.child_traces, request_id)

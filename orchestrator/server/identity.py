@@ -23,6 +23,7 @@ from orchestrator.config import ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError
 from orchestrator.extensions.steering import STEERING_EVENT
+from orchestrator.limits import UsageLimits
 from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import UnknownRun
@@ -225,12 +226,23 @@ class OwnedBackend:
         metadata: Mapping[str, Any] | None = None,
         *,
         owner: str | None = None,
+        usage_limits: UsageLimits | None = None,
+        deadline: float | None = None,
     ) -> str:
         principal = current_principal.get()
         kept_for = await self.starts_for(session_id)
         given = {**(metadata or {}), "principal": principal}
         try:
-            return await self.inner.start(session_id, message, request_id, idempotency_key, given, owner=kept_for)
+            return await self.inner.start(
+                session_id,
+                message,
+                request_id,
+                idempotency_key,
+                given,
+                owner=kept_for,
+                usage_limits=usage_limits,
+                deadline=deadline,
+            )
         except SessionOwned:
             raise SessionNotFound(session_id) from None  # another principal took it meanwhile
 
@@ -285,6 +297,9 @@ class OwnedBackend:
         return [call for call in calls if call["session_id"] in shown]
 
     # sessions ---------------------------------------------------------------
+
+    async def requests(self, session_id: str) -> list[str]:
+        return await self.inner.requests(session_id) if await self._may(session_id, "read") else []
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         return await self.inner.owners(session_ids)

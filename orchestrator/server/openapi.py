@@ -53,6 +53,9 @@ def _refusal(description: str) -> dict[str, Any]:
     return _json(_ERROR, description)
 
 
+_PRUNED = _refusal("the run was pruned (RunPruned): it existed, its events and state are gone")
+
+
 def _path(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": _ID}
 
@@ -81,6 +84,24 @@ def _operation(summary: str, responses: dict[str, Any], **more: Any) -> dict[str
     return {"summary": summary, "responses": {**responses, **_COMMON}, **more}
 
 
+_COUNT = {"type": ["integer", "null"], "minimum": 0}
+_LIMITS = {
+    "type": ["object", "null"],
+    "description": "the run's UsageLimits (docs/limits.md)",
+    "additionalProperties": False,
+    "properties": {
+        **{name: _COUNT for name in ("requests", "input_tokens", "output_tokens", "total_tokens", "tool_calls")},
+        "per_tool": {
+            "type": "object",
+            "propertyNames": {"minLength": 1},
+            "additionalProperties": {"type": "integer", "minimum": 0},
+        },
+        "on_exhausted": {"enum": ["fail", "wrap_up"]},
+        "count_subagents": {"type": "boolean"},
+    },
+}
+
+
 @functools.cache
 def _document() -> dict[str, Any]:
     run_body = {
@@ -95,6 +116,8 @@ def _document() -> dict[str, Any]:
                 ]
             },
             "request_id": _ID,
+            "limits": _LIMITS,
+            "deadline": {"type": ["number", "null"], "exclusiveMinimum": 0, "description": "seconds the run may run"},
         },
     }
     event_body = {
@@ -306,7 +329,12 @@ def _document() -> dict[str, Any]:
             "/runs/{request_id}": {
                 "get": _operation(
                     "a run's state",
-                    {"200": _json(run, "the run"), "400": _refusal("bad id"), "404": _refusal("no such run")},
+                    {
+                        "200": _json(run, "the run"),
+                        "400": _refusal("bad id"),
+                        "404": _refusal("no such run"),
+                        "410": _PRUNED,
+                    },
                     parameters=[_path("request_id")],
                 )
             },
@@ -325,7 +353,10 @@ def _document() -> dict[str, Any]:
                         "204": {"description": "the run has ended, nothing after Last-Event-ID: stop reconnecting"},
                         "400": _refusal("bad Last-Event-ID (ASCII digits only) or bad id"),
                         "404": _refusal("no such run"),
-                        "410": _refusal("the events after Last-Event-ID are no longer retained"),
+                        "410": _refusal(
+                            "the events after Last-Event-ID are no longer retained (EventsExpired), or the run was"
+                            " pruned (RunPruned)"
+                        ),
                     },
                     parameters=[
                         _path("request_id"),
@@ -341,6 +372,7 @@ def _document() -> dict[str, Any]:
                         "202": _json(run, "cancellation requested"),
                         "400": _refusal("bad id"),
                         "404": _refusal("no such run"),
+                        "410": _PRUNED,
                     },
                     parameters=[_path("request_id")],
                 )
@@ -348,7 +380,7 @@ def _document() -> dict[str, Any]:
             "/runs/{request_id}/trace": {
                 "get": _operation(
                     "the run's path through the request machine as a Mermaid flowchart, taken edges highlighted",
-                    {"200": text, "400": _refusal("bad id"), "404": _refusal("no such run")},
+                    {"200": text, "400": _refusal("bad id"), "404": _refusal("no such run"), "410": _PRUNED},
                     parameters=[_path("request_id")],
                 )
             },

@@ -21,10 +21,18 @@ from machines.diagrams import composed_diagram, graphviz_available, machine_diag
 from machines.registry import all_definitions
 from orchestrator.errors import SessionBusy
 from orchestrator.observe.trace import trace_mermaid
-from orchestrator.runtime.handle import EventsExpired, UnknownRun
+from orchestrator.runtime.handle import EventsExpired, RunPruned, UnknownRun
 from orchestrator.server.backend import Backend, IdempotencyKeyReused, NotSupported, RunExists, RunView
-from orchestrator.server.bodies import external_event, fork_input, read_object, run_input, title_input, whole_number
-from orchestrator.server.errors import HTTPRefusal, not_found
+from orchestrator.server.bodies import (
+    external_event,
+    fork_input,
+    read_object,
+    run_bounds,
+    run_input,
+    title_input,
+    whole_number,
+)
+from orchestrator.server.errors import HTTPRefusal, not_found, run_gone
 from orchestrator.server.idempotency import Answer, IdempotencyCache
 from orchestrator.server.identity import current_principal
 from orchestrator.server.ids import checked_id
@@ -85,6 +93,8 @@ class Service:
     async def _run(self, request_id: str) -> RunView:
         try:
             return await self.backend.run(request_id)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
 
@@ -161,9 +171,12 @@ class Service:
     async def start_run(self, request: Request, body: dict[str, Any]) -> Answer:
         session_id = _path_id(request, "session_id")
         message, request_id = run_input(body)
+        usage_limits, deadline = run_bounds(body)
         key = request.headers.get("idempotency-key")
         try:
-            started = await self.backend.start(session_id, message, request_id, key)
+            started = await self.backend.start(
+                session_id, message, request_id, key, usage_limits=usage_limits, deadline=deadline
+            )
         except SessionBusy as busy:
             raise HTTPRefusal(409, "SessionBusy", str(busy)) from None
         except RunExists as exists:
@@ -203,6 +216,8 @@ class Service:
                 if first is None:
                     return Response(status_code=204, headers=SSE_HEADERS)
                 batches = _after_first(first, batches)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
         except EventsExpired as expired:
@@ -217,6 +232,8 @@ class Service:
         request_id = _path_id(request, "request_id")
         try:
             view, asked = await self.backend.cancel(request_id)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
         return JSONResponse({**view.json(), "cancelled": asked}, status_code=202)
@@ -226,6 +243,8 @@ class Service:
         try:
             steps = await self.backend.transitions(request_id)
             children = await self.backend.child_traces(request_id)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None
         except UnknownRun:
             raise not_found(f"no live or recent run {request_id!r}") from None
         return PlainTextResponse(trace_mermaid(steps, children=children), media_type="text/vnd.mermaid")

@@ -34,10 +34,12 @@ from orchestrator.server.backend import DEFAULT_RETAINED_RUNS
 from orchestrator.server.drain import DEFAULT_GRACE_SECONDS
 from orchestrator.server.hosts import LOOPBACK_NAMES, AllowedHost
 from orchestrator.server.origins import normalized_origin
+from orchestrator.store.retention import Retention
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
 
+    from orchestrator.cluster.worker import Worker
     from orchestrator.project.config import ProjectConfig
 
 DEFAULT_HOST = "127.0.0.1"
@@ -63,6 +65,8 @@ class ServeOptions:
     project: str | None = None
     trust_project: bool = False
     grace_seconds: float = DEFAULT_GRACE_SECONDS
+    retention: Retention | None = None
+    """What the server prunes while it runs (None: nothing)."""
     stopped: list[int] = attrs.field(factory=list, eq=False, repr=False)
     """The signal that stopped the server, once one did (SIGINT or SIGTERM)."""
 
@@ -80,7 +84,8 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     parser.add_argument(
         "--db",
         help="session database (default: the user data directory); a run store URL (postgresql://... or"
-        " sqlite:///PATH) makes this a web node that serves the runs workers carry",
+        " sqlite:///PATH) makes this a web node that serves the runs workers carry (with --app, it carries"
+        " runs itself too)",
     )
     parser.add_argument("--root", default=".", help="workspace of the filesystem tools")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
@@ -114,7 +119,11 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         help="let web pages of ORIGIN (scheme://host[:port]) call the API, with CORS answers"
         " (default: only the server's own pages)",
     )
-    parser.add_argument("--app", help="MODULE:ATTR naming the application's Agent (or a callable returning one)")
+    parser.add_argument(
+        "--app",
+        help="MODULE:ATTR naming the application's Agent (or a callable returning one); with a run store --db,"
+        " the web node carries runs with it as a worker does",
+    )
     parser.add_argument(
         "--project",
         metavar="DIR",
@@ -144,9 +153,30 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         help=f"at SIGTERM, how long runs that work may finish before the server stops"
         f" (default {DEFAULT_GRACE_SECONDS:g})",
     )
+    parser.add_argument(
+        "--retention-hours",
+        type=float,
+        default=None,
+        help="prune ended runs (their events and state) this long after they ended (default: keep; in one"
+        " process --retained-runs still bounds them)",
+    )
+    parser.add_argument(
+        "--session-retention-hours",
+        type=float,
+        default=None,
+        help="delete sessions idle this long, with their runs and history; a session with a run queued, running"
+        " or waiting stays (default: keep)",
+    )
     args = parser.parse_args(list(argv))
     if args.grace_seconds < 0:
         parser.error("--grace-seconds cannot be negative")
+    ages = {"--retention-hours": args.retention_hours, "--session-retention-hours": args.session_retention_hours}
+    for flag, hours in ages.items():
+        if hours is not None and not hours > 0:
+            parser.error(f"{flag} must be above 0, got {hours:g}")
+    retention = None
+    if args.retention_hours is not None or args.session_retention_hours is not None:
+        retention = Retention.hours(args.retention_hours, args.session_retention_hours)
     from orchestrator.store.runs_sql import is_run_store_url
 
     web_node = bool(args.db) and is_run_store_url(args.db)
@@ -191,6 +221,7 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         args.project,
         args.trust_project,
         args.grace_seconds,
+        retention,
     )
 
 
@@ -247,10 +278,18 @@ async def _serve(
     from orchestrator.store.runs_sql import is_run_store_url, open_run_store
 
     backend: Backend
+    worker: Worker | None = None
     if options.db and is_run_store_url(options.db):
         from orchestrator.cluster.webnode import StoreBackend
 
         backend = StoreBackend(await trio.to_thread.run_sync(open_run_store, options.db))
+        if options.app:
+            # A web node with the application's agent carries runs from the store too, as a worker does.
+            from orchestrator.cli.apploader import load_agent
+            from orchestrator.cluster.worker import Worker
+
+            carried = await trio.to_thread.run_sync(open_run_store, options.db)
+            worker = Worker(await load_agent(options.app), carried)
     elif options.app:
         from orchestrator.cli.apploader import load_agent
 
@@ -281,6 +320,7 @@ async def _serve(
         stop_streams=lambda: "the server is shutting down" if closing else None,
         drain=drain,
         grace_seconds=0,  # serve drains at SIGTERM itself, before hypercorn's shutdown runs the lifespan's
+        retention=options.retention,
     )
     closing: list[bool] = []
 
@@ -297,13 +337,19 @@ async def _serve(
 
                     async def hurried() -> None:
                         await signals.__anext__()
+                        if worker is not None:
+                            worker.stop_now()
                         waiting.cancel_scope.cancel()
 
                     waiting.start_soon(hurried)
+                    if worker is not None:
+                        await worker.drain(options.grace_seconds)  # hands back what is still held
                     with trio.move_on_after(options.grace_seconds):
                         while busy_runs(backend):
                             await trio.sleep(0.05)
                     waiting.cancel_scope.cancel()
+            elif worker is not None:
+                worker.stop_now()  # Ctrl-C: every held run goes back at its last commit, at once
             closing.append(True)
 
     trigger = on_signal if threading.current_thread() is threading.main_thread() else None
@@ -312,9 +358,12 @@ async def _serve(
         await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)  # type: ignore[arg-type]
 
     async with trio.open_nursery() as nursery:
+        if worker is not None:
+            await nursery.start(worker.run)
         binds = await nursery.start(announce)
         console = console_url(binds[0], options)
-        print(f"serving on {', '.join(binds)} (console at {console})", file=sys.stderr, flush=True)
+        carrying = f", carrying runs as worker {worker.name}" if worker is not None else ""
+        print(f"serving on {', '.join(binds)} (console at {console}){carrying}", file=sys.stderr, flush=True)
         task_status.started(binds)
 
 
@@ -334,11 +383,14 @@ def _web_node(options: ServeOptions) -> bool:
 def main(argv: Sequence[str]) -> int:
     from orchestrator.cli.apploader import AppSpecError
     from orchestrator.cli.signals import Stopped, run_service
+    from orchestrator.project.agent import subagent_models
     from orchestrator.project.settings import ConfigError
 
     options = parse(argv)
     try:
         config = None if options.app or _web_node(options) else project_config(options)
+        if config is not None:
+            subagent_models(config)  # a subagent's model that cannot be used is refused before anything starts
     except ConfigError as error:  # a configuration file that cannot be used: said before anything starts
         print(f"serve: {error}", file=sys.stderr)
         return 2

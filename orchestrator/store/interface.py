@@ -64,6 +64,8 @@ class PendingApproval:
     payload: Mapping[str, Any]
     response: Mapping[str, Any] | None
     created: float
+    fingerprint: str | None = None
+    """The fingerprint (JSON text) of the agent whose request waits (``orchestrator.runtime.fingerprint``)."""
 
 
 @attrs.frozen
@@ -120,6 +122,11 @@ class SessionStore(abc.ABC):
     def delete_session(self, session_id: str) -> bool:
         """Remove every row of the session (messages, waits and answers, Plan Mode, quarantined rows) in one
         transaction; whether there was any. The caller holds the session (``lock_session``)."""
+
+    def idle_sessions(self, idle_before: float) -> list[str]:
+        """Ids of sessions whose last activity (a message, a wait, a Plan Mode change) is older than
+        ``idle_before`` (a time.time() value) and that have no wait recorded (none waits for an answer)."""
+        return []
 
     # approvals --------------------------------------------------------------
 

@@ -40,6 +40,7 @@ class MemoryStore(SessionStore):
         self._lock = threading.Lock()
         self._rows: dict[str, list[StoredRow]] = {}
         self._started: dict[str, float] = {}
+        self._active: dict[str, float] = {}  # each session's last change
         self._approvals: dict[tuple[str, str], PendingApproval] = {}
         self._modes: dict[str, str] = {}
         self._next_row = 1
@@ -58,6 +59,7 @@ class MemoryStore(SessionStore):
         with self._lock:
             found = bool(self._rows.pop(session_id, None)) | (self._modes.pop(session_id, None) is not None)
             self._started.pop(session_id, None)
+            self._active.pop(session_id, None)
             for key in [key for key in self._approvals if key[0] == session_id]:
                 del self._approvals[key]
                 found = True
@@ -100,6 +102,7 @@ class MemoryStore(SessionStore):
             self._rows[session_id] = rows
             if rows:
                 self._started.setdefault(session_id, time.time())
+            self._active[session_id] = time.time()
             ended = set(change.drop_approvals)
             ended.update(m.tool_call_id for _, m in change.append if isinstance(m, ToolMessage))
             for call_id in ended:
@@ -113,6 +116,11 @@ class MemoryStore(SessionStore):
         with self._lock:
             return [q for q in self._quarantined if session_id in (None, q.session_id)]
 
+    def idle_sessions(self, idle_before: float) -> list[str]:
+        with self._lock:
+            waiting = {session_id for session_id, _ in self._approvals}
+            return sorted(s for s, last in self._active.items() if last < idle_before and s not in waiting)
+
     def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
         with self._lock:
             found = [w for w in self._approvals.values() if session_id in (None, w.session_id)]
@@ -122,6 +130,7 @@ class MemoryStore(SessionStore):
         with self._lock:
             self._approvals.pop((wait.session_id, wait.tool_call_id), None)
             self._approvals[(wait.session_id, wait.tool_call_id)] = attrs.evolve(wait, response=None)
+            self._active[wait.session_id] = time.time()
 
     def record_response(
         self, session_id: str, tool_call_id: str, response_event: str, response: Mapping[str, Any]

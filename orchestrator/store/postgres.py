@@ -55,6 +55,8 @@ from orchestrator.store.interface import (
     StoredRow,
 )
 from orchestrator.store.locks import ProcessLocks
+from orchestrator.store.metrics import measured
+from orchestrator.store.sqlite import IDLE_SESSIONS
 from orchestrator.text import clean_text
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
@@ -97,8 +99,10 @@ _V1 = (
     )""",
 )
 
+_V2 = ("ALTER TABLE orchestrator_pending_approvals ADD COLUMN fingerprint TEXT",)
+
 # Each entry migrates from the version before it; a new version appends one.
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(_MIGRATIONS)
 _MIGRATION_LOCK = int.from_bytes(b"orchmigr", "big") & 0x7FFFFFFFFFFFFFFF
 
@@ -186,9 +190,11 @@ class PostgresStore(SessionStore):
         return db
 
     @contextmanager
-    def _transaction(self, session_id: str | None = None) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
-        """One transaction on the connection, its errors as StoreError."""
-        with self._lock:
+    def _transaction(
+        self, session_id: str | None = None, *, operation: str = "other"
+    ) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        """One transaction on the connection, its errors as StoreError, its duration measured as ``operation``."""
+        with measured("postgresql", operation, "sessions"), self._lock:
             try:
                 db = self._connection()
             except psycopg.Error as failed:
@@ -206,7 +212,7 @@ class PostgresStore(SessionStore):
                 raise StoreError(f"{self.where}: {failed}") from failed
 
     def _migrate(self) -> None:
-        with self._transaction() as db:
+        with self._transaction(operation="migrate") as db:
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             db.execute("CREATE TABLE IF NOT EXISTS orchestrator_schema_version (version INTEGER NOT NULL)")
             row = db.execute("SELECT version FROM orchestrator_schema_version").fetchone()
@@ -221,7 +227,7 @@ class PostgresStore(SessionStore):
             db.execute("UPDATE orchestrator_schema_version SET version = %s", (SCHEMA_VERSION,))
 
     def schema_version(self) -> int:
-        with self._transaction() as db:
+        with self._transaction(operation="schema_version") as db:
             row = db.execute("SELECT version FROM orchestrator_schema_version").fetchone()
         assert row is not None
         return int(row[0])
@@ -242,14 +248,14 @@ class PostgresStore(SessionStore):
     # sessions and messages --------------------------------------------------
 
     def sessions(self) -> list[str]:
-        with self._transaction() as db:
+        with self._transaction(operation="sessions") as db:
             rows = db.execute(
                 "SELECT session_id FROM orchestrator_messages GROUP BY session_id ORDER BY MIN(created), session_id"
             ).fetchall()
         return [str(session_id) for (session_id,) in rows]
 
     def rows(self, session_id: str) -> list[StoredRow]:
-        with self._transaction(session_id) as db:
+        with self._transaction(session_id, operation="rows") as db:
             rows = db.execute(
                 "SELECT row_id, position, role, body FROM orchestrator_messages WHERE session_id = %s "
                 "ORDER BY position",
@@ -262,14 +268,20 @@ class PostgresStore(SessionStore):
         params: tuple[str, ...] = ()
         if session_id is not None:
             query, params = query + " WHERE session_id = %s", (session_id,)
-        with self._transaction(session_id) as db:
+        with self._transaction(session_id, operation="quarantined") as db:
             rows = db.execute(query + " ORDER BY seq", params).fetchall()
         return [Quarantined(int(r), str(s), int(p), str(b), str(why)) for r, s, p, b, why in rows]
+
+    def idle_sessions(self, idle_before: float) -> list[str]:
+        with self._transaction(operation="idle_sessions") as db:
+            query = IDLE_SESSIONS.format(prefix="orchestrator_").replace("?", "%s")
+            rows = db.execute(query, (idle_before,)).fetchall()
+        return [str(session_id) for (session_id,) in rows]
 
     def delete_session(self, session_id: str) -> bool:
         found = 0
         tables = ("messages", "pending_approvals", "session_modes", "unreadable_rows")
-        with self._transaction(session_id) as db, db.cursor() as cursor:
+        with self._transaction(session_id, operation="delete_session") as db, db.cursor() as cursor:
             for table in tables:
                 cursor.execute(f"DELETE FROM orchestrator_{table} WHERE session_id = %s", (session_id,))
                 found += cursor.rowcount
@@ -278,7 +290,7 @@ class PostgresStore(SessionStore):
     def apply(self, session_id: str, change: SessionChange) -> None:
         now = time.time()
         rows = change_rows(session_id, change, now)
-        with self._transaction(session_id) as db, db.cursor() as cursor:
+        with self._transaction(session_id, operation="apply") as db, db.cursor() as cursor:
             for unreadable, body in rows.quarantine:
                 cursor.execute(
                     "INSERT INTO orchestrator_unreadable_rows (row_id, session_id, position, body, reason, found) "
@@ -314,31 +326,39 @@ class PostgresStore(SessionStore):
 
     def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
         query = (
-            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created "
-            "FROM orchestrator_pending_approvals"
+            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created,"
+            " fingerprint FROM orchestrator_pending_approvals"
         )
         params: tuple[str, ...] = ()
         if session_id is not None:
             query, params = query + " WHERE session_id = %s", (session_id,)
-        with self._transaction(session_id) as db:
+        with self._transaction(session_id, operation="pending_approvals") as db:
             rows = db.execute(query + " ORDER BY created, seq", params).fetchall()
         return [
             PendingApproval(
-                sid, rid, call_id, event, response_event, json_object(payload) or {}, json_object(response), created
+                sid,
+                rid,
+                call_id,
+                event,
+                response_event,
+                json_object(payload) or {},
+                json_object(response),
+                created,
+                fingerprint,
             )
-            for sid, rid, call_id, event, response_event, payload, response, created in rows
+            for sid, rid, call_id, event, response_event, payload, response, created, fingerprint in rows
         ]
 
     def record_wait(self, wait: PendingApproval) -> None:
         body = clean_text(json.dumps(dict(wait.payload), default=json_default, ensure_ascii=False))
-        with self._transaction(wait.session_id) as db:
+        with self._transaction(wait.session_id, operation="record_wait") as db:
             db.execute(
                 "INSERT INTO orchestrator_pending_approvals "
-                "(session_id, tool_call_id, request_id, event, response_event, payload, created) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "(session_id, tool_call_id, request_id, event, response_event, payload, created, fingerprint) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (session_id, tool_call_id) DO UPDATE SET request_id = excluded.request_id, "
                 "event = excluded.event, response_event = excluded.response_event, payload = excluded.payload, "
-                "response = NULL",
+                "fingerprint = excluded.fingerprint, response = NULL",
                 (
                     wait.session_id,
                     wait.tool_call_id,
@@ -347,6 +367,7 @@ class PostgresStore(SessionStore):
                     wait.response_event,
                     body,
                     wait.created,
+                    wait.fingerprint,
                 ),
             )
 
@@ -354,7 +375,7 @@ class PostgresStore(SessionStore):
         self, session_id: str, tool_call_id: str, response_event: str, response: Mapping[str, Any]
     ) -> bool:
         body = clean_text(json.dumps(dict(response), default=json_default, ensure_ascii=False))
-        with self._transaction(session_id) as db:
+        with self._transaction(session_id, operation="record_response") as db:
             changed = db.execute(
                 "UPDATE orchestrator_pending_approvals SET response = %s WHERE session_id = %s "
                 "AND tool_call_id = %s AND response_event = %s AND response IS NULL",
@@ -363,7 +384,7 @@ class PostgresStore(SessionStore):
         return changed > 0
 
     def forget_request(self, session_id: str, request_id: str) -> None:
-        with self._transaction(session_id) as db:
+        with self._transaction(session_id, operation="forget_request") as db:
             db.execute(
                 "DELETE FROM orchestrator_pending_approvals WHERE session_id = %s AND request_id = %s "
                 "AND response IS NULL",
@@ -373,7 +394,7 @@ class PostgresStore(SessionStore):
     # modes and ownership ----------------------------------------------------
 
     def plan_mode(self, session_id: str) -> str:
-        with self._transaction(session_id) as db:
+        with self._transaction(session_id, operation="plan_mode") as db:
             row = db.execute(
                 "SELECT plan_mode FROM orchestrator_session_modes WHERE session_id = %s", (session_id,)
             ).fetchone()
@@ -383,7 +404,7 @@ class PostgresStore(SessionStore):
         local = self._local.acquire(session_id)  # two runners in this process share one connection
         key = _lock_key(session_id)
         try:
-            with self._transaction(session_id) as db:
+            with self._transaction(session_id, operation="lock_session") as db:
                 row = db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
                 holder = None if row and row[0] else self._holder(db, key)
         except BaseException:

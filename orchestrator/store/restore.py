@@ -19,6 +19,7 @@ import attrs
 
 from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage
 from orchestrator.runtime.pending import SettledAnswer, WaitRule
+from orchestrator.runtime.tool_runner import no_longer_available
 from orchestrator.store.codec import UndecodableMessage, decode_message, placeholder
 from orchestrator.store.interface import PendingApproval, SessionChange, SessionStore, StoredRow, Unreadable
 from orchestrator.store.repair import repair
@@ -61,15 +62,23 @@ def _latest_calls(messages: Sequence[Message]) -> dict[str, ToolCall]:
 
 
 def _settle_answers(
-    messages: Sequence[Message], waits: Sequence[PendingApproval], rules: Mapping[str, WaitRule]
+    messages: Sequence[Message],
+    waits: Sequence[PendingApproval],
+    rules: Mapping[str, WaitRule],
+    gone: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[PendingApproval, SettledAnswer, ToolMessage]]:
-    """Results from the answers recorded for the waits of a stopped process."""
+    """Results from the answers recorded for the waits of a stopped process; an answered call of a tool in
+    ``gone`` (the agent has it no more) fails saying so."""
     calls = _latest_calls(messages)
     found: dict[str, tuple[PendingApproval, SettledAnswer, ToolMessage]] = {}
     for wait in waits:
         rule = rules.get(wait.response_event)
         call = calls.get(wait.tool_call_id)
         if wait.response is None or rule is None or call is None:
+            continue
+        if call.name in gone:
+            settled = SettledAnswer(no_longer_available(call.name), "failed")
+            found[call.id] = (wait, settled, ToolMessage(call.id, call.name, settled.content, settled.status))
             continue
         problem = rule.validator(wait.payload)(wait.response)
         if problem is not None:
@@ -80,8 +89,13 @@ def _settle_answers(
     return found
 
 
-def restore_session(store: SessionStore, session_id: str, rules: Mapping[str, WaitRule]) -> Restored:
-    """Load, mend and store the session (blocking: run it in a worker thread; hold the session)."""
+def restore_session(
+    store: SessionStore, session_id: str, rules: Mapping[str, WaitRule], gone: frozenset[str] = frozenset()
+) -> Restored:
+    """Load, mend and store the session (blocking: run it in a worker thread; hold the session).
+
+    ``gone``: tools the session's waiting calls were made for that the restoring agent has no more.
+    """
     rows = store.rows(session_id)
     messages: list[Message] = []
     unreadable: list[Unreadable] = []
@@ -92,7 +106,7 @@ def restore_session(store: SessionStore, session_id: str, rules: Mapping[str, Wa
             unreadable.append(bad)
             log.warning("stored message %d of session %s is unreadable: %s", row.row_id, session_id, bad.reason)
     waits = store.pending_approvals(session_id)
-    answers = _settle_answers(messages, waits, rules)
+    answers = _settle_answers(messages, waits, rules, gone)
     repaired = repair(messages, answers={call_id: entry[2] for call_id, entry in answers.items()})
     used = [entry for entry in answers.values() if any(m is entry[2] for m in repaired)]
     recorded = store.plan_mode(session_id)

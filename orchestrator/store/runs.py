@@ -42,6 +42,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "NewInboxItem",
+    "PrunedRun",
     "RunCommit",
     "RunRecord",
     "RunStore",
@@ -119,8 +120,16 @@ class RunRecord:
     cancel_requested: bool
     created: float
     updated: float
+    trace_context: Mapping[str, str] | None = None
+    """The W3C trace context (``traceparent``, ``tracestate``) every segment of the run is traced under, if any
+    (None too when the stored one does not decode)."""
+    settings: Mapping[str, Any] | None = None
+    """The run's own model settings and output type as JSON (``cluster.run_settings``); None: the agent's."""
     unreadable: str | None = None
-    """Why the row's input or checkpoint does not decode (that part then reads as empty); None when both do."""
+    """Why the row's input, checkpoint or settings do not decode (that part then reads as empty); None when all do."""
+    fingerprint: str | None = None
+    """The fingerprint (JSON text) of the agent that started the run, or that took it over when it changed and
+    its policy let the run go on (``orchestrator.runtime.fingerprint``); None before its first commit."""
 
     @property
     def final(self) -> bool:
@@ -177,6 +186,7 @@ class InboxItem:
 class RunCommit:
     """What one fenced write changes, all in one transaction, in this order.
 
+    - ``history``: when not None, replaces the session's history (a compaction), before ``messages``;
     - ``messages``: appended to the session's history;
     - ``events``: appended to the run's event log; their seqs must continue the log;
     - ``checkpoint``: replaces the run's checkpoint;
@@ -184,17 +194,33 @@ class RunCommit:
     - ``status``: ``running`` keeps the lease; ``parked``, ``queued`` or a final status
       releases it (a parked run with unconsumed items is queued at once).
 
-    A ``checkpoint`` of None keeps the stored one. ``retry_after`` (seconds, with ``queued``) keeps the
+    A ``checkpoint`` of None keeps the stored one, and so does a ``fingerprint`` of None (the carrying
+    agent's fingerprint, as JSON text). ``retry_after`` (seconds, with ``queued``) keeps the
     run from being claimed again before then, on the database's clock: a give-back of a run its
-    carrier could not run.
+    carrier could not run. ``wake_at`` (seconds since the epoch, with ``parked``) is when the parked
+    run is claimable again although nobody answered: the earliest expiry of its waits.
+    ``trace_context`` is kept as the run's only when it has none yet.
     """
 
     messages: tuple[Message, ...] = ()
     events: tuple[StoredEvent, ...] = ()
+    history: tuple[Message, ...] | None = None
     checkpoint: Mapping[str, Any] | None = None
     consumed: tuple[int, ...] = ()
     status: str = "running"
     retry_after: float | None = None
+    wake_at: float | None = None
+    trace_context: Mapping[str, str] | None = None
+    fingerprint: str | None = None
+
+
+@attrs.frozen
+class PrunedRun:
+    """What is remembered of a pruned run: its id, why it went (``ended`` or ``idle_session``) and when."""
+
+    request_id: str
+    reason: str
+    pruned: float
 
 
 class RunStore(abc.ABC):
@@ -204,11 +230,19 @@ class RunStore(abc.ABC):
 
     @abc.abstractmethod
     def create_run(
-        self, session_id: str, request_id: str, input_message: Mapping[str, Any], *, owner: str | None = None
+        self,
+        session_id: str,
+        request_id: str,
+        input_message: Mapping[str, Any],
+        *,
+        trace_context: Mapping[str, str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        owner: str | None = None,
     ) -> RunRecord:
-        """A new ``queued`` run; SessionBusy when the session has a run that is not final,
-        StoreError when the request id is taken. ``owner`` is the principal the run is kept for:
-        SessionOwned when the session belongs to another (see ``owners``); None checks nothing."""
+        """A new ``queued`` run (with its trace context and own settings, when given); SessionBusy when the
+        session has a run that is not final, StoreError when the request id is taken. ``owner`` is the principal
+        the run is kept for: SessionOwned when the session belongs to another (see ``owners``); None checks
+        nothing."""
 
     @abc.abstractmethod
     def owners(self, session_ids: Sequence[str]) -> dict[str, str]:
@@ -226,8 +260,14 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
         """Lease up to ``limit`` runnable runs: ``queued`` ones past their ``retry_after``, and ``running``
-        ones whose lease expired (their worker stopped), both judged on the store's own clock. Claimed
+        ones whose lease expired (their worker stopped), and ``parked`` ones whose ``wake_at`` has passed (a wait
+        expired while nobody held them), all judged on the store's own clock. Claimed
         runs are ``running``; a new token each; a lease keeps the run's cancel flag."""
+
+    def next_wake(self) -> float | None:
+        """Seconds until the earliest ``wake_at`` of a parked run, on the store's clock (negative when it has
+        passed; None: no parked run has one). A claim takes such a run once it has passed."""
+        return None
 
     @abc.abstractmethod
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
@@ -298,13 +338,23 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def prune_sessions(self, idle_before: float) -> list[str]:
         """Delete (as ``delete_session`` does) every session without a run that is not final whose last
-        message and last run change are older than ``idle_before`` (a time.time() value); their ids."""
+        message and last run change are older than ``idle_before`` (a time.time() value); their ids.
+        Each of their runs' ids is remembered as pruned (``pruned``), with no trace of the session."""
 
     @abc.abstractmethod
     def prune(self, older_than: float) -> int:
         """Delete final runs (their events and inbox) last updated before ``older_than``
-        (a time.time() value); how many runs went. A session's newest run keeps its row (not its events
-        or inbox) when it has an owner, so the session's owner outlives its pruned runs."""
+        (a time.time() value), remembering each id as pruned (``pruned``); how many runs went. A session's
+        newest run keeps its row (not its events or inbox) when it has an owner, so the session's owner
+        outlives its pruned runs."""
+
+    def pruned(self, request_id: str) -> PrunedRun | None:
+        """What is remembered of the pruned run ``request_id`` (None: never pruned, or forgotten since)."""
+        return None
+
+    def forget_pruned(self, before: float) -> int:
+        """Forget the runs pruned before ``before`` (a time.time() value): following them is then a 404."""
+        return 0
 
     def watch(self) -> ChangeFeed:
         """A feed of this store's changes for one consumer (close it when done); this default one polls."""

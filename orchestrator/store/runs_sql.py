@@ -40,6 +40,7 @@ from orchestrator.store.errors import (
     StoreUnavailable,
     one_line,
 )
+from orchestrator.store.metrics import claimed, measured
 from orchestrator.store.runs import (
     ACTIVE,
     FINAL,
@@ -51,6 +52,7 @@ from orchestrator.store.runs import (
     Lease,
     LeaseLost,
     NewInboxItem,
+    PrunedRun,
     RunCommit,
     RunRecord,
     RunStore,
@@ -74,7 +76,7 @@ _ACTIVE_SQL = "('queued', 'running', 'parked')"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 _RUN_COLUMNS = (
     "request_id, session_id, status, input, checkpoint, version, last_seq, lease_owner, lease_expires,"
-    " cancel_requested, created, updated"
+    " cancel_requested, created, updated, trace_context, settings, fingerprint"
 )
 
 
@@ -118,11 +120,16 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             created {real} NOT NULL,
             updated {real} NOT NULL,
             not_before {real},
+            wake_at {real},
+            trace_context TEXT,
+            settings TEXT,
+            fingerprint TEXT,
             owner TEXT
         )""",
         f"CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_one_active_run ON orchestrator_runs (session_id)"
         f" WHERE status IN {_ACTIVE_SQL}",
         "CREATE INDEX IF NOT EXISTS orchestrator_runs_status ON orchestrator_runs (status, updated)",
+        "CREATE INDEX IF NOT EXISTS orchestrator_runs_wake ON orchestrator_runs (status, wake_at)",
         f"""CREATE TABLE IF NOT EXISTS orchestrator_run_events (
             request_id TEXT NOT NULL,
             seq BIGINT NOT NULL,
@@ -134,6 +141,13 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
         _inbox_table("orchestrator_inbox", real, serial),
         "CREATE INDEX IF NOT EXISTS orchestrator_inbox_run ON orchestrator_inbox (request_id, consumed, id)",
         "CREATE UNIQUE INDEX IF NOT EXISTS orchestrator_inbox_key ON orchestrator_inbox (session_id, idempotency_key)",
+        # Pruned runs' ids (never their sessions'), so following one answers 410 instead of 404.
+        f"""CREATE TABLE IF NOT EXISTS orchestrator_pruned_runs (
+            request_id TEXT PRIMARY KEY,
+            reason TEXT NOT NULL,
+            pruned {real} NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS orchestrator_pruned_runs_age ON orchestrator_pruned_runs (pruned)",
     )
 
 
@@ -182,8 +196,12 @@ RUN_SCHEMA_VERSION = 3
 Version 0 is a run store from before the version was recorded (no such table): its tables may
 lack columns added since, which opening it adds with their defaults. Version 2 adds a run's
 ``not_before`` (a give-back's back-off) and makes an inbox idempotency key unique per session
-instead of across the database, with the digest of the body it was first used with. Version 3 adds
-a run's ``owner`` (the principal it was started for; NULL for runs kept before).
+instead of across the database, with the digest of the body it was first used with. Version 3
+adds a run's ``wake_at`` (the earliest expiry of a parked run's waits), indexed with its status,
+its ``trace_context`` (the W3C trace context its segments are traced under) and ``settings`` (its
+own model settings and output type), and its ``fingerprint`` (of the agent that carries
+it, see ``orchestrator.runtime.fingerprint``) and ``owner`` (the principal it was started for), all
+nullable.
 """
 _SCHEMA_TABLE = "orchestrator_run_schema"
 _SCHEMA_LOCK = int.from_bytes(b"orchruns", "big") & 0x7FFFFFFFFFFFFFFF
@@ -279,9 +297,14 @@ def _to_version_2(dialect: Dialect, db: _Cursor, where: str) -> None:
 
 
 def _to_version_3(dialect: Dialect, db: _Cursor, where: str) -> None:
-    """Version 2 to 3: runs get ``owner``, the principal a run was started for (NULL for runs kept before)."""
+    """Version 2 to 3: runs get ``wake_at`` (its index is made by the DDL), ``trace_context``, ``settings``,
+    ``fingerprint`` and ``owner`` (nullable: a run from before has none)."""
     db.execute(dialect.columns_of, ("orchestrator_runs",))
     if {str(row[0]).lower() for row in db.fetchall()}:
+        db.execute(f"ALTER TABLE orchestrator_runs ADD COLUMN wake_at {dialect.real}")
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN trace_context TEXT")
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN settings TEXT")
+        db.execute("ALTER TABLE orchestrator_runs ADD COLUMN fingerprint TEXT")
         db.execute("ALTER TABLE orchestrator_runs ADD COLUMN owner TEXT")
 
 
@@ -300,9 +323,9 @@ _COMMIT_TRIGGERS = {
 }
 
 
-def lease_step(status: str, trigger: str, *, held: bool = False, expired: bool = False) -> str:
+def lease_step(status: str, trigger: str, *, held: bool = False, expired: bool = False, due: bool = False) -> str:
     """The status a run moves to when ``trigger`` is taken on the run lease machine; StoreError when refused."""
-    guards = {"lease_held": lambda _: held, "lease_expired": lambda _: expired}
+    guards = {"lease_held": lambda _: held, "lease_expired": lambda _: expired, "wake_due": lambda _: due}
     machine = BoundMachine(RUN_LEASE, guards, initial={"status": status})
     try:
         machine.fire(trigger)
@@ -335,6 +358,9 @@ def _record(row: Sequence[Any]) -> RunRecord:
     problems: list[str] = []
     input_message = _json_object(row[3], "input", problems)
     checkpoint = _json_object(row[4], "checkpoint", problems) if row[4] is not None else None
+    # A trace context that does not decode only leaves the run untraced: it is no reason to fail it.
+    trace_context = _json_object(row[12], "trace context", []) if row[12] is not None else None
+    settings = _json_object(row[13], "settings", problems) if row[13] is not None else None
     return RunRecord(
         request_id=row[0],
         session_id=row[1],
@@ -348,7 +374,10 @@ def _record(row: Sequence[Any]) -> RunRecord:
         cancel_requested=bool(row[9]),
         created=row[10],
         updated=row[11],
+        trace_context={str(k): str(v) for k, v in trace_context.items()} if trace_context else None,
+        settings=settings,
         unreadable="; ".join(problems) or None,
+        fingerprint=row[14],
     )
 
 
@@ -419,7 +448,7 @@ class SQLRunStore(RunStore):
         except Exception as failed:
             raise StoreUnavailable(f"cannot connect to {where}: {one_line(failed)}") from failed
         try:
-            with self._transaction() as db:
+            with self._transaction("open") as db:
                 self._open_schema(db)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -454,7 +483,7 @@ class SQLRunStore(RunStore):
 
     def schema_version(self) -> int:
         """The version the database's run store tables are at (RUN_SCHEMA_VERSION once opened)."""
-        with self._transaction() as db:
+        with self._transaction("schema_version") as db:
             db.execute(f"SELECT version FROM {_SCHEMA_TABLE}")
             return int(db.fetchone()[0])
 
@@ -490,7 +519,13 @@ class SQLRunStore(RunStore):
                 db.close()
 
     @contextmanager
-    def _transaction(self) -> Iterator[_Cursor]:
+    def _transaction(self, operation: str = "other") -> Iterator[_Cursor]:
+        """One transaction, its duration measured as ``operation`` (see ``orchestrator.store.metrics``)."""
+        with measured(self.dialect.name, operation), self._transaction_unmeasured() as db:
+            yield db
+
+    @contextmanager
+    def _transaction_unmeasured(self) -> Iterator[_Cursor]:
         if self.dialect.name == "sqlite":
             with self._lock:
                 cursor = self._db.cursor()
@@ -562,17 +597,23 @@ class SQLRunStore(RunStore):
             feed.add(keys)
 
     def _data_version_loop(self) -> None:
-        """SQLite: wake every feed when another process (or connection) committed to the file."""
+        """SQLite: wake every feed when another process (or connection) committed to the file.
+
+        The first reading wakes every feed too: a commit made between a feed's creation and that
+        reading is in the baseline, so it would otherwise wake nobody (as a new listener does on PostgreSQL).
+        """
         seen: Any = None
-        while not self._closed.wait(DATA_VERSION_SECONDS):
+        while True:
             try:
                 with self._lock:
                     version = self._db.execute("PRAGMA data_version").fetchone()[0]
             except Exception:  # closed meanwhile, or busy: asked again at the next turn
-                continue
-            if seen is not None and version != seen:
+                version = seen
+            if version is not None and version != seen:
                 self._tell(frozenset(), everything=True)
-            seen = version
+                seen = version
+            if self._closed.wait(DATA_VERSION_SECONDS):
+                return
 
     def _listen_loop(self) -> None:
         """PostgreSQL: one listening connection; each notification wakes the feeds of its run (or of work)."""
@@ -614,11 +655,20 @@ class SQLRunStore(RunStore):
     # runs -------------------------------------------------------------------
 
     def create_run(
-        self, session_id: str, request_id: str, input_message: Mapping[str, Any], *, owner: str | None = None
+        self,
+        session_id: str,
+        request_id: str,
+        input_message: Mapping[str, Any],
+        *,
+        trace_context: Mapping[str, str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        owner: str | None = None,
     ) -> RunRecord:
         now = time.time()
+        traced = _dumps(dict(trace_context)) if trace_context else None
+        own = _dumps(dict(settings)) if settings else None
         try:
-            with self._transaction() as db:
+            with self._transaction("create_run") as db:
                 db.execute(
                     f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_ACTIVE_SQL}",
                     (session_id,),
@@ -630,10 +680,12 @@ class SQLRunStore(RunStore):
                 kept_for = None if owner is None else self._owners(db, [session_id]).get(session_id)
                 if kept_for is not None and kept_for != owner:
                     raise SessionOwned(session_id, kept_for)
+                db.execute("DELETE FROM orchestrator_pruned_runs WHERE request_id = ?", (request_id,))
                 db.execute(
                     "INSERT INTO orchestrator_runs (request_id, session_id, status, input, version, last_seq,"
-                    " cancel_requested, created, updated, owner) VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?, ?)",
-                    (request_id, session_id, _dumps(dict(input_message)), now, now, owner),
+                    " cancel_requested, created, updated, trace_context, settings, owner)"
+                    " VALUES (?, ?, 'queued', ?, 0, 0, 0, ?, ?, ?, ?, ?)",
+                    (request_id, session_id, _dumps(dict(input_message)), now, now, traced, own, owner),
                 )
                 self._notify(db)
                 created = self._row(db, request_id)
@@ -643,7 +695,7 @@ class SQLRunStore(RunStore):
         return created
 
     def run(self, request_id: str) -> RunRecord | None:
-        with self._transaction() as db:
+        with self._transaction("run") as db:
             return self._row(db, request_id)
 
     def owners(self, session_ids: Sequence[str]) -> dict[str, str]:
@@ -679,7 +731,7 @@ class SQLRunStore(RunStore):
         if active:
             clauses.append(f"status IN {_ACTIVE_SQL}")
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        with self._transaction() as db:
+        with self._transaction("runs") as db:
             db.execute(f"SELECT {_RUN_COLUMNS} FROM orchestrator_runs{where} ORDER BY created, request_id", params)
             return [_record(row) for row in db.fetchall()]
 
@@ -690,21 +742,31 @@ class SQLRunStore(RunStore):
         now = time.time()
         clock = self.dialect.now
         leases: list[Lease] = []
-        with self._transaction() as db:
+        with self._transaction("claim") as db:
             db.execute(
-                f"SELECT request_id, status FROM orchestrator_runs"
+                f"SELECT request_id, status, updated, not_before, lease_expires, wake_at FROM orchestrator_runs"
                 f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
                 f" OR (status = 'running' AND lease_expires < {clock})"
+                f" OR (status = 'parked' AND wake_at <= {clock})"
                 " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
                 (limit,),
             )
-            for request_id, status in db.fetchall():
-                trigger = "claim" if status == "queued" else "take_over"
-                new_status = lease_step(status, trigger, expired=True)
+            for request_id, status, updated, not_before, lease_expires, wake_at in db.fetchall():
+                trigger = {"queued": "claim", "parked": "expire"}.get(status, "take_over")
+                # Claimable since it was queued (or its back-off ended), its wait expired, or its lease expired.
+                if status == "queued":
+                    since = max(updated, not_before or 0.0)
+                elif status == "parked":
+                    since = wake_at if wake_at is not None else updated
+                else:
+                    since = lease_expires or updated
+                claimed({"queued": "queued", "parked": "expire"}.get(status, "take_over"), now - float(since))
+                new_status = lease_step(status, trigger, expired=True, due=True)
                 token = secrets.token_hex(16)
                 db.execute(
                     "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
-                    f" lease_expires = {clock} + ?, not_before = NULL, version = version + 1, updated = ?"
+                    f" lease_expires = {clock} + ?, not_before = NULL, wake_at = NULL, version = version + 1,"
+                    " updated = ?"
                     " WHERE request_id = ? RETURNING session_id, version, last_seq, cancel_requested, lease_expires",
                     (new_status, owner, token, lease_seconds, now, request_id),
                 )
@@ -733,8 +795,18 @@ class SQLRunStore(RunStore):
             return LeaseLost(lease.request_id, f"{row.lease_owner} holds it now")
         return LeaseLost(lease.request_id, f"version {row.version} is not {lease.version}")
 
+    def next_wake(self) -> float | None:
+        """One indexed read: ``MIN(wake_at)`` of the parked runs, less the database's clock."""
+        with self._transaction("next_wake") as db:
+            db.execute(
+                f"SELECT MIN(wake_at) - {self.dialect.now} FROM orchestrator_runs"
+                " WHERE status = 'parked' AND wake_at IS NOT NULL"
+            )
+            row = db.fetchone()
+        return float(row[0]) if row is not None and row[0] is not None else None
+
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
-        with self._transaction() as db:
+        with self._transaction("renew") as db:
             db.execute(
                 f"UPDATE orchestrator_runs SET lease_expires = {self.dialect.now} + ? WHERE request_id = ?"
                 " AND lease_token = ? AND status = 'running' RETURNING cancel_requested, lease_expires",
@@ -747,7 +819,7 @@ class SQLRunStore(RunStore):
 
     def commit(self, lease: Lease, change: RunCommit) -> Lease:
         now = time.time()
-        with self._transaction() as db:
+        with self._transaction("commit") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
             db.execute(
                 f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested FROM orchestrator_runs"
@@ -758,6 +830,9 @@ class SQLRunStore(RunStore):
             if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
                 raise self._lost(db, lease)
             session_id, last_seq = held_row[4], int(held_row[3])
+            if change.history is not None:
+                db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
+                self._append_messages(db, session_id, change.history, now)
             if change.messages:
                 self._append_messages(db, session_id, change.messages, now)
             for event in change.events:
@@ -790,24 +865,43 @@ class SQLRunStore(RunStore):
                 if db.fetchone() is not None or bool(held_row[5]):
                     status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
+            if change.trace_context:
+                db.execute(
+                    "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
+                    (_dumps(dict(change.trace_context)), lease.request_id),
+                )
             held = status == "running"
             back_off = change.retry_after if status == "queued" else None
+            wake_at = change.wake_at if status == "parked" else None
             db.execute(
                 "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint), version = version + 1,"
+                " fingerprint = COALESCE(?, fingerprint),"
                 " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
                 " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
                 " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
-                f" not_before = {self.dialect.now} + ? WHERE request_id = ?",
-                (status, checkpoint, last_seq, now, held, held, held, back_off, lease.request_id),
+                f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
+                (
+                    status,
+                    checkpoint,
+                    change.fingerprint,
+                    last_seq,
+                    now,
+                    held,
+                    held,
+                    held,
+                    back_off,
+                    wake_at,
+                    lease.request_id,
+                ),
             )
-            if status == "queued":
-                self._notify(db)
+            if status == "queued" or wake_at is not None:
+                self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
             if change.events or status != "running":
                 self._changed(db, RUN, lease.request_id)
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
     def release(self, lease: Lease) -> None:
-        with self._transaction() as db:
+        with self._transaction("release") as db:
             db.execute(
                 "UPDATE orchestrator_runs SET status = ?, lease_owner = NULL, lease_token = NULL,"
                 " lease_expires = NULL, not_before = NULL, version = version + 1, updated = ?"
@@ -832,7 +926,7 @@ class SQLRunStore(RunStore):
     # events and inbox -------------------------------------------------------
 
     def events(self, request_id: str, after: int = 0, limit: int = 500) -> list[StoredEvent]:
-        with self._transaction() as db:
+        with self._transaction("events") as db:
             db.execute(
                 "SELECT seq, type, body FROM orchestrator_run_events WHERE request_id = ? AND seq > ?"
                 " ORDER BY seq LIMIT ?",
@@ -848,7 +942,7 @@ class SQLRunStore(RunStore):
         (``ON CONFLICT``), which then reads the winner's item in the same transaction."""
         now = time.time()
         digest = _body_digest(item)
-        with self._transaction() as db:
+        with self._transaction("post") as db:
             row = self._row(db, item.request_id, lock=True)
             if item.idempotency_key is not None:
                 found = self._inbox_by_key(db, item.session_id, item.idempotency_key, digest)
@@ -926,7 +1020,7 @@ class SQLRunStore(RunStore):
         return _inbox_item(row)
 
     def inbox(self, request_id: str, *, after_id: int = 0) -> list[InboxItem]:
-        with self._transaction() as db:
+        with self._transaction("inbox") as db:
             db.execute(
                 "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
                 " WHERE request_id = ? AND consumed = 0 AND id > ? ORDER BY id",
@@ -941,7 +1035,7 @@ class SQLRunStore(RunStore):
         settle: Callable[[RunRecord, list[Message]], Sequence[Message]] | None = None,
     ) -> RunRecord:
         now = time.time()
-        with self._transaction() as db:
+        with self._transaction("cancel") as db:
             row = self._row(db, request_id, lock=True)
             if row is None:
                 raise UnknownRunRow(request_id)
@@ -974,7 +1068,7 @@ class SQLRunStore(RunStore):
         return changed
 
     def history(self, session_id: str) -> list[Message]:
-        with self._transaction() as db:
+        with self._transaction("history") as db:
             return self._history(db, session_id)
 
     def _history(self, db: _Cursor, session_id: str) -> list[Message]:
@@ -991,7 +1085,7 @@ class SQLRunStore(RunStore):
 
     def sessions(self) -> list[str]:
         table = self.dialect.messages_table
-        with self._transaction() as db:
+        with self._transaction("sessions") as db:
             db.execute(
                 f"SELECT session_id FROM (SELECT session_id, MIN(created) AS first FROM orchestrator_runs"
                 f" GROUP BY session_id UNION ALL SELECT session_id, MIN(created) FROM {table} GROUP BY session_id)"
@@ -1001,7 +1095,7 @@ class SQLRunStore(RunStore):
 
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
         found = 0
-        with self._transaction() as db:
+        with self._transaction("delete_session") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
             db.execute(f"SELECT request_id, status FROM orchestrator_runs WHERE session_id = ?{lock}", (session_id,))
             runs = db.fetchall()
@@ -1016,7 +1110,8 @@ class SQLRunStore(RunStore):
 
     def prune_sessions(self, idle_before: float) -> list[str]:
         table = self.dialect.messages_table
-        with self._transaction() as db:
+        now = time.time()
+        with self._transaction("prune_sessions") as db:
             db.execute(
                 f"SELECT session_id FROM (SELECT session_id, MAX(updated) AS last FROM orchestrator_runs"
                 f" GROUP BY session_id UNION ALL SELECT session_id, MAX(created) FROM {table} GROUP BY session_id)"
@@ -1032,18 +1127,17 @@ class SQLRunStore(RunStore):
                 if db.fetchone() is not None:
                     continue  # a live or parked run is never pruned
                 # Only final runs go: a run started meanwhile (not yet visible to the check above) stays.
-                ended = f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}"
-                for name in ("orchestrator_run_events", "orchestrator_inbox"):
-                    db.execute(f"DELETE FROM {name} WHERE request_id IN ({ended})", (session_id,))
                 db.execute(
-                    f"DELETE FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}", (session_id,)
+                    f"SELECT request_id FROM orchestrator_runs WHERE session_id = ? AND status IN {_FINAL_SQL}",
+                    (session_id,),
                 )
+                ended = [row[0] for row in db.fetchall()]
+                self._bury(db, ended, "idle_session", now)
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
                 gone.append(session_id)
         return gone
 
     def prune(self, older_than: float) -> int:
-        final = "('completed', 'failed', 'cancelled')"
         # A session's newest run, when it has an owner, keeps its row (not its events or inbox): the history
         # outlives the runs, and the owner is known from the rows alone.
         newest_owned = (
@@ -1051,20 +1145,44 @@ class SQLRunStore(RunStore):
             " WHERE later.session_id = run.session_id AND (later.created > run.created"
             " OR (later.created = run.created AND later.request_id > run.request_id)))"
         )
-        with self._transaction() as db:
+        with self._transaction("prune") as db:
             db.execute(
                 f"SELECT request_id, CASE WHEN {newest_owned} THEN 1 ELSE 0 END FROM orchestrator_runs AS run"
-                f" WHERE status IN {final} AND updated < ?",
+                f" WHERE status IN {_FINAL_SQL} AND updated < ?",
                 (older_than,),
             )
             found = [(row[0], bool(row[1])) for row in db.fetchall()]
-            for request_id, _ in found:
+            for request_id in [request_id for request_id, keeps_owner in found if keeps_owner]:
                 db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
                 db.execute("DELETE FROM orchestrator_inbox WHERE request_id = ?", (request_id,))
             gone = [request_id for request_id, keeps_owner in found if not keeps_owner]
-            for request_id in gone:
-                db.execute("DELETE FROM orchestrator_runs WHERE request_id = ?", (request_id,))
+            self._bury(db, gone, "ended", time.time())
         return len(gone)
+
+    def _bury(self, db: _Cursor, request_ids: Sequence[str], reason: str, now: float) -> None:
+        """Delete the runs ``request_ids`` (their events, inbox and row), remembering each id as pruned."""
+        for request_id in request_ids:
+            db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))
+            db.execute("DELETE FROM orchestrator_inbox WHERE request_id = ?", (request_id,))
+            db.execute("DELETE FROM orchestrator_runs WHERE request_id = ?", (request_id,))
+            db.execute(
+                "INSERT INTO orchestrator_pruned_runs (request_id, reason, pruned) VALUES (?, ?, ?)"
+                " ON CONFLICT (request_id) DO UPDATE SET reason = excluded.reason, pruned = excluded.pruned",
+                (request_id, reason, now),
+            )
+
+    def pruned(self, request_id: str) -> PrunedRun | None:
+        with self._transaction("pruned") as db:
+            db.execute(
+                "SELECT request_id, reason, pruned FROM orchestrator_pruned_runs WHERE request_id = ?", (request_id,)
+            )
+            row = db.fetchone()
+        return PrunedRun(row[0], row[1], float(row[2])) if row is not None else None
+
+    def forget_pruned(self, before: float) -> int:
+        with self._transaction("forget_pruned") as db:
+            db.execute("DELETE FROM orchestrator_pruned_runs WHERE pruned < ? RETURNING 1", (before,))
+            return len(db.fetchall())
 
     def wait_for_work(self, timeout: float) -> None:
         if self._listen is None:

@@ -32,6 +32,7 @@ from orchestrator.store.interface import (
     StoredRow,
 )
 from orchestrator.store.locks import FileLocks, ProcessLocks
+from orchestrator.store.metrics import measured
 from orchestrator.text import clean_text
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "open_sqlite"]
@@ -74,9 +75,21 @@ CREATE TABLE IF NOT EXISTS unreadable_rows (
 );
 """
 
+_V3 = """
+ALTER TABLE pending_approvals ADD COLUMN fingerprint TEXT;
+"""
+
 # Each entry migrates from the version before it; a new version appends one.
-_MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(_MIGRATIONS)
+
+IDLE_SESSIONS = (
+    "SELECT session_id FROM (SELECT session_id, MAX(created) AS last FROM {prefix}messages GROUP BY session_id"
+    " UNION ALL SELECT session_id, MAX(updated) FROM {prefix}session_modes GROUP BY session_id) AS known"
+    " WHERE session_id NOT IN (SELECT session_id FROM {prefix}pending_approvals)"
+    " GROUP BY session_id HAVING MAX(last) < ? ORDER BY session_id"
+)
+"""Sessions idle since before the one parameter, without a recorded wait (shared with the PostgreSQL store)."""
 
 _INSERT = "INSERT INTO messages (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)"
 
@@ -147,8 +160,9 @@ class SQLiteStore(SessionStore):
         return self._db
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+    def _transaction(self, operation: str = "other") -> Iterator[sqlite3.Connection]:
+        """One immediate transaction, its duration measured as ``operation`` (``orchestrator.store.metrics``)."""
+        with measured("sqlite", operation, "sessions"), self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -220,9 +234,14 @@ class SQLiteStore(SessionStore):
             rows = self._db.execute(query + " ORDER BY found, rowid", params).fetchall()
         return [Quarantined(int(r), str(s), int(p), str(b), str(why)) for r, s, p, b, why in rows]
 
+    def idle_sessions(self, idle_before: float) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(IDLE_SESSIONS.format(prefix=""), (idle_before,)).fetchall()
+        return [str(session_id) for (session_id,) in rows]
+
     def delete_session(self, session_id: str) -> bool:
         found = 0
-        with self._transaction() as db:
+        with self._transaction("delete_session") as db:
             for table in ("messages", "pending_approvals", "session_modes", "unreadable_rows"):
                 found += db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
         return found > 0
@@ -231,7 +250,7 @@ class SQLiteStore(SessionStore):
         now = time.time()
         rows = change_rows(session_id, change, now)
         try:
-            with self._transaction() as db:
+            with self._transaction("apply") as db:
                 for unreadable, body in rows.quarantine:
                     db.execute(
                         "INSERT INTO unreadable_rows (row_id, session_id, position, body, reason, found) "
@@ -268,8 +287,8 @@ class SQLiteStore(SessionStore):
 
     def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
         query = (
-            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created "
-            "FROM pending_approvals"
+            "SELECT session_id, request_id, tool_call_id, event, response_event, payload, response, created,"
+            " fingerprint FROM pending_approvals"
         )
         params: tuple[str, ...] = ()
         if session_id is not None:
@@ -277,23 +296,25 @@ class SQLiteStore(SessionStore):
         with self._lock:
             rows = self._db.execute(query + " ORDER BY created, rowid", params).fetchall()
         found = []
-        for sid, rid, call_id, event, response_event, payload, response, created in rows:
+        for sid, rid, call_id, event, response_event, payload, response, created, fingerprint in rows:
             asked = json_object(payload)
             found.append(
-                PendingApproval(sid, rid, call_id, event, response_event, asked or {}, json_object(response), created)
+                PendingApproval(
+                    sid, rid, call_id, event, response_event, asked or {}, json_object(response), created, fingerprint
+                )
             )
         return found
 
     def record_wait(self, wait: PendingApproval) -> None:
         body = json.dumps(dict(wait.payload), default=json_default, ensure_ascii=False)
-        with self._transaction() as db:
+        with self._transaction("record_wait") as db:
             db.execute(
                 "INSERT INTO pending_approvals "
-                "(session_id, tool_call_id, request_id, event, response_event, payload, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "(session_id, tool_call_id, request_id, event, response_event, payload, created, fingerprint) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (session_id, tool_call_id) DO UPDATE SET request_id = excluded.request_id, "
                 "event = excluded.event, response_event = excluded.response_event, payload = excluded.payload, "
-                "response = NULL",
+                "fingerprint = excluded.fingerprint, response = NULL",
                 (
                     wait.session_id,
                     wait.tool_call_id,
@@ -302,6 +323,7 @@ class SQLiteStore(SessionStore):
                     wait.response_event,
                     clean_text(body),
                     wait.created,
+                    wait.fingerprint,
                 ),
             )
 
@@ -309,7 +331,7 @@ class SQLiteStore(SessionStore):
         self, session_id: str, tool_call_id: str, response_event: str, response: Mapping[str, Any]
     ) -> bool:
         body = clean_text(json.dumps(dict(response), default=json_default, ensure_ascii=False))
-        with self._transaction() as db:
+        with self._transaction("record_response") as db:
             changed = db.execute(
                 "UPDATE pending_approvals SET response = ? WHERE session_id = ? AND tool_call_id = ? "
                 "AND response_event = ? AND response IS NULL",
@@ -318,7 +340,7 @@ class SQLiteStore(SessionStore):
         return bool(changed)
 
     def forget_request(self, session_id: str, request_id: str) -> None:
-        with self._transaction() as db:
+        with self._transaction("forget_request") as db:
             db.execute(
                 "DELETE FROM pending_approvals WHERE session_id = ? AND request_id = ? AND response IS NULL",
                 (session_id, request_id),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -33,12 +34,30 @@ def set_titles(db: str) -> dict[str, str]:
 
 
 def set_title(db: str, session_id: str, title: str) -> None:
-    """Give ``session_id`` the title ``title`` (written whole, then moved into place)."""
+    """Give ``session_id`` the title ``title`` (written whole, then moved into place); OSError when the titles
+    file cannot be written (nothing is left behind)."""
     titles = set_titles(db)
     titles[session_id] = title
     temporary = _file(db) + f".{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(titles, handle, ensure_ascii=False, indent=1)
+        os.replace(temporary, _file(db))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def forget_titles(db: str, session_ids: Sequence[str]) -> None:
+    """Drop the titles set for ``session_ids`` (the file is written again only when one had a title)."""
+    titles = set_titles(db)
+    kept = {key: value for key, value in titles.items() if key not in set(session_ids)}
+    if len(kept) == len(titles):
+        return
+    temporary = _file(db) + f".{os.getpid()}"
     with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(titles, handle, ensure_ascii=False, indent=1)
+        json.dump(kept, handle, ensure_ascii=False, indent=1)
     os.replace(temporary, _file(db))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -68,4 +69,55 @@ async def approval_agent() -> AgentClient:
     """Calls ``record`` and ``lookup``, asks the user, then answers."""
     return await create_agent(
         ScriptedModel([_step], repeat_last=True), tools=[record, lookup], extensions=[AskUserExtension()]
+    )
+
+
+async def traced_agent(provider: object = None, name: str = "traced") -> AgentClient:
+    """``approval_agent`` with OpenTelemetry spans: to ``provider``, or else as JSON lines (one span a line)
+    appended to the file ``ORCHESTRATOR_TEST_SPANS`` names, each exported as it ends."""
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    from orchestrator.observe.otel import OpenTelemetryExtension
+
+    if provider is None:
+        spans = open(os.environ["ORCHESTRATOR_TEST_SPANS"], "a", encoding="utf-8")  # noqa: SIM115 (the process's)
+
+        def line(span: ReadableSpan) -> str:
+            return span.to_json(indent=None) + "\n"
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=spans, formatter=line)))
+    assert isinstance(provider, TracerProvider)
+    return await create_agent(
+        ScriptedModel([_step], repeat_last=True),
+        tools=[record, lookup],
+        extensions=[OpenTelemetryExtension(provider, agent_name=name), AskUserExtension()],
+    )
+
+
+@dataclasses.dataclass
+class Verdict:
+    """The answer ``settings_agent``'s runs are held to."""
+
+    winner: str
+    score: int
+
+
+def _judge(request: ModelRequest) -> AssistantMessage:
+    """lookup (which waits for an approval) -> an answer missing ``score`` -> after the retry prompt, a full one."""
+    if not _results(request):
+        return asks(call("l1", "lookup", key="race"))
+    last = request.messages[-1]
+    if last.role == "user" and "does not match" in last.text:
+        return AssistantMessage('{"winner": "ada", "score": 3}')
+    return AssistantMessage('{"winner": "ada"}')
+
+
+async def settings_agent() -> AgentClient:
+    """Asks for approval of every ``lookup``; its answers are checked against the run's output type, if any."""
+    from orchestrator.extensions.tool_approval import ToolApprovalExtension
+
+    return await create_agent(
+        ScriptedModel([_judge], repeat_last=True), tools=[lookup], extensions=[ToolApprovalExtension({"lookup": "ask"})]
     )

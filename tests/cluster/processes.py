@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -51,12 +52,12 @@ class Cluster:
     nodes: list[Node] = field(default_factory=list)
     debug_sessions: str = "%-wait"
 
-    def _spawn(self, name: str, *args: str) -> Node:
+    def _spawn(self, name: str, *args: str, module: str = "orchestrator", env: dict[str, str] | None = None) -> Node:
         log = self.directory / f"{name}.log"
-        env = {**os.environ, "ORCHESTRATOR_TEST_MARKS": str(self.marks), "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "ORCHESTRATOR_TEST_MARKS": str(self.marks), "PYTHONPATH": str(ROOT), **(env or {})}
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                [sys.executable, "-m", module, *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
             )
         node = Node(name, process, log)
         self.nodes.append(node)
@@ -91,9 +92,36 @@ class Cluster:
         self._wait_for(node, re.compile(r"carrying runs"))
         return node
 
-    def web(self, name: str) -> Node:
-        node = self._spawn(name, "serve", "--db", self.dsn, "--port", "0", "--no-token")
+    def web(self, name: str, *, app: str | None = None) -> Node:
+        """A web node (``serve --db``); with ``app`` it carries runs with that agent too."""
+        carrying = ("--app", app) if app else ()
+        node = self._spawn(name, "serve", "--db", self.dsn, "--port", "0", "--no-token", *carrying)
         node.url = self._wait_for(node, SERVING).group(1)
+        return node
+
+    def uvicorn_web(self, name: str, *, workers: int = 1) -> Node:
+        """A web node under uvicorn on asyncio (``workers`` processes on one port), from the ``web_node`` factory."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        node = self._spawn(
+            name,
+            "--factory",
+            "orchestrator.cluster.asgi:web_node",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "info",
+            module="uvicorn",
+            env={"ORCHESTRATOR_DB": self.dsn, "ORCHESTRATOR_NO_TOKEN": "1"},
+        )
+        # Each of its processes logs its start-up once it serves.
+        self._wait_for(node, re.compile(rf"(?s)(Application startup complete.*){{{workers}}}"))
+        node.url = f"http://127.0.0.1:{port}"
         return node
 
     def records(self) -> list[str]:

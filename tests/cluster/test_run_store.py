@@ -168,3 +168,37 @@ def test_a_heartbeat_may_overlap_the_holders_own_commits(store: RunStore) -> Non
     store.commit(moved, RunCommit(events=(event("r1", 2),)))
     with pytest.raises(LeaseLost):
         store.commit(lease, RunCommit(events=(event("r1", 3),)))
+
+
+def test_a_parked_run_is_claimed_once_its_wake_at_has_passed_and_not_before(store: RunStore) -> None:
+    for name in ("r1", "r2", "r3"):
+        store.create_run(f"s-{name}", name, INPUT)
+    leases = {lease.request_id: lease for lease in store.claim("w1", 30, limit=3)}
+    assert store.next_wake() is None
+    store.commit(leases["r1"], RunCommit(status="parked", wake_at=time.time() + 3600))  # expires in an hour
+    store.commit(leases["r2"], RunCommit(status="parked"))  # waits without expiry
+    store.commit(leases["r3"], RunCommit(status="parked", wake_at=time.time() + 0.3))
+    wake_in = store.next_wake()
+    assert wake_in is not None and wake_in <= 0.31, wake_in  # the earliest parked run, on the store's clock (to a few ms)
+    assert store.claim("w2", 30, limit=5) == []  # none has passed yet
+    time.sleep(max(0.0, wake_in) + 0.1)
+    (woken,) = store.claim("w2", 30, limit=5)
+    assert woken.request_id == "r3" and store.run("r3").status == "running"  # type: ignore[union-attr]
+    wake_in = store.next_wake()
+    assert wake_in is not None and 3500 < wake_in <= 3600, wake_in
+    store.commit(woken, RunCommit(status="running"))  # a running run has no wake_at: it is not claimed
+    assert store.claim("w3", 30, limit=5) == []
+    assert store.run("r2").status == "parked"  # type: ignore[union-attr]
+
+
+def test_a_commit_stores_the_fingerprint_it_carries_and_keeps_it_otherwise(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    assert store.run("r1").fingerprint is None  # type: ignore[union-attr]
+    (lease,) = store.claim("w1", 30.0)
+    lease = store.commit(lease, RunCommit(fingerprint='{"digest": "a", "summary": {}}'))
+    lease = store.commit(lease, RunCommit(events=(event("r1", 1),)))
+    assert store.run("r1").fingerprint == '{"digest": "a", "summary": {}}'  # type: ignore[union-attr]
+    store.commit(lease, RunCommit(status="parked", fingerprint='{"digest": "b", "summary": {}}'))
+    parked = store.run("r1")
+    assert parked is not None and parked.status == "parked" and parked.fingerprint == '{"digest": "b", "summary": {}}'
+    assert [row.fingerprint for row in store.runs("s1")] == ['{"digest": "b", "summary": {}}']

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import trio
 
 from orchestrator import AgentClient, AssistantMessage, ModelRequest, ScriptedModel, ToolMessage, create_agent, tool
 from orchestrator.extensions.ask_user import AskUserExtension
@@ -102,3 +105,41 @@ async def client_tool_client() -> AgentClient:
 
     model = ScriptedModel([first, lambda request: AssistantMessage(f"The client said: {last_result(request)}")])
     return await create_agent(model, extensions=[ClientToolsExtension()])
+
+
+@asynccontextmanager
+async def web_node(client: AgentClient, target: str) -> AsyncIterator[str]:
+    """A web node and one worker carrying ``client``'s runs over the run store at ``target`` (a SQLite file or a
+    PostgreSQL DSN); yields the web node's base URL."""
+    from orchestrator.cluster import Worker
+    from orchestrator.cluster.webnode import StoreBackend
+    from orchestrator.store.runs_sql import postgres_run_store, sqlite_run_store
+    from tests.server.support import serving
+
+    def store() -> Any:
+        return postgres_run_store(target) if target.startswith("postgresql") else sqlite_run_store(target)
+
+    worker_store, node_store = store(), store()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(Worker(client, worker_store, name="w", poll_seconds=0.05).run)
+            async with serving(StoreBackend(node_store, poll_seconds=0.02)) as base:
+                yield base
+            nursery.cancel_scope.cancel()
+    finally:
+        worker_store.close()
+        node_store.close()
+
+
+def turn_asker(request: ModelRequest) -> AssistantMessage:
+    """Each request asks once which way to go (a call id of its own), then says what it was told."""
+    since = len(request.messages) - next(i for i, m in enumerate(reversed(request.messages)) if m.role == "user") - 1
+    user = request.messages[since].text
+    answers = [m for m in request.messages[since:] if isinstance(m, ToolMessage)]
+    if not answers:
+        return asks(call(f"q{since}", "ask_user", question=f"Go on with {user}?", options=["yes", "no"]))
+    return AssistantMessage(f"Done with {user}: {answers[-1].content}.")
+
+
+async def turn_asker_client() -> AgentClient:
+    return await create_agent(ScriptedModel([turn_asker], repeat_last=True), extensions=[AskUserExtension()])

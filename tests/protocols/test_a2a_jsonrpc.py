@@ -150,6 +150,19 @@ async def sse_results(http: httpx.AsyncClient, url: str, method: str, params: An
     return results
 
 
+def streamed_answer(results: list[Any]) -> str:
+    """The answer the stream's artifact updates (0.3 or 1.0) make, applied as A2A says: ``append`` adds the parts,
+    else they replace the artifact's; the last update has ``lastChunk``."""
+    kinds = [r for r in results if "artifactUpdate" in r or r.get("kind") == "artifact-update"]
+    updates = [r.get("artifactUpdate", r) for r in kinds]
+    parts: list[dict[str, Any]] = []
+    for update in updates:
+        assert update["artifact"]["artifactId"] == updates[0]["artifact"]["artifactId"]
+        parts = [*parts, *update["artifact"]["parts"]] if update["append"] else list(update["artifact"]["parts"])
+    assert updates and updates[-1]["lastChunk"] is True and not any(u["lastChunk"] for u in updates[:-1])
+    return "".join(part["text"] for part in parts)
+
+
 async def test_streams_in_both_versions_and_subscribe_list(serving: Serving) -> None:
     async with serving(await a2a_client(), token=TOKEN) as url, httpx.AsyncClient(timeout=30) as http:
         results = await sse_results(http, url, "SendStreamingMessage", message("please deploy"))
@@ -159,8 +172,8 @@ async def test_streams_in_both_versions_and_subscribe_list(serving: Serving) -> 
         assert [task["id"] for task in listed] == [task_id]
         answered = await sse_results(http, url, "message/stream", _v03_data({"approved": True}, taskId=task_id))
         assert answered[0]["kind"] == "task"
-        assert answered[-2]["kind"] == "artifact-update"
-        assert answered[-2]["artifact"]["parts"] == [{"kind": "text", "text": "done: deployed to staging"}]
+        assert answered[-2]["kind"] == "artifact-update" and answered[-2]["lastChunk"] is True
+        assert streamed_answer(answered) == "done: deployed to staging"
         assert answered[-1]["kind"] == "status-update" and answered[-1]["final"] is True
         assert answered[-1]["status"]["state"] == "completed"
         ended = await rpc(http, url, "SubscribeToTask", {"id": task_id})

@@ -46,3 +46,16 @@ async def charge_agent() -> AgentClient:
     return await create_agent(
         ScriptedModel([_step], repeat_last=True), tools=[charge], extensions=[ToolApprovalExtension({"charge": "ask"})]
     )
+
+
+EXPIRES_AFTER = 4.0
+"""How long ``expiring_charge_agent``'s approvals wait (long enough for a run to park first)."""
+
+
+async def expiring_charge_agent() -> AgentClient:
+    """``charge_agent`` whose approvals expire ``EXPIRES_AFTER`` seconds after they are asked: declined then."""
+    return await create_agent(
+        ScriptedModel([_step], repeat_last=True),
+        tools=[charge],
+        extensions=[ToolApprovalExtension({"charge": "ask"}, expires_after=EXPIRES_AFTER)],
+    )

@@ -35,4 +35,5 @@ async def test_another_principals_frontend_tools_are_not_declared_in_a_thread() 
             http.headers["Authorization"] = "Bearer b"
             theirs = await agui_events(http, base, run_input("t1", "hello", tools=[tool("wipe_page")]))
             assert theirs[-1]["type"] == "RUN_ERROR" and theirs[-1]["code"] == "NotFound"
-    assert [declared.name for declared in tools.declared("t1")] == ["highlight"]
+    # The frontend tools of a run travel with that run (its metadata): the refused one left none in the thread.
+    assert "wipe_page" not in [declared.name for declared in tools.declared("t1")]

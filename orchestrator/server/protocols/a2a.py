@@ -26,9 +26,9 @@ from starlette.types import Receive, Scope, Send
 from orchestrator.config import ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import UserMessage
-from orchestrator.runtime.handle import EventsExpired, UnknownRun
+from orchestrator.runtime.handle import EventsExpired, RunPruned, UnknownRun
 from orchestrator.server.backend import Backend, RunView
-from orchestrator.server.errors import HTTPRefusal
+from orchestrator.server.errors import HTTPRefusal, run_gone
 from orchestrator.server.identity import SessionNotFound
 from orchestrator.server.protocols.a2a_requests import (
     INTERNAL_ERROR,
@@ -147,6 +147,8 @@ class A2AService:
     async def _view(self, task_id: str) -> RunView:
         try:
             return await self.backend.run(task_id)
+        except RunPruned as pruned:
+            raise run_gone(pruned) from None  # HTTP 410, like the native routes: the task existed
         except UnknownRun:
             raise RpcError(TASK_NOT_FOUND, f"no task {task_id!r} (no live or recent request with that id)") from None
 
@@ -312,24 +314,30 @@ class A2AService:
         self, task_id: str, answered: Collection[str] = (), until: Callable[[A2ATask], bool] | None = None
     ) -> A2ATask:
         """The task once it is interrupted (ended or waiting for input), following its events until then."""
-        async for task in self._changes(task_id, answered):
+        async for task, _ in self._changes(task_id, answered):
             if (until or _interrupted)(task):
                 return task
         return await self._task(task_id, answered)
 
-    async def _changes(self, task_id: str, answered: Collection[str] = ()) -> AsyncIterator[A2ATask]:
-        """The task after each batch of its events while it runs, then as it ended."""
+    async def _changes(
+        self, task_id: str, answered: Collection[str] = ()
+    ) -> AsyncIterator[tuple[A2ATask, list[dict[str, Any]]]]:
+        """The task after each batch of its events while it runs (with the batch), then as it ended.
+
+        The task is read again only after a batch with more than text deltas in it."""
         try:
             batches = await self.backend.events(task_id, 0)
         except UnknownRun:
             raise RpcError(TASK_NOT_FOUND, f"no task {task_id!r}") from None
         except EventsExpired as expired:
             raise RpcError(TASK_NOT_FOUND, str(expired)) from None
-        yield await self._task(task_id, answered)
+        task = await self._task(task_id, answered)
+        yield task, []
         async for batch in batches:
             if any(event["type"] not in _STATELESS_EVENTS for event in batch):
-                yield await self._task(task_id, answered)
-        yield await self._task(task_id, answered)
+                task = await self._task(task_id, answered)
+            yield task, batch
+        yield await self._task(task_id, answered), []
 
     async def _stream(self, kind: str, params: Mapping[str, Any], version: Version) -> AsyncIterator[dict[str, Any]]:
         """Check and act before the stream opens (errors are plain answers), then the stream's results."""
@@ -347,18 +355,90 @@ class A2AService:
     async def _results(
         self, first: A2ATask, answered: frozenset[str], version: Version
     ) -> AsyncIterator[dict[str, Any]]:
+        """The task, a status update on each change, the answer's chunks as it streams, the last status."""
         yield stream_task(first, version)
         last = first
+        chunks = AnswerChunks(first.task_id, first.context_id, version)
+        read = 0  # the seq of the last event read
         if not first.interrupted:
-            async for task in self._changes(first.task_id, answered):
+            async for task, batch in self._changes(first.task_id, answered):
                 if task.state != last.state and not task.interrupted:
                     yield stream_status(task, version)
+                for event in batch:
+                    read = event["seq"]
+                    for chunk in chunks.take(event):
+                        yield chunk
                 last = task
                 if task.interrupted:
                     break
-        if last.answer is not None:
-            yield stream_artifact(last, version)
+        if last.terminal:  # it may have ended before the stream read its deltas: they are in its log
+            for event in await self._events(await self._view(first.task_id)):
+                if event["seq"] > read:
+                    for chunk in chunks.take(event):
+                        yield chunk
+        for chunk in chunks.finish(last.answer):
+            yield chunk
         yield stream_status(last, version)
+
+
+class AnswerChunks:
+    """The task's answer as it streams: each text delta of the request's own model calls becomes an artifact
+    chunk, sent one delta late so that the last one can say ``lastChunk``.
+
+    A model call's first delta restarts the artifact (``append: false``), so the artifact holds the text
+    of the last model call, which is the answer; the rest are appended. When the task completes, the
+    answer's text ends the artifact: the held delta, or what the deltas did not say, or (when the answer
+    is not the streamed text, e.g. a structured output) the whole answer restarting it.
+    """
+
+    def __init__(self, task_id: str, context_id: str, version: Version) -> None:
+        self.task_id = task_id
+        self.context_id = context_id
+        self.version = version
+        self.sent: str | None = None  # the artifact's text as the reader has it; None before any chunk
+        self.held: str | None = None
+        self.held_restarts = False
+        self.next_restarts = False
+
+    def _chunk(self, text: str, *, restart: bool, last: bool) -> dict[str, Any]:
+        append = not restart and self.sent is not None
+        self.sent = (self.sent or "") + text if append else text
+        return stream_artifact(self.task_id, self.context_id, text, self.version, append=append, last_chunk=last)
+
+    def take(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The chunks ``event`` lets go (none for another request's events, a subagent's)."""
+        if event.get("request_id", self.task_id) != self.task_id:
+            return []
+        if event["type"] == "model_started":
+            self.held, self.next_restarts = None, True  # the text of an earlier model call is not the answer
+            return []
+        if event["type"] != "text_delta" or not event.get("text"):
+            return []
+        out = [] if self.held is None else [self._chunk(self.held, restart=self.held_restarts, last=False)]
+        self.held, self.held_restarts, self.next_restarts = str(event["text"]), self.next_restarts, False
+        return out
+
+    def finish(self, answer: str | None) -> list[dict[str, Any]]:
+        """The chunks that end the stream: the answer made whole (``lastChunk``), or the held delta when the
+        task has no answer yet."""
+        if answer is None:
+            return [] if self.held is None else [self._chunk(self.held, restart=self.held_restarts, last=False)]
+        if self.held is not None:
+            streamed = self.held if self.held_restarts or self.sent is None else self.sent + self.held
+        else:
+            streamed = "" if self.next_restarts or self.sent is None else self.sent
+        out: list[dict[str, Any]] = []
+        if self.held is not None and answer.startswith(streamed):
+            rest = answer[len(streamed) :]
+            out.append(self._chunk(self.held, restart=self.held_restarts, last=not rest))
+            if rest:
+                out.append(self._chunk(rest, restart=False, last=True))
+        elif streamed and answer.startswith(streamed) and answer != streamed:
+            out.append(self._chunk(answer[len(streamed) :], restart=False, last=True))
+        else:
+            out.append(self._chunk(answer, restart=True, last=True))
+        self.held = None
+        return out
 
 
 def _interrupted(task: A2ATask) -> bool:

@@ -94,7 +94,7 @@ class A2ATask:
     def artifacts_json(self, version: Version) -> list[dict[str, Any]]:
         if self.answer is None:
             return []
-        return [{"artifactId": f"{self.task_id}-answer", "name": "answer", "parts": [text_part(self.answer, version)]}]
+        return [answer_artifact(self.task_id, self.answer, version)]
 
     def json(self, version: Version, history_length: int | None = None) -> dict[str, Any]:
         history = list(self.history)
@@ -131,13 +131,26 @@ def stream_status(task: A2ATask, version: Version) -> dict[str, Any]:
     return {"statusUpdate": event}
 
 
-def stream_artifact(task: A2ATask, version: Version) -> dict[str, Any]:
-    """A stream result carrying the task's answer as its artifact."""
-    artifact = task.artifacts_json(version)[0]
-    event: dict[str, Any] = {"taskId": task.task_id, "contextId": task.context_id, "artifact": artifact}
+def answer_artifact(task_id: str, text: str, version: Version) -> dict[str, Any]:
+    """The artifact ``answer`` of a task, holding ``text`` as its one text part."""
+    return {"artifactId": f"{task_id}-answer", "name": "answer", "parts": [text_part(text, version)]}
+
+
+def stream_artifact(
+    task_id: str, context_id: str, text: str, version: Version, *, append: bool, last_chunk: bool
+) -> dict[str, Any]:
+    """A stream result carrying a chunk of the task's answer: ``append`` adds its text part to the parts
+    sent before, else it (re)starts the artifact; ``last_chunk`` says the answer is whole."""
+    event: dict[str, Any] = {
+        "taskId": task_id,
+        "contextId": context_id,
+        "artifact": answer_artifact(task_id, text, version),
+        "append": append,
+        "lastChunk": last_chunk,
+    }
     if version == "0.3":
-        return {"kind": "artifact-update", **event, "lastChunk": True}
-    return {"artifactUpdate": {**event, "lastChunk": True}}
+        return {"kind": "artifact-update", **event}
+    return {"artifactUpdate": event}
 
 
 @attrs.frozen

@@ -29,9 +29,9 @@ from starlette.responses import Response
 
 from machines.agui_run import AGUI_RUN
 from machines.build import BoundMachine
-from orchestrator.config import ExternalEvent
+from orchestrator.config import AgentRunConfig, ExternalEvent, MetadataError
 from orchestrator.errors import SessionBusy
-from orchestrator.extensions.client_tools import CALL_EVENT, ClientTool, ClientToolsExtension
+from orchestrator.extensions.client_tools import CALL_EVENT, ClientTool, client_tools_metadata
 from orchestrator.messages import UserMessage
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
 from orchestrator.server.backend import Backend, RunExists
@@ -72,16 +72,29 @@ class AguiInputError(Exception):
 
 @attrs.frozen
 class InterruptId:
-    """What an interrupt's id carries: the call that waits, and where its AG-UI run stopped reading."""
+    """What an interrupt's id carries: the call that waits, and where its AG-UI run stopped reading.
+
+    A call of one of the run's subagents also names the child's session and request (``call_session_id``,
+    ``call_request_id``); for the run's own calls they are empty.
+    """
 
     session_id: str
     request_id: str
     tool_call_id: str
     response_event: str
     seq: int
+    call_session_id: str = ""
+    call_request_id: str = ""
+
+    @property
+    def target(self) -> tuple[str, str]:
+        """The session and request of the waiting call."""
+        return self.call_session_id or self.session_id, self.call_request_id or self.request_id
 
     def encode(self) -> str:
-        data = [self.session_id, self.request_id, self.tool_call_id, self.response_event, self.seq]
+        data: list[object] = [self.session_id, self.request_id, self.tool_call_id, self.response_event, self.seq]
+        if self.call_request_id:
+            data += [self.call_session_id, self.call_request_id]
         return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
 
     @classmethod
@@ -91,14 +104,17 @@ class InterruptId:
             raise AguiInputError("UnknownInterrupt", "an interruptId must be a string this service gave")
         try:
             data = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-            session_id, request_id, tool_call_id, response_event, seq = data
+            session_id, request_id, tool_call_id, response_event, seq, *call = data
         except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
             raise AguiInputError("UnknownInterrupt", f"{text[:80]!r} is not an interrupt id of this service") from None
-        if not all(isinstance(v, str) for v in (session_id, request_id, tool_call_id, response_event)) or not (
-            isinstance(seq, int) and seq >= 0
+        strings = (session_id, request_id, tool_call_id, response_event, *call)
+        if (
+            not all(isinstance(v, str) for v in strings)
+            or len(call) not in (0, 2)
+            or not (isinstance(seq, int) and seq >= 0)
         ):
             raise AguiInputError("UnknownInterrupt", f"{text[:80]!r} is not an interrupt id of this service")
-        return cls(session_id, request_id, tool_call_id, response_event, seq)
+        return cls(session_id, request_id, tool_call_id, response_event, seq, *call)
 
 
 @attrs.frozen
@@ -168,6 +184,10 @@ def _client_tools(value: object) -> tuple[ClientTool, ...]:
         if not isinstance(description, str) or not isinstance(parameters, dict):
             raise bad_request(f"'tools[{index}]' needs a string description and an object of parameters")
         found.append(ClientTool(name, description, parameters))
+    try:  # they are kept with the run as its metadata, whose size is bounded
+        AgentRunConfig(metadata=client_tools_metadata(found))
+    except MetadataError as error:
+        raise bad_request(f"'tools' cannot be kept with the run: {error}") from None
     return tuple(found)
 
 
@@ -254,18 +274,34 @@ def _tool_call_json(call: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Mapper:
-    """Our events of one request, in order, as AG-UI events; it tracks the open text and reasoning messages."""
+    """Our events of one request, in order, as AG-UI events; it tracks the open text and reasoning messages.
 
-    def __init__(self, request_id: str) -> None:
+    The request's subagents' events (forwarded on its stream under their own request ids) go to a
+    Mapper of each child, whose AG-UI events and messages carry the child's request id as ``subagentRunId``;
+    a child keeps its messages in its parent's list, in the order they came.
+    """
+
+    def __init__(
+        self, request_id: str, subagent_run_id: str | None = None, messages: list[dict[str, Any]] | None = None
+    ) -> None:
         self.request_id = request_id
+        self.subagent_run_id = subagent_run_id
         self.iteration = 0
         self.text_open: str | None = None
         self.reasoning_open: str | None = None
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = [] if messages is None else messages
         self.waiting = False
+        self.subagents: dict[str, Mapper] = {}  # the open subagents at every depth, by request id, oldest first
+        self.announced: dict[str, dict[str, Any]] = {}  # each open subagent's SUBAGENT_STARTED
 
     def _assistant_id(self) -> str:
         return f"{self.request_id}.a{self.iteration}"
+
+    def _attributed(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.subagent_run_id is not None:
+            for event in events:
+                event["subagentRunId"] = self.subagent_run_id
+        return events
 
     def close(self) -> list[dict[str, Any]]:
         """Events that end the open text and reasoning messages."""
@@ -279,10 +315,48 @@ class Mapper:
         if self.text_open is not None:
             out.append({"type": "TEXT_MESSAGE_END", "messageId": self.text_open})
             self.text_open = None
-        return out
+        return self._attributed(out)
+
+    def _route(self, event: Mapping[str, Any]) -> tuple[Mapper, list[dict[str, Any]]]:
+        """The Mapper whose request ``event`` is of, and the subagent events its start or end makes."""
+        kind = event["type"]
+        if kind == "subagent_started":
+            child_id = str(event["child_request_id"])
+            started: dict[str, Any] = {
+                "type": "SUBAGENT_STARTED",
+                "subagentRunId": child_id,
+                "name": str(event["agent"]),
+                "parentToolCallId": str(event["tool_call_id"]),
+                "metadata": {"orchestrator": {"childSessionId": event["child_session_id"], "depth": event["depth"]}},
+            }
+            if event.get("request_id") in self.subagents:
+                started["parentSubagentRunId"] = str(event["request_id"])
+            self.subagents[child_id] = Mapper(child_id, child_id, self.messages)
+            self.announced[child_id] = started
+            return self, [dict(started)]
+        if kind == "subagent_completed":
+            child_id = str(event["child_request_id"])
+            child = self.subagents.pop(child_id, None)
+            self.announced.pop(child_id, None)
+            if child is None:
+                return self, []
+            out = child.close()
+            if event["outcome"] == "completed":
+                finished = {"type": "SUBAGENT_FINISHED", "subagentRunId": child_id, "outcome": {"type": "success"}}
+                out.append({**finished, "result": event.get("result", "")})
+            else:
+                code = "SubagentCancelled" if event["outcome"] == "cancelled" else "SubagentFailed"
+                message = str(event.get("result") or f"the subagent's request was {event['outcome']}")
+                out.append({"type": "SUBAGENT_ERROR", "subagentRunId": child_id, "message": message, "code": code})
+            return self, out
+        return self.subagents.get(str(event.get("request_id")), self), []
 
     def remember(self, event: Mapping[str, Any]) -> None:
-        """Keep the messages ``event`` says the request holds (for a later MESSAGES_SNAPSHOT)."""
+        """Keep the messages and subagents ``event`` says the request holds (for a later run's snapshot)."""
+        owner, _ = self._route(event)
+        owner._remember(event)
+
+    def _remember(self, event: Mapping[str, Any]) -> None:
         kind = event["type"]
         if kind == "run_started":
             found = _message_json(event["input"], f"{self.request_id}.u")
@@ -296,14 +370,38 @@ class Mapper:
         else:
             return
         if found is not None:
+            if self.subagent_run_id is not None:
+                found["subagentRunId"] = self.subagent_run_id
             self.messages.append(found)
 
     def map(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The AG-UI events of one of ours (terminal events are the run's to map)."""
-        self.remember(event)
+        """The AG-UI events of one of ours (the request's own terminal events are the run's to map)."""
+        owner, made = self._route(event)
+        if made:
+            return made
+        owner._remember(event)
+        if "response_event" in event and "tool_call_id" in event:
+            self.waiting = True
+        return owner._attributed(owner._map(event))
+
+    def resumed(self) -> list[dict[str, Any]]:
+        """A later run goes on with the subagents still open: each is announced again, parents first."""
+        return [dict(started) for started in self.announced.values()]
+
+    def suspended(self, interrupts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The run stops for answers: each open subagent ends its segment suspended, innermost first."""
+        out: list[dict[str, Any]] = []
+        for child_id, child in reversed(self.subagents.items()):
+            own = [i["id"] for i in interrupts if i.get("subagentRunId") == child_id]
+            out += child.close()
+            outcome = {"type": "suspended", "interruptIds": own}
+            out.append({"type": "SUBAGENT_FINISHED", "subagentRunId": child_id, "outcome": outcome})
+        return out
+
+    def _map(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
         kind = event["type"]
         if kind == "transition":
-            if event.get("machine") == "request":
+            if event.get("machine") == "request" and self.subagent_run_id is None:
                 op = {"op": "add", "path": f"/regions/{event['region']}", "value": event["dest"]}
                 return [{"type": "STATE_DELTA", "delta": [op]}]
             return [_custom(event)]
@@ -361,8 +459,6 @@ class Mapper:
                     "metadata": {"orchestrator": {"status": status, "event": kind}},
                 }
             ]
-        if "response_event" in event and "tool_call_id" in event:
-            self.waiting = True
         return [_custom(event)]
 
 
@@ -440,10 +536,11 @@ class AguiRun:
                 reasons = "; ".join(f"{name}: {why}" for name, why in delivery.refused.items())
                 raise AguiInputError("SteeringRefused", reasons or "nothing takes steering in this agent")
             return None
+        metadata = client_tools_metadata(self.given.tools) if self.given.tools else None
         try:
-            await _check_start(self.backend, session_id)  # before the tools are declared in the thread
-            _declare_client_tools(self.backend, session_id, self.given.tools)
-            request_id = await self.backend.start(session_id, self.given.message, self.given.run_id)
+            request_id = await self.backend.start(
+                session_id, self.given.message, self.given.run_id, metadata=metadata
+            )
         except SessionBusy as busy:
             raise AguiInputError(
                 "SessionBusy", f"{busy}; answer its interrupts, or name the active run as parentRunId to steer it"
@@ -490,26 +587,24 @@ class AguiRun:
         requests = {answer.interrupt.request_id for answer in answers}
         if len(requests) > 1:
             raise AguiInputError("BadResume", "the answers are for interrupts of different runs")
-        waiting = {
-            (call["request_id"], call["tool_call_id"], call["response_event"]): call
-            for call in await self.backend.pending(session_id)  # parked calls too: a web node's waits
-        }
+        # parked calls too (a web node's waits), and the waiting calls of the run's subagents (their own sessions)
+        calls = await self.backend.pending(session_id)
+        waiting = {_call_key(call["session_id"], call["request_id"], call): call for call in calls}
         for answer in answers:
-            key = (answer.interrupt.request_id, answer.interrupt.tool_call_id, answer.interrupt.response_event)
-            if key not in waiting:
+            if _answer_key(answer) not in waiting:
                 raise AguiInputError(
                     "UnknownInterrupt", f"no call {answer.interrupt.tool_call_id!r} of this thread waits for an answer"
                 )
         request_id = answers[0].interrupt.request_id
-        open_ids = {(r, c) for (r, c, _) in waiting if r == request_id}
-        answered = {(a.interrupt.request_id, a.interrupt.tool_call_id) for a in answers}
+        open_ids = {
+            (s, r, c) for (s, r, c, _) in waiting if (s == session_id and r == request_id) or s != session_id
+        }
+        answered = {(*a.interrupt.target, a.interrupt.tool_call_id) for a in answers}
         if open_ids - answered:
-            missing = ", ".join(sorted(c for _, c in open_ids - answered))
+            missing = ", ".join(sorted(c for _, _, c in open_ids - answered))
             raise AguiInputError("BadResume", f"every open interrupt must be answered; unanswered: {missing}")
         for answer in answers:  # every answer is checked before any is taken: a bad one changes nothing
-            call = waiting[
-                (answer.interrupt.request_id, answer.interrupt.tool_call_id, answer.interrupt.response_event)
-            ]
+            call = waiting[_answer_key(answer)]
             problem = (
                 None
                 if answer.cancelled
@@ -519,9 +614,7 @@ class AguiRun:
                 raise AguiInputError("AnswerRefused", f"{answer.interrupt.tool_call_id}: {problem}")
         cancel_request = False
         for answer in answers:
-            call = waiting[
-                (answer.interrupt.request_id, answer.interrupt.tool_call_id, answer.interrupt.response_event)
-            ]
+            call = waiting[_answer_key(answer)]
             if answer.cancelled and call["event"] == CALL_EVENT:
                 given: dict[str, Any] = {"content": "the client declined to run the tool", "error": True}
             elif answer.cancelled and not _takes_approval(call):
@@ -531,7 +624,7 @@ class AguiRun:
                 given = {"approved": False, "reason": "declined"} if answer.cancelled else dict(answer.payload)
             given["tool_call_id"] = answer.interrupt.tool_call_id
             event = ExternalEvent(answer.interrupt.response_event, given)
-            delivery = await self.backend.deliver(session_id, request_id, event, None)
+            delivery = await self.backend.deliver(*answer.interrupt.target, event, None)
             if not delivery.accepted:
                 reasons = "; ".join(f"{why}" for why in delivery.refused.values()) or "the answer was not taken"
                 raise AguiInputError("AnswerRefused", reasons)
@@ -561,12 +654,14 @@ class AguiRun:
                     continue
                 if not snapshot_sent:
                     snapshot_sent = True
-                    out.append({"type": "MESSAGES_SNAPSHOT", "messages": list(mapper.messages)})
+                    messages = await self._thread_messages(request_id, mapper.messages)
+                    out.append({"type": "MESSAGES_SNAPSHOT", "messages": messages})
                     out.append(
                         {"type": "STATE_SNAPSHOT", "snapshot": {"requestId": request_id, "regions": view.states or {}}}
                     )
+                    out += mapper.resumed()
                 seq = event["seq"]
-                kind = event["type"]
+                kind = event["type"] if event.get("request_id", request_id) == request_id else "subagent's"
                 if kind == "run_completed":
                     self.machine.fire("finish")
                     yield_all = [*out, *mapper.close(), self._finished({"type": "success"}, _result(event))]
@@ -583,27 +678,69 @@ class AguiRun:
             for item in out:
                 yield item
             if mapper.waiting:
-                interrupts = await self._interrupts(request_id, seq)
+                interrupts = await self._interrupts(request_id, seq, mapper.subagents)
                 if interrupts:
                     self.machine.fire("interrupt")
-                    for item in [*mapper.close(), self._finished({"type": "interrupt", "interrupts": interrupts})]:
+                    outcome = {"type": "interrupt", "interrupts": interrupts}
+                    for item in [*mapper.suspended(interrupts), *mapper.close(), self._finished(outcome)]:
                         yield item
                     return
                 mapper.waiting = False
         self.machine.fire("fail")
         yield _error("StreamEnded", "the request's events ended before its terminal event")
 
-    async def _interrupts(self, request_id: str, seq: int) -> list[dict[str, Any]]:
+    async def _thread_messages(self, request_id: str, current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every message of the thread: its history, each message with the id the run that streamed it gave.
+
+        The ids come from the logs of the thread's finished requests and of ``request_id`` (``current``, its
+        messages so far with its subagents'); a message no kept log holds (a log expired, a compaction's
+        summary) is ``<thread>.h<position in the history>``.
+        """
+        thread = self.given.thread_id
+        logged: list[dict[str, Any]] = []
+        for earlier in await self.backend.requests(thread):
+            if earlier != request_id:
+                logged += await self._logged_messages(earlier)
+        logged += [message for message in current if "subagentRunId" not in message]
+        found = await self.backend.session(thread)
+        history = found.get("messages") if found is not None else None
+        merged = logged if not isinstance(history, list) else _aligned(history, logged, thread)
+        return _with_subagents(merged, current)
+
+    async def _logged_messages(self, request_id: str) -> list[dict[str, Any]]:
+        """The messages a finished request's log holds, with their ids; none when its log is gone."""
+        mapper = Mapper(request_id)
+        try:
+            if not (await self.backend.run(request_id)).done:
+                return []
+            async for batch in await self.backend.events(request_id, 0):
+                for event in batch:
+                    mapper.remember(event)
+        except (UnknownRun, EventsExpired):
+            return []
+        return [message for message in mapper.messages if "subagentRunId" not in message]
+
+    async def _interrupts(self, request_id: str, seq: int, subagents: Mapping[str, Mapper]) -> list[dict[str, Any]]:
+        """The waiting calls of the request and of its open subagents (each attributed to its subagent)."""
         found = []
         for call in await self.backend.pending(self.given.thread_id):
-            if call["request_id"] != request_id:
+            child = call["request_id"] in subagents
+            if call["request_id"] != request_id and not child:
                 continue
             interrupt = InterruptId(
-                self.given.thread_id, request_id, str(call["tool_call_id"]), str(call["response_event"]), seq
+                self.given.thread_id,
+                request_id,
+                str(call["tool_call_id"]),
+                str(call["response_event"]),
+                seq,
+                str(call["session_id"]) if child else "",
+                str(call["request_id"]) if child else "",
             )
             payload = call["payload"]
+            attribution = {"subagentRunId": str(call["request_id"])} if child else {}
             found.append(
                 {
+                    **attribution,
                     "id": interrupt.encode(),
                     "reason": str(call["event"]),
                     "message": _question(str(call["event"]), payload),
@@ -615,20 +752,56 @@ class AguiRun:
         return found
 
 
-async def _check_start(backend: Backend, session_id: str) -> None:
-    """SessionNotFound when the request's principal may not start a run in the thread (see OwnedBackend)."""
-    starts_for = getattr(backend, "starts_for", None)
-    if starts_for is not None:
-        await starts_for(session_id)
+def _same_message(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a.get(key) == b.get(key) for key in ("role", "content", "toolCalls", "toolCallId"))
 
 
-def _declare_client_tools(backend: Backend, session_id: str, tools: tuple[ClientTool, ...]) -> None:
-    """Offer the run's frontend tools to the session's requests, where the agent in this process takes them."""
-    local = getattr(backend, "local", backend)  # an AgentHost's backend carries the LocalBackend it calls
-    agent = getattr(local, "agent", None)
-    for extension in getattr(agent, "extensions", ()):
-        if isinstance(extension, ClientToolsExtension):
-            extension.declare(session_id, tools)
+def _aligned(history: list[Any], logged: list[dict[str, Any]], thread: str) -> list[dict[str, Any]]:
+    """The history's messages in its order, each taking the id of the next logged message like it.
+
+    A message no log holds is ``<thread>.h<position>``; logged messages after the last one the history holds
+    (not stored yet) follow it. The history past the last logged message (the running request's, written
+    since the log was read) is left out: the run streams it.
+    """
+    out: list[dict[str, Any]] = []
+    cursor = 0
+    for position, stored in enumerate(history):
+        if logged and cursor == len(logged):
+            break
+        shaped = _message_json(stored, f"{thread}.h{position}") if isinstance(stored, dict) else None
+        if shaped is None:
+            continue
+        match = next((k for k in range(cursor, len(logged)) if _same_message(logged[k], shaped)), None)
+        if match is None:
+            out.append(shaped)
+        else:
+            out.append(logged[match])
+            cursor = match + 1
+    return out + logged[cursor:]
+
+
+def _with_subagents(messages: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with the running request's subagents' messages, each after the message it followed."""
+    out = list(messages)
+    anchor: str | None = None
+    for message in current:
+        if "subagentRunId" not in message:
+            anchor = message["id"]
+            continue
+        at = next((i + 1 for i, m in enumerate(out) if m["id"] == anchor), len(out)) if anchor is not None else 0
+        while at < len(out) and "subagentRunId" in out[at]:
+            at += 1
+        out.insert(at, message)
+    return out
+
+
+def _call_key(session_id: object, request_id: object, call: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return str(session_id), str(request_id), str(call["tool_call_id"]), str(call["response_event"])
+
+
+def _answer_key(answer: Answer) -> tuple[str, str, str, str]:
+    session_id, request_id = answer.interrupt.target
+    return session_id, request_id, answer.interrupt.tool_call_id, answer.interrupt.response_event
 
 
 def _result(event: Mapping[str, Any]) -> Any:

@@ -1,0 +1,29 @@
+"""Waits the cluster tests use on a run's row in the run store."""
+
+from __future__ import annotations
+
+import trio
+
+from orchestrator.cluster.checkpoint import read
+from orchestrator.store.runs import RunStore
+
+
+async def until_parked(store: RunStore, request_id: str) -> str:
+    """The call the run waits on, once it is parked."""
+    while True:
+        record = store.run(request_id)
+        assert record is not None
+        checkpoint = read(record.checkpoint)
+        if record.status == "parked" and checkpoint is not None and checkpoint.unanswered():
+            return checkpoint.unanswered()[0].tool_call_id
+        await trio.sleep(0.02)
+
+
+async def until_final(store: RunStore, request_id: str) -> str:
+    """The run's final status, once it has one."""
+    while True:
+        record = store.run(request_id)
+        assert record is not None
+        if record.final:
+            return record.status
+        await trio.sleep(0.02)
