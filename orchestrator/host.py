@@ -20,6 +20,12 @@ it anyway is cancelled before anything the caller does next reaches the thread.
 work (not those only waiting for an answer) get ``grace_seconds`` to finish, and
 those still running then are cancelled and settle their open calls first.
 
+A request started from asyncio code carries the caller's loop and contextvars: its
+``async def`` tools and extension hooks written by the application (defined outside
+``orchestrator``, or declared ``loop="asyncio"``) run there as asyncio tasks, so they
+may await anything of asyncio; the library's own run on trio (``orchestrator.tools.loops``,
+``orchestrator.runtime.app_loop``).
+
 The host's lifecycle is the ``agent_host`` machine (``machines/host.py``):
 ``starting -> serving -> closing -> closed``, or ``starting -> failed``; calls
 are taken only in ``serving``.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -46,6 +53,7 @@ from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError
 from orchestrator.events import AgentEvent
 from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMessage
+from orchestrator.runtime.app_loop import APP_LOOP, AppLoop
 from orchestrator.runtime.handle import READ_BATCH, RETAINED_EVENTS, EventFollower, RunHandle
 from orchestrator.runtime.pending import PendingCall
 
@@ -79,10 +87,14 @@ class _Outcome(Generic[T]):
 
 
 class _Call:
-    """One call running (or about to run) in the host's thread; ``cancel`` is safe from any thread."""
+    """One call running (or about to run) in the host's thread; ``cancel`` is safe from any thread.
 
-    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+    ``app_loop``: the caller's asyncio loop and contextvars, for the requests the call makes.
+    """
+
+    def __init__(self, token: trio.lowlevel.TrioToken, app_loop: AppLoop | None) -> None:
         self._token = token
+        self.app_loop = app_loop
         self.scope: trio.CancelScope | None = None
         self.cancelled = False
 
@@ -124,6 +136,7 @@ class AgentHost:
         self._lock = threading.Lock()
         self._machine = BoundMachine(AGENT_HOST, {})
         self._client: AgentClient | None = None
+        self._app_loop: asyncio.AbstractEventLoop | None = _running_loop()
         self._thread = threading.Thread(target=trio.run, args=(self._main,), name=name, daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -203,6 +216,8 @@ class AgentHost:
         if call.cancelled:  # the caller left before the call began: it never runs
             report(_Outcome(error=_CallCancelled()))
             return
+        if call.app_loop is not None:
+            APP_LOOP.set(call.app_loop)  # this call's task only: the requests it makes run app code there
         with trio.CancelScope() as scope:
             call.scope = scope
             try:
@@ -216,12 +231,16 @@ class AgentHost:
                 report(result)
 
     def _submit(
-        self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], report: Callable[[_Outcome[T]], None]
+        self,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        report: Callable[[_Outcome[T]], None],
+        app_loop: AppLoop | None,
     ) -> _Call:
         token = self._token
         if token is None or not self._serving:
             raise HostClosed(f"the host is {self.state}")
-        call = _Call(token)
+        call = _Call(token, app_loop)
         try:
             token.run_sync_soon(self._spawn, call, fn, args, report)
         except trio.RunFinishedError:
@@ -255,6 +274,8 @@ class AgentHost:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
+        if self._app_loop is None or self._app_loop.is_closed():
+            self._app_loop = loop
 
         def report(result: _Outcome[T]) -> None:
             try:
@@ -263,7 +284,7 @@ class AgentHost:
                 if abandon is not None and result.error is None:
                     abandon(result.value)
 
-        call = self._submit(fn, args, report)
+        call = self._submit(fn, args, report, AppLoop(loop, contextvars.copy_context()))
         if abandon is None:
             try:
                 return await future
@@ -293,9 +314,34 @@ class AgentHost:
             box.append(result)
             done.set()
 
-        self._submit(fn, args, report)
+        self._submit(fn, args, report, self._blocking_app_loop())
         done.wait()
         return box[0].unwrap()
+
+    def _blocking_app_loop(self) -> AppLoop | None:
+        """For a blocking call: the host's app loop with the caller's contextvars, unless that loop cannot run.
+
+        A caller on a thread that runs an asyncio loop blocks that loop while it waits; its requests then
+        run everything on trio (app code waiting for a blocked loop would never finish).
+        """
+        loop = self._app_loop
+        if loop is None or loop.is_closed() or not loop.is_running():
+            return None
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return AppLoop(loop, contextvars.copy_context())
+        return None
+
+    @property
+    def app_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The application's asyncio loop: the one the host was made in, else the first one that called it
+        (replaced by the next caller's once it is closed).
+
+        Requests started from asyncio run their app-side coroutine tools and hooks on the caller's loop;
+        those started through ``host.sync`` (from a thread without a loop) on this one, while it runs.
+        """
+        return self._app_loop
 
     # the agent, for asyncio ---------------------------------------------------------
 
@@ -421,6 +467,13 @@ class AgentHost:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _CallCancelled(AgentError):

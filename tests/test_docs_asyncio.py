@@ -1,7 +1,8 @@
 """The programs of docs/asyncio.md run as written and print what the page shows; the FastAPI app under uvicorn.
 
 The page's servers and their client are run here (example: asyncio-hello-app, example: asyncio-approvals,
-example: asyncio-client), under uvicorn on a free loopback port.
+example: asyncio-client), under uvicorn on a free loopback port; so is its program whose own tool and hook
+run on the application's loop (example: asyncio-app-loop).
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ def test_frames_prints_what_the_page_shows(tmp_path: Path) -> None:
     ran = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == output_after(PAGE, "frames.py")
+
+
+def test_app_loop_example_runs_its_tool_and_hook_on_its_loop_as_the_page_shows(tmp_path: Path) -> None:
+    write_programs(PAGE, tmp_path)
+    command = [sys.executable, "app_loop.py"]
+    ran = subprocess.run(command, cwd=tmp_path, env=environment(tmp_path), capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == output_after(PAGE, "app_loop.py")
 
 
 def test_the_fastapi_example_under_uvicorn_answers_the_client_as_the_page_shows(tmp_path: Path) -> None:

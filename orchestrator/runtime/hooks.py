@@ -30,6 +30,15 @@ class AgentExtension:
 
     priority: int = 0
 
+    hook_loop: str = "auto"
+    """Where this extension's ``async def`` hooks run in a request that has an application's asyncio loop.
+
+    ``"asyncio"``: on that loop; ``"trio"``: on the request's trio loop; ``"auto"`` (the default): on that
+    loop when the hook is defined outside the ``orchestrator`` package. A hook marked with
+    ``orchestrator.tools.loops.runs_on`` chooses for itself. ``on_tool_call`` and ``on_model_request``
+    (which take ``call_next``) always run on trio; so does everything in a request without such a loop.
+    """
+
     event_names: frozenset[str] | None = None
     """Names of the events ``on_event`` receives; None (the default) for every event.
 

@@ -29,6 +29,7 @@ from orchestrator.messages import (
 )
 from orchestrator.model import ModelRequest, ModelSettings, StopReason, Usage
 from orchestrator.output import OutputType
+from orchestrator.runtime.app_loop import AppLoop
 from orchestrator.runtime.budget import Budget
 from orchestrator.runtime.compactor import TurnCompactor
 from orchestrator.runtime.context import AgentRunContext, AgentView
@@ -111,6 +112,7 @@ class RunPort(Protocol):
     output_error: ValueMismatch | None
     output_attempts: int
     held_text: str | None
+    app_loop: AppLoop | None
 
     @property
     def agent(self) -> AgentPort: ...

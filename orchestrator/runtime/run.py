@@ -50,6 +50,7 @@ from orchestrator.model import (
     Usage,
 )
 from orchestrator.output import OutputType, OutputValidationError, StructuredAnswer
+from orchestrator.runtime.app_loop import APP_LOOP, hooks_on_app_loop
 from orchestrator.runtime.budget import Budget, Deadline
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.runtime.edges import CALLBACKS, GUARDS, has_work
@@ -108,6 +109,7 @@ class RequestRun(SteeringPoints):
         "_plans",
         "abandoned",
         "agent",
+        "app_loop",
         "approvals",
         "budget",
         "capabilities",
@@ -146,7 +148,9 @@ class RequestRun(SteeringPoints):
         restored: Restored | None = None,
     ) -> None:
         self.agent = agent
-        self.hooks = agent.hooks
+        # The application's asyncio loop its app-side coroutine tools and hooks run on (None: all run on trio).
+        self.app_loop = APP_LOOP.get()
+        self.hooks = agent.hooks if self.app_loop is None else hooks_on_app_loop(agent.hooks, self.app_loop)
         if isinstance(input_message, UserMessage):
             input_message = clean_message(input_message)  # type: ignore[assignment]
         self.context = AgentRunContext(self, config, request_id, input_message)

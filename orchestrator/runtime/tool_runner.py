@@ -20,6 +20,7 @@ first error, the others described in its notes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from machines.frozen import constructor
 from orchestrator import events as ev
 from orchestrator.errors import ToolArgumentsError, ToolRejected
 from orchestrator.messages import ToolCall, ToolStatus
+from orchestrator.runtime.app_loop import AppTaskCancelled
 from orchestrator.tool_content import UnsupportedToolResult, tool_content
 from orchestrator.tools import ToolResult
 
@@ -189,16 +191,22 @@ class ToolRunner:
             definition = context.tools[call.name]
             timeout = definition.timeout if definition.timeout is not None else self.run_of.agent.tool_timeout
             injected = {"context": context, "call": call}
+            app_loop = self.run_of.app_loop
+            runner = None
+            if app_loop is not None and definition.on_app_loop:
+                runner = functools.partial(app_loop.run, what=f"tool {call.name!r}")
             try:
                 if timeout is None:
-                    value = await definition.invoke(call.arguments, injected)
+                    value = await definition.invoke(call.arguments, injected, runner=runner)
                 else:
                     with trio.move_on_after(timeout) as scope:
-                        value = await definition.invoke(call.arguments, injected, abandon=True)
+                        value = await definition.invoke(call.arguments, injected, abandon=True, runner=runner)
                     if scope.cancelled_caught:
                         return await self._timed_out(call, timeout, definition.idempotent)
             except ToolArgumentsError as invalid:
                 return ToolResult(f"invalid arguments for {call.name}: {invalid}", "failed")
+            except AppTaskCancelled as cancelled:
+                return ToolResult(str(cancelled), "cancelled")
         return value if isinstance(value, ToolResult) else _succeeded(value, "succeeded")
 
 

@@ -1,5 +1,6 @@
 """Tools: definitions and the ``@tool`` decorator (``definition``), type hints as JSON Schema and
-arguments converted into them (``schema``, shared with structured output)."""
+arguments converted into them (``schema``, shared with structured output), and which event loop a
+coroutine tool or hook runs on under an ``AgentHost`` (``loops``)."""
 
 from orchestrator.tools.definition import (
     Handler,
@@ -9,6 +10,7 @@ from orchestrator.tools.definition import (
     build_tool,
     tool,
 )
+from orchestrator.tools.loops import runs_on
 from orchestrator.tools.schema import check_schema, convert, schema_for, validate_arguments
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "build_tool",
     "check_schema",
     "convert",
+    "runs_on",
     "schema_for",
     "tool",
     "validate_arguments",

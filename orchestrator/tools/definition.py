@@ -7,7 +7,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, get_type_hints, overload
 
 import attrs
@@ -17,6 +17,7 @@ from orchestrator.checks import Check, flag, function, mapping, number, text
 from orchestrator.errors import ToolArgumentsError, ValueMismatch
 from orchestrator.messages import ToolStatus
 from orchestrator.tool_content import ToolResultContent
+from orchestrator.tools.loops import Loop, check_loop, declared_loop, is_coroutine_function, wants_app_loop
 from orchestrator.tools.schema import convert, schema_for, validate_arguments
 from orchestrator.tools.threads import run_in_tool_thread
 
@@ -93,6 +94,10 @@ class ToolDefinition(FieldRepr):
     ``types`` maps the parameters typed as a structured type (a dataclass, attrs class, TypedDict,
     enum or pydantic model, or a container of them) to their hints: their arguments are converted
     into the type before the handler runs, and a value that does not fit fails the call naming its field.
+    ``loop`` says where an ``async def`` handler runs in a request that has an application's asyncio loop
+    (one started through an ``AgentHost`` from asyncio code): ``"asyncio"`` on that loop, ``"trio"`` on the
+    request's, ``"auto"`` (the default) on that loop when the handler is defined outside the ``orchestrator``
+    package (see ``orchestrator.tools.loops``); ``on_app_loop`` is the outcome. Without such a loop it runs on trio.
     """
 
     name: str = attrs.field(validator=text(blank=False))
@@ -105,20 +110,34 @@ class ToolDefinition(FieldRepr):
     idempotent: bool = attrs.field(default=False, validator=flag())
     timeout: float | None = attrs.field(default=None, validator=number(above=0, optional=True))
     types: Mapping[str, Any] = attrs.field(factory=dict, validator=mapping())
+    loop: str = attrs.field(default="auto", validator=Check(check_loop))
+    on_app_loop: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.loop == "asyncio" and (self.thread or not is_coroutine_function(self.handler)):
+            raise TypeError(f"tool {self.name!r}: loop='asyncio' needs an async def handler (and no thread)")
         if not self.thread:
+            if self.handler is not None:
+                object.__setattr__(self, "on_app_loop", wants_app_loop(self.handler, self.loop))
             return
         if self.handler is None or inspect.iscoroutinefunction(self.handler):
             raise TypeError(f"tool {self.name!r}: thread=True needs a plain (def) handler")
         if any(kind == "context" for _, kind in self.inject):
             raise TypeError(f"tool {self.name!r}: a handler run in a thread cannot receive the request context")
 
-    async def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any], *, abandon: bool = False) -> Any:
+    async def invoke(
+        self,
+        arguments: Mapping[str, Any],
+        injected: Mapping[str, Any],
+        *,
+        abandon: bool = False,
+        runner: Callable[[Awaitable[Any]], Awaitable[Any]] | None = None,
+    ) -> Any:
         """Validate ``arguments`` and run the handler (sync ones inline, or in a thread with ``thread``).
 
         A thread is waited for even when the call is cancelled, unless ``abandon`` (a call with a
-        timeout): then the call stops waiting for it, and its late result is dropped.
+        timeout): then the call stops waiting for it, and its late result is dropped. ``runner``
+        awaits what an async handler returns (on the app loop); None: the caller's task awaits it.
         """
         if self.handler is None:
             raise ToolArgumentsError(f"tool {self.name!r} has no local handler")
@@ -135,7 +154,7 @@ class ToolDefinition(FieldRepr):
             return await run_in_tool_thread(functools.partial(self.handler, **values), self.name, abandon=abandon)
         produced = self.handler(**values)
         if type(produced) is types.CoroutineType or inspect.isawaitable(produced):
-            return await produced
+            return await (produced if runner is None else runner(produced))
         return produced
 
 
@@ -204,8 +223,9 @@ def build_tool(
     thread: bool = False,
     idempotent: bool = False,
     timeout: float | None = None,
+    loop: Loop = "auto",
 ) -> ToolDefinition:
-    """Build a ToolDefinition from a function's signature, hints and docstring."""
+    """Build a ToolDefinition from a function's signature, hints and docstring (``loop``: see ToolDefinition)."""
     signature = inspect.signature(fn)
     hints = _resolved_hints(fn)
     summary, arg_docs = _parse_docstring(fn.__doc__ or "")
@@ -252,6 +272,7 @@ def build_tool(
         idempotent=idempotent,
         timeout=timeout,
         types=typed,
+        loop=declared_loop(fn, loop),
     )
 
 
@@ -281,6 +302,7 @@ def tool(
     thread: bool = False,
     idempotent: bool = False,
     timeout: float | None = None,
+    loop: Loop = "auto",
 ) -> Callable[[Handler], ToolDefinition]: ...
 
 
@@ -294,10 +316,11 @@ def tool(
     thread: bool = False,
     idempotent: bool = False,
     timeout: float | None = None,
+    loop: Loop = "auto",
 ) -> ToolDefinition | Callable[[Handler], ToolDefinition]:
     """Turn a function (sync or async) into a ToolDefinition.
 
-    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True, timeout=30)``.
+    Use as ``@tool`` or ``@tool(name=..., serial=True, thread=True, idempotent=True, timeout=30, loop="trio")``.
     """
     if fn is not None:
         return build_tool(fn)
@@ -311,6 +334,7 @@ def tool(
             thread=thread,
             idempotent=idempotent,
             timeout=timeout,
+            loop=loop,
         )
 
     return decorate

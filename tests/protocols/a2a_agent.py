@@ -22,7 +22,7 @@ def deploy(target: str) -> str:
     return f"deployed to {target}"
 
 
-@tool
+@tool(loop="trio")
 async def slow_lookup(topic: str) -> str:
     """Look a topic up slowly."""
     await trio.sleep(1.0)

@@ -163,7 +163,7 @@ async def test_a_client_that_aborts_its_run_cancels_the_request(serving: Serving
     from orchestrator import ScriptedModel, create_agent, tool
     from tests.support import asks, call
 
-    @tool
+    @tool(loop="trio")
     async def slow(n: int) -> str:
         """Take a long time."""
         await trio.sleep(60)
@@ -196,7 +196,7 @@ async def test_a_run_naming_the_active_run_as_parent_steers_it_and_others_are_bu
     started = threading.Event()
     release = threading.Event()
 
-    @tool(serial=True)
+    @tool(serial=True, loop="trio")
     async def slow(n: int) -> str:
         """Work slowly."""
         started.set()

@@ -126,7 +126,7 @@ async def test_a_client_that_aborts_the_stream_cancels_the_request(serving: Serv
     from orchestrator import ScriptedModel, create_agent, tool
     from tests.support import asks, call
 
-    @tool
+    @tool(loop="trio")
     async def slow(n: int) -> str:
         """Take a long time."""
         await trio.sleep(60)

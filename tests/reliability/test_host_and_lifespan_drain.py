@@ -21,7 +21,7 @@ LIMIT = 20
 
 
 def slow_agent_factory(entered: threading.Event) -> Any:
-    @tool
+    @tool(loop="trio")
     async def slow_step() -> str:
         """Take a while."""
         entered.set()

@@ -148,7 +148,7 @@ def test_the_console_with_a_token_answers_by_option_steers_a_working_run_and_can
     started = {n: threading.Event() for n in (1, 2, 3)}
     release = threading.Event()
 
-    @tool(serial=True)
+    @tool(serial=True, loop="trio")
     async def slow(n: int) -> str:
         """Work slowly.
 

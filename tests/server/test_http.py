@@ -260,7 +260,7 @@ async def test_steering_during_a_tool_batch_skips_the_rest_and_answers_the_new_i
     started = threading.Event()  # the tool runs in the serving loop, which is another thread under uvicorn
     release = threading.Event()
 
-    @tool(serial=True)
+    @tool(serial=True, loop="trio")
     async def slow(n: int) -> str:
         """Work slowly.
 
