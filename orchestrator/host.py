@@ -346,13 +346,19 @@ class AgentHost:
     # the agent, for asyncio ---------------------------------------------------------
 
     async def start(
-        self, user_input: UserInput, *, config: AgentRunConfig | None = None, retain_events: int = RETAINED_EVENTS
+        self,
+        user_input: UserInput,
+        *,
+        config: AgentRunConfig | None = None,
+        retain_events: int = RETAINED_EVENTS,
+        deps: Any = None,
     ) -> HostedRun:
-        """Start a request that runs on its own (SessionBusy raised here); its HostedRun.
+        """Start a request that runs on its own (SessionBusy raised here); its HostedRun. Its tools and hooks
+        read ``deps`` as ``context.deps`` (else what the agent's ``deps_factory`` makes of its metadata).
 
         Cancelling the caller before it has the HostedRun cancels the request, if it started.
         """
-        handle = await self._call(self._start, (user_input, config, retain_events), _abandon)
+        handle = await self._call(self._start, (user_input, config, retain_events, deps), _abandon)
         return HostedRun(self, handle.request_id, handle.session_id)
 
     def events(self, request_id: str, *, after: int = 0) -> AsyncIterator[AgentEvent]:
@@ -384,9 +390,12 @@ class AgentHost:
         """The session's messages, from the agent's history or its store extension (empty when none knows it)."""
         return await self.call(self._history, session_id)
 
-    async def run(self, user_input: UserInput, *, config: AgentRunConfig | None = None) -> AssistantMessage:
-        """Run one request to its end; cancelling the awaiting task cancels the request."""
-        return await self.call(self._run, user_input, config)
+    async def run(
+        self, user_input: UserInput, *, config: AgentRunConfig | None = None, deps: Any = None
+    ) -> AssistantMessage:
+        """Run one request to its end (its tools and hooks read ``deps`` as ``context.deps``); cancelling the
+        awaiting task cancels the request."""
+        return await self.call(self._run, user_input, config, deps)
 
     async def result(self, request_id: str) -> AssistantMessage:
         """The final answer of a started run (its error, or RunCancelled, when it has none)."""
@@ -406,14 +415,16 @@ class AgentHost:
 
     # what runs in the host's thread ---------------------------------------------------
 
-    async def _start(self, user_input: UserInput, config: AgentRunConfig | None, retain: int) -> RunHandle:
-        return await self.client.start(user_input, config=config, retain_events=retain)
+    async def _start(
+        self, user_input: UserInput, config: AgentRunConfig | None, retain: int, deps: Any = None
+    ) -> RunHandle:
+        return await self.client.start(user_input, config=config, retain_events=retain, deps=deps)
 
     async def _follow(self, request_id: str, after: int) -> EventFollower:
         return self.client.attach(request_id).events(after)
 
-    async def _run(self, user_input: UserInput, config: AgentRunConfig | None) -> AssistantMessage:
-        return await self.client.run(user_input, config=config)
+    async def _run(self, user_input: UserInput, config: AgentRunConfig | None, deps: Any = None) -> AssistantMessage:
+        return await self.client.run(user_input, config=config, deps=deps)
 
     async def _result(self, request_id: str) -> AssistantMessage:
         return await self.client.attach(request_id).result()
@@ -523,9 +534,14 @@ class BlockingHost:
         self._host = host
 
     def start(
-        self, user_input: UserInput, *, config: AgentRunConfig | None = None, retain_events: int = RETAINED_EVENTS
+        self,
+        user_input: UserInput,
+        *,
+        config: AgentRunConfig | None = None,
+        retain_events: int = RETAINED_EVENTS,
+        deps: Any = None,
     ) -> HostedRun:
-        handle = self._host.call_blocking(self._host._start, user_input, config, retain_events)
+        handle = self._host.call_blocking(self._host._start, user_input, config, retain_events, deps)
         return HostedRun(self._host, handle.request_id, handle.session_id)
 
     def events(self, request_id: str, *, after: int = 0) -> Iterator[AgentEvent]:
@@ -537,8 +553,8 @@ class BlockingHost:
                 return
             yield from batch
 
-    def run(self, user_input: UserInput, *, config: AgentRunConfig | None = None) -> AssistantMessage:
-        return self._host.call_blocking(self._host._run, user_input, config)
+    def run(self, user_input: UserInput, *, config: AgentRunConfig | None = None, deps: Any = None) -> AssistantMessage:
+        return self._host.call_blocking(self._host._run, user_input, config, deps)
 
     def result(self, request_id: str) -> AssistantMessage:
         return self._host.call_blocking(self._host._result, request_id)
