@@ -77,6 +77,7 @@ class Checkpoint:
     answers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)  # call id -> the answer it consumed
     expired: Mapping[str, str] = attrs.field(factory=dict)  # call id -> why a late answer is refused
     spent: RunUsage | None = None  # what the run spent so far, when it counts (it has usage limits)
+    deadline_left: float | None = None  # the running time its deadline has left, when it has one
     # Questions of the run's subagents that wait (the child requests run in the process holding the run):
     # listed and answered through any web node while that process holds it; a resumed run has none.
     children: tuple[Waiting, ...] = ()
@@ -95,6 +96,7 @@ class Checkpoint:
             "answers": {call_id: dict(answer) for call_id, answer in self.answers.items()},
             "expired": dict(self.expired),
             **({"spent": _spent_json(self.spent)} if self.spent is not None else {}),
+            **({"deadline_left": self.deadline_left} if self.deadline_left is not None else {}),
             "children": [w.json() for w in self.children],
         }
 
@@ -150,6 +152,7 @@ def _checkpoint(data: Mapping[str, Any]) -> Checkpoint:
         answers={str(k): dict(v) for k, v in dict(data.get("answers", {})).items()},
         expired={str(k): str(v) for k, v in dict(data.get("expired", {})).items()},
         spent=_spent(data["spent"]) if data.get("spent") is not None else None,
+        deadline_left=float(data["deadline_left"]) if data.get("deadline_left") is not None else None,
     )
 
 
@@ -269,4 +272,5 @@ def restored(
         expiries,
         checkpoint.spent,
         fingerprint,
+        checkpoint.deadline_left,
     )

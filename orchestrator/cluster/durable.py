@@ -174,6 +174,7 @@ class DurableRun:
             answers=dict(self.answers),
             expired=dict(self.expired),
             spent=run.budget.report() if run is not None and run.budget is not None else None,
+            deadline_left=run.deadline.left() if run is not None and run.deadline is not None else None,
             children=tuple(self.children.values()),
         )
 

@@ -153,19 +153,26 @@ class Deadline:
     """A request's deadline: a cancel scope whose clock stops while the request waits for people.
 
     ``pause`` (the first call of the request paused for an answer) stops the clock;
-    ``resume`` (the last answered) starts it again with the time that was left.
+    ``resume`` (the last answered) starts it again with the time that was left. ``left`` is where a
+    request resumed in another process starts (what its earlier segments did not use).
     """
 
     __slots__ = ("_left", "scope", "seconds")
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, left: float | None = None) -> None:
         self.seconds = seconds
         self.scope: trio.CancelScope | None = None
-        self._left = seconds
+        self._left = seconds if left is None else max(0.0, min(seconds, left))
 
     def start(self) -> trio.CancelScope:
-        self.scope = trio.CancelScope(deadline=trio.current_time() + self.seconds)
+        self.scope = trio.CancelScope(deadline=trio.current_time() + self._left)
         return self.scope
+
+    def left(self) -> float:
+        """The running time left: what is left now while the clock runs, else what was left when it stopped."""
+        if self.scope is not None and self.scope.deadline != math.inf:
+            return max(0.0, self.scope.deadline - trio.current_time())
+        return self._left
 
     def pause(self) -> None:
         if self.scope is not None and self.scope.deadline != math.inf:

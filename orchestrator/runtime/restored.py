@@ -25,7 +25,8 @@ class Restored(FieldValues):
     also after a restore), ``expiries`` the deadline (seconds since the epoch) each wait that
     expires had: waiting again, it keeps that deadline instead of starting a new one, and
     ``spent`` what the run spent before (its usage limits count it too); ``fingerprint`` the
-    stored fingerprint (JSON text) of the agent that carried the run so far (None when none was stored).
+    stored fingerprint (JSON text) of the agent that carried the run so far (None when none was stored), and
+    ``deadline_left`` the running time its deadline had left (its clock does not start again from the whole).
     """
 
     worker: str
@@ -38,3 +39,4 @@ class Restored(FieldValues):
     expiries: Mapping[str, float] = attrs.field(factory=dict)
     spent: RunUsage | None = None
     fingerprint: str | None = None
+    deadline_left: float | None = None

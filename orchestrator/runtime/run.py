@@ -222,7 +222,8 @@ class RequestRun(SteeringPoints):
         self.budget: Budget | None = Budget(limits) if limits is not None else None
         if self.budget is not None and restored is not None and restored.spent is not None:
             self.budget.resume(restored.spent)
-        self.deadline: Deadline | None = Deadline(config.deadline) if config.deadline is not None else None
+        left = restored.deadline_left if restored is not None else None
+        self.deadline: Deadline | None = Deadline(config.deadline, left) if config.deadline is not None else None
 
     def mark_left(self) -> None:
         """The request has left its session: wake whoever waits in ``wait_left``."""

@@ -201,3 +201,39 @@ async def test_a_parked_run_resumed_by_a_worker_counts_what_it_spent_before(
     assert got.events[-1]["error"]["type"] == "UsageLimitExceeded", got.events[-1]
     responses = [m for m in session["messages"] if m["role"] == "assistant"]
     assert len(responses) == 2, f"{len(responses)} model calls made under a limit of 2"
+
+
+async def test_a_parked_run_resumed_by_a_worker_keeps_the_running_time_its_deadline_had_left(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """The deadline counts the time a request runs, across a park: 0.6 s before it and 0.6 s after it pass a
+    deadline of 1 s, although neither segment does alone (and the time it waited parked does not count)."""
+
+    async def step(request: ModelRequest) -> AssistantMessage:
+        await trio.sleep(0.6)
+        if not any(isinstance(m, ToolMessage) for m in request.messages):
+            return asks(call("q1", "ask_user", question="Go on?", options=["yes", "no"]))
+        return AssistantMessage("done")
+
+    client = await create_agent(ScriptedModel([step], repeat_last=True), extensions=[AskUserExtension()])
+    path = str(tmp_path / "runs.db")
+    worker = Worker(client, sqlite_run_store(path), name="w", poll_seconds=0.05)
+
+    async def answer(event: dict[str, Any]) -> None:
+        if event["type"] == "run_parked":
+            await trio.sleep(1.5)  # waiting for people: not running time
+            body = {"name": "ask_user_response", "payload": {"tool_call_id": "q1", "answer": "yes"}}
+            answered = await http.post(f"{base}/sessions/s1/events", json=body)
+            assert answered.status_code == 202, answered.text
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            async with serving(StoreBackend(sqlite_run_store(path), poll_seconds=0.02)) as base:  # type: ignore[arg-type]
+                started = await http.post(f"{base}/sessions/s1/runs", json={"input": "go", "deadline": 1.0})
+                assert started.status_code == 202, started.text
+                got = await read_sse(http, f"{base}/runs/{started.json()['request_id']}/events", on_event=answer)
+            nursery.cancel_scope.cancel()
+    assert "run_parked" in got.types and "run_resumed" in got.types, got.types
+    assert got.types[-1] == "run_failed", got.types
+    assert got.events[-1]["error"]["type"] == "RequestDeadlineExceeded", got.events[-1]
