@@ -1,4 +1,8 @@
-"""The programs of docs/serving/identity.md run as written, in a fresh interpreter, and print what the page shows."""
+"""The programs of docs/serving/identity.md run as written, in a fresh interpreter, and print what the page shows.
+
+The page's programs: example: identity-two-principals; example: identity-cookie-client, which drives
+example: identity-cookie-app.
+"""
 
 from __future__ import annotations
 

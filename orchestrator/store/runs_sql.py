@@ -612,14 +612,23 @@ class SQLRunStore(RunStore):
             if version is not None and version != seen:
                 self._tell(frozenset(), everything=True)
                 seen = version
-            if self._closed.wait(DATA_VERSION_SECONDS):
+            if self._closed.wait(DATA_VERSION_SECONDS) or not self._still_watched():
                 return
+
+    def _still_watched(self) -> bool:
+        """Whether a feed of this store is still open; when none is, the watching thread is let go (the next
+        ``watch`` starts another), so a store nobody watches any more keeps no thread reading it."""
+        with self._lock:
+            if any(not feed.closed for feed in self._feeds):
+                return True
+            self._watching = None
+            return False
 
     def _listen_loop(self) -> None:
         """PostgreSQL: one listening connection; each notification wakes the feeds of its run (or of work)."""
         assert self._listen is not None
         listener: Any = None
-        while not self._closed.is_set():
+        while not self._closed.is_set() and self._still_watched():
             try:
                 if listener is None:
                     listener = self._listen()

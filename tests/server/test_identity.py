@@ -61,13 +61,18 @@ async def served(kind: str, tmp_path: Path, dsn: str | None = None, **settings: 
     def store() -> SQLRunStore:
         return postgres_run_store(dsn) if dsn is not None else sqlite_run_store(path)
 
-    worker = Worker(await apps.approval_agent(), store(), name="w", poll_seconds=0.05)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        backend = StoreBackend(store(), poll_seconds=0.02)
-        async with serving_on("hypercorn")(backend, **settings) as base:
-            yield base
-        nursery.cancel_scope.cancel()
+    carried, served_from = store(), store()
+    worker = Worker(await apps.approval_agent(), carried, name="w", poll_seconds=0.05)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            backend = StoreBackend(served_from, poll_seconds=0.02)
+            async with serving_on("hypercorn")(backend, **settings) as base:
+                yield base
+            nursery.cancel_scope.cancel()
+    finally:  # their watching threads end with them
+        carried.close()
+        served_from.close()
 
 
 class Serve(Protocol):
@@ -413,7 +418,8 @@ async def test_two_web_nodes_over_one_store_agree_on_the_owner(tmp_path: Path) -
     path = str(tmp_path / "cluster.db")
     with trio.fail_after(60):
         async with served("webnode", tmp_path) as first, httpx.AsyncClient(timeout=20) as http:
-            other = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
+            other_store = sqlite_run_store(path)
+            other = StoreBackend(other_store, poll_seconds=0.02)
             async with serving_on("hypercorn")(other, authenticate=by_bearer) as second:  # type: ignore[arg-type]
                 request_id = await started_and_waiting(http, first, SESSION, "paint")
                 assert (await http.get(f"{second}/sessions", headers=BOB)).json() == {"sessions": []}
@@ -422,6 +428,7 @@ async def test_two_web_nodes_over_one_store_agree_on_the_owner(tmp_path: Path) -
                 assert taken.status_code == 404
                 got = await answer_and_finish(http, second, request_id, ALICE)
                 assert got.events[-1]["result"]["content"] == "Done with paint: yes."
+            other_store.close()
 
 
 async def test_an_authorize_that_fails_is_a_500_with_the_reason(tmp_path: Path) -> None:
