@@ -107,7 +107,10 @@ async def _follow(http: httpx.AsyncClient, request_id: str, tally: Tally) -> Non
             *frames, buffer = buffer.split("\n\n")
             for frame in frames:
                 fields = dict(line.split(": ", 1) for line in frame.split("\n"))
-                json.loads(fields["data"])
+                data = json.loads(fields["data"])
+                if "id" not in fields:  # an error or closing frame: the stream ends here, short of its run's end
+                    tally.problem = f"the stream ended with event {fields.get('event')!r}: {str(data)[:160]}"
+                    return
                 tally.see(int(fields["id"]), fields["event"])
         if buffer:
             tally.problem = f"the response ended inside a frame: {buffer[:80]!r}"
