@@ -241,9 +241,19 @@ class DurableRun:
         return await trio.to_thread.run_sync(self.store.commit, self.lease, change)
 
     async def flush(self) -> None:
-        """Commit streamed events that wait (text deltas between other commits)."""
-        if self.events and not self.lost:
+        """Commit streamed events that wait (text deltas between other commits).
+
+        Not the run's own terminal event: the commit that ends the run writes it with its final status, so
+        no reader sees the run ended in its log while its row still says it runs.
+        """
+        if self.events and not self.lost and not self._ending():
             await self.commit(boundary=False)
+
+    def _ending(self) -> bool:
+        return any(
+            event.type in _FINAL_EVENTS and event.body.get("session_id", self.lease.session_id) == self.lease.session_id
+            for event in self.events
+        )
 
     def lose(self) -> None:
         self.lost = True
