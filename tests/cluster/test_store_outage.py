@@ -168,6 +168,8 @@ async def test_a_resumed_run_that_cannot_read_its_inbox_parks_again_and_finishes
         if after_id is None:  # the resumed call looking for its answer (the inbox poll gives after_id)
             if not cuts and inbox(request_id):
                 cuts += end_connections(postgres_dsn)
+                # The read at the cut fails, whether or not the pool could have reached a fresh connection.
+                raise StoreUnavailable(f"{postgres_dsn}: the connection was cut")
             return inbox(request_id)
         if not cuts:
             return []  # the poll has not seen the answer before the resumed call looked for it
