@@ -32,7 +32,7 @@ import anyio.to_thread
 from machines.build import Step
 from machines.request import REQUEST
 from orchestrator import wire
-from orchestrator.cluster.checkpoint import UnreadableCheckpoint, cancelled_results, expired_reason, read
+from orchestrator.cluster.checkpoint import UnreadableCheckpoint, Waiting, cancelled_results, expired_reason, read
 from orchestrator.cluster.run_settings import decode_run_settings, encode_run_settings
 from orchestrator.cluster.wakeups import Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
@@ -333,10 +333,11 @@ class StoreBackend:
         return None
 
     def _problem(self, record: RunRecord, event: ExternalEvent, session_id: str | None = None) -> str | None:
+        """Why ``event`` cannot go into ``record``'s inbox (an answer for subagent session ``session_id`` when that
+        is not the run's own), or None."""
         payload = event.payload
-        if session_id is not None and session_id != record.session_id:
-            return self._child_problem(record, event, session_id)
-        if event.name == STEERING_EVENT:
+        child = session_id is not None and session_id != record.session_id
+        if event.name == STEERING_EVENT and not child:
             content = payload.get("content") if isinstance(payload, Mapping) else None
             if not isinstance(content, str) or not content.strip():
                 return "steering needs non-empty 'content' text"
@@ -345,29 +346,21 @@ class StoreBackend:
         if rule is None:
             return f"no extension takes {event.name!r} events"
         key = payload.get("tool_call_id") if isinstance(payload, Mapping) else None
-        checkpoint = read(record.checkpoint)
-        if checkpoint is not None and isinstance(key, str) and key in checkpoint.expired:
-            return checkpoint.expired[key]
-        waiting = {w.tool_call_id: w for w in checkpoint.unanswered()} if checkpoint else {}
-        wait = waiting.get(key) if isinstance(key, str) else None
+        if child:
+            # A subagent's question waits only while its carrier holds the parent run.
+            checkpoint = read(record.checkpoint) if record.status == "running" else None
+            waits = [w for w in checkpoint.children if w.session_id == session_id] if checkpoint else []
+        else:
+            checkpoint = read(record.checkpoint)
+            if checkpoint is not None and isinstance(key, str) and key in checkpoint.expired:
+                return checkpoint.expired[key]
+            waits = list(checkpoint.unanswered()) if checkpoint else []
+        wait = next((w for w in waits if w.tool_call_id == key), None) if isinstance(key, str) else None
         if wait is None or wait.response_event != event.name:
-            return f"no waiting call tool_call_id={key!r} in session {record.session_id!r}"
+            return f"no waiting call tool_call_id={key!r} in session {session_id if child else record.session_id!r}"
         if wait.expires_at is not None and time.time() >= wait.expires_at:
             return expired_reason(wait.tool_call_id, wait.expires_at)  # its carrier has not taken the default yet
         return rule.validator(wait.payload)(payload)
-
-    def _child_problem(self, record: RunRecord, event: ExternalEvent, session_id: str) -> str | None:
-        """Why an answer for subagent session ``session_id`` cannot go into ``record``'s inbox, or None."""
-        rule = self.rules.get(event.name)
-        if rule is None:
-            return f"no extension takes {event.name!r} events"
-        key = event.payload.get("tool_call_id") if isinstance(event.payload, Mapping) else None
-        checkpoint = read(record.checkpoint) if record.status == "running" else None
-        waits = {w.tool_call_id: w for w in checkpoint.children if w.session_id == session_id} if checkpoint else {}
-        wait = waits.get(key) if isinstance(key, str) else None
-        if wait is None or wait.response_event != event.name:
-            return f"no waiting call tool_call_id={key!r} in session {session_id!r}"
-        return rule.validator(wait.payload)(event.payload)
 
     async def pending(self, session_id: str | None) -> list[dict[str, Any]]:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
@@ -375,32 +368,14 @@ class StoreBackend:
         now = time.time()
         for record in active:
             checkpoint = read(record.checkpoint)
-            for wait in checkpoint.unanswered() if checkpoint else ():
-                if wait.expires_at is not None and wait.expires_at <= now:
-                    continue  # expired: no answer is taken any more (its carrier takes the default)
-                calls.append(
-                    {
-                        "session_id": record.session_id,
-                        "request_id": record.request_id,
-                        "tool_call_id": wait.tool_call_id,
-                        "event": wait.event,
-                        "payload": dict(wait.payload),
-                        "response_event": wait.response_event,
-                        "live": record.status == "running",
-                    }
-                )
-            for wait in checkpoint.children if checkpoint and record.status == "running" else ():
-                calls.append(
-                    {
-                        "session_id": wait.session_id,
-                        "request_id": record.request_id,
-                        "tool_call_id": wait.tool_call_id,
-                        "event": wait.event,
-                        "payload": dict(wait.payload),
-                        "response_event": wait.response_event,
-                        "live": True,
-                    }
-                )
+            if checkpoint is None:
+                continue
+            live = record.status == "running"
+            for wait in checkpoint.unanswered():
+                if wait.expires_at is None or wait.expires_at > now:  # an expired one takes no answer any more
+                    calls.append(_pending_call(record, wait, record.session_id, live))
+            # A subagent's question is listed only while its carrier holds the parent run.
+            calls += [_pending_call(record, wait, wait.session_id, True) for wait in checkpoint.children if live]
         return calls
 
     # sessions ---------------------------------------------------------------
@@ -484,3 +459,16 @@ def keyed_request_id(session_id: str, idempotency_key: str) -> str:
 def _same_json(stored: Mapping[str, Any], encoded: Mapping[str, Any]) -> bool:
     """Whether two wire values are one (the stored one went through JSON: tuples came back as lists)."""
     return json.dumps(stored, sort_keys=True) == json.dumps(encoded, sort_keys=True)
+
+
+def _pending_call(record: RunRecord, wait: Waiting, session_id: str | None, live: bool) -> dict[str, Any]:
+    """The wire form of a call of ``record`` that waits for an answer, listed under ``session_id``."""
+    return {
+        "session_id": session_id,
+        "request_id": record.request_id,
+        "tool_call_id": wait.tool_call_id,
+        "event": wait.event,
+        "payload": dict(wait.payload),
+        "response_event": wait.response_event,
+        "live": live,
+    }
