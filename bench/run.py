@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from bench import cluster, imports, readme, sse
+from bench import capacity, cluster, imports, readme, sse
 from bench.measure import Summary, default_cpu, pin
 from bench.process import run_cell_command
 from bench.report import LABELS, render, targets, usable
@@ -301,6 +301,7 @@ BENCHES: dict[str, Callable[[Plan, Sequence[str], Progress], list[dict[str, Any]
     "profile": bench_profile,
     "sse": sse.bench,
     "cluster": cluster.bench,  # only with --only cluster: it needs a PostgreSQL server
+    "capacity": capacity.bench,  # only with --only capacity: it needs a PostgreSQL server
 }
 
 
@@ -338,7 +339,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of well under a minute")
     parser.add_argument(
-        "--only", action="append", choices=(*WORKLOADS, "cluster"), help="run only this workload (repeatable)"
+        "--only",
+        action="append",
+        choices=(*WORKLOADS, "cluster", "capacity"),
+        help="run only this workload (repeatable)",
     )
     parser.add_argument("--runtime", action="append", choices=RUNTIMES, help="run only this runtime (repeatable)")
     parser.add_argument(
@@ -368,8 +372,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads = tuple(args.only or WORKLOADS)
     sse_only = set(workloads) == {"sse"}
     cluster_only = set(workloads) == {"cluster"}
+    capacity_only = set(workloads) == {"capacity"}
     every = set(workloads) == set(WORKLOADS)
-    if args.readme and (plan != FULL or not (every or sse_only or cluster_only) or set(runtimes) != set(RUNTIMES)):
+    alone = sse_only or cluster_only or capacity_only
+    if args.readme and (plan != FULL or not (every or alone) or set(runtimes) != set(RUNTIMES)):
         print("--readme takes only a full run of every workload and runtime (or of --only sse)", file=sys.stderr)
         return 2
     started = time.perf_counter()
@@ -400,12 +406,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(sse.render(results["sse"]))
     if "cluster" in results:
         print(cluster.render(results["cluster"]))
+    if "capacity" in results:
+        print(capacity.render(results["capacity"]))
     print("\n" + readme.machine_note(document))
     output = args.output or RESULTS / f"{when:%Y%m%d-%H%M%S}-{plan.name}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(document, indent=1))
     print(f"figures written to {output}")
-    if args.readme and not (sse_only or cluster_only):
+    if args.readme and not alone:
         readme.write(document, text)
         print(f"results section of {readme.README} replaced")
     if args.readme and "sse" in results:
@@ -414,4 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.readme and "cluster" in results:
         cluster.write_readme(document)
         print(f"cluster results section of {cluster.README} replaced")
+    if args.readme and "capacity" in results:
+        capacity.write_readme(document)
+        print(f"capacity results section of {capacity.README} replaced")
     return 0
