@@ -56,6 +56,7 @@ STOPPED_MID_CALL = (
     " taken effect; check before calling it again"
 )
 _FINAL_EVENTS = {"run_completed": "completed", "run_failed": "failed", "run_cancelled": "cancelled"}
+_FINAL_STATUSES = frozenset(_FINAL_EVENTS.values())
 _SETTLED_EVENTS = frozenset({"tool_completed", "tool_failed", "tool_skipped", "tool_cancelled"})
 
 
@@ -188,9 +189,10 @@ class DurableRun:
         async with self.lock:
             if self.lost:
                 return
+            events, held = self._writable(status)
             change = RunCommit(
                 messages=tuple(self.messages),
-                events=tuple(self.events),
+                events=events,
                 checkpoint=self.checkpoint().json(),
                 consumed=tuple(self.consumed),
                 status=status,
@@ -199,7 +201,7 @@ class DurableRun:
                 trace_context=self.trace_context,
                 fingerprint=self.fingerprint,
             )
-            self.messages, self.events, self.consumed, self.history = [], [], [], None
+            self.messages, self.events, self.consumed, self.history = [], held, [], None
             self.fingerprint = None
             try:
                 with trio.CancelScope(shield=True):
@@ -241,19 +243,30 @@ class DurableRun:
         return await trio.to_thread.run_sync(self.store.commit, self.lease, change)
 
     async def flush(self) -> None:
-        """Commit streamed events that wait (text deltas between other commits).
-
-        Not the run's own terminal event: the commit that ends the run writes it with its final status, so
-        no reader sees the run ended in its log while its row still says it runs.
-        """
+        """Commit streamed events that wait (text deltas between other commits); not the run's own terminal event
+        (see ``_writable``)."""
         if self.events and not self.lost and not self._ending():
             await self.commit(boundary=False)
 
+    def _writable(self, status: str) -> tuple[tuple[StoredEvent, ...], list[StoredEvent]]:
+        """The pending events a commit with ``status`` writes, and those it leaves pending.
+
+        Only the commit that ends the run writes the run's own terminal event (and what follows it), with the
+        final status: no reader sees the run ended in its log while its row still says it runs. Decided under
+        the commit lock, when the events are taken: the run may offer its end while a flush waits for the lock.
+        """
+        if status not in _FINAL_STATUSES:
+            for index, event in enumerate(self.events):
+                if self._own_terminal(event):
+                    return tuple(self.events[:index]), self.events[index:]
+        return tuple(self.events), []
+
     def _ending(self) -> bool:
-        return any(
-            event.type in _FINAL_EVENTS and event.body.get("session_id", self.lease.session_id) == self.lease.session_id
-            for event in self.events
-        )
+        return any(self._own_terminal(event) for event in self.events)
+
+    def _own_terminal(self, event: StoredEvent) -> bool:
+        session_id = self.lease.session_id
+        return event.type in _FINAL_EVENTS and event.body.get("session_id", session_id) == session_id
 
     def lose(self) -> None:
         self.lost = True

@@ -18,13 +18,28 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+import httpx
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.cluster.apps:approval_agent"
 START_SECONDS = 60.0
 SERVING = re.compile(r"serving on (http://\S+?)[ ,]")
+
+
+class _Answers:
+    """A ``_wait_for`` pattern that matches once ``url`` answers 200 (whatever the log says)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def search(self, output: str) -> bool:
+        try:
+            return httpx.get(self.url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
 
 
 @dataclass
@@ -63,7 +78,7 @@ class Cluster:
         self.nodes.append(node)
         return node
 
-    def _wait_for(self, node: Node, pattern: re.Pattern[str]) -> re.Match[str]:
+    def _wait_for(self, node: Node, pattern: re.Pattern[str] | _Answers) -> Any:
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             found = pattern.search(node.output())
@@ -99,8 +114,11 @@ class Cluster:
         node.url = self._wait_for(node, SERVING).group(1)
         return node
 
-    def uvicorn_web(self, name: str, *, workers: int = 1) -> Node:
-        """A web node under uvicorn on asyncio (``workers`` processes on one port), from the ``web_node`` factory."""
+    def uvicorn_web(self, name: str, *, workers: int = 1, app: str | None = None, lifespan: bool = True) -> Node:
+        """A web node under uvicorn on asyncio (``workers`` processes on one port), from the ``web_node`` factory;
+        with ``app`` (``ORCHESTRATOR_APP``) each of its processes carries runs with that agent too. Without
+        ``lifespan`` uvicorn runs none (``--lifespan off``)."""
+        carrying = {"ORCHESTRATOR_APP": app} if app else {}
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -116,12 +134,16 @@ class Cluster:
             str(workers),
             "--log-level",
             "info",
+            *(() if lifespan else ("--lifespan", "off")),
             module="uvicorn",
-            env={"ORCHESTRATOR_DB": self.dsn, "ORCHESTRATOR_NO_TOKEN": "1"},
+            env={"ORCHESTRATOR_DB": self.dsn, "ORCHESTRATOR_NO_TOKEN": "1", **carrying},
         )
-        # Each of its processes logs its start-up once it serves.
-        self._wait_for(node, re.compile(rf"(?s)(Application startup complete.*){{{workers}}}"))
         node.url = f"http://127.0.0.1:{port}"
+        # Each of its processes logs its start-up once it serves (without a lifespan, only that it began).
+        started = "Application startup complete" if lifespan else "Started server process"
+        self._wait_for(node, re.compile(rf"(?s)({started}.*){{{workers}}}"))
+        if not lifespan:
+            self._wait_for(node, _Answers(f"{node.url}/health"))
         return node
 
     def records(self) -> list[str]:

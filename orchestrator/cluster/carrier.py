@@ -1,0 +1,166 @@
+"""``RunCarrier``: a ``Worker`` carrying a run store's runs in a thread of its own, beside any server in the process.
+
+The carrier's thread runs a trio loop of its own: it loads the application's agent there
+(``MODULE:ATTR``, as ``worker --app`` does), opens the store and runs a ``Worker``, so an asyncio
+process (a uvicorn worker, a FastAPI application) carries runs under leases as a ``worker`` process
+does. ``stop`` drains it as SIGTERM drains ``worker``: no more claims, the steps running finish within
+``grace_seconds``, every run still held goes back at its last commit with its lease ended, and the
+thread ends. An interpreter that exits without stopping its carrier stops it on the way out (``atexit``);
+a process ended by a signal leaves its runs to be taken over once their leases expire, as a crash does.
+
+In an application's lifespan, ``carrying_runs`` is the same as an async context manager::
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with carrying_runs("postgresql://app@db/agents", "myapp.agents:agent"):
+            yield
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio.to_thread
+import attrs
+import trio
+
+from orchestrator.cluster.worker import CAPACITY, GRACE_SECONDS, LEASE_SECONDS, Worker
+from orchestrator.errors import AgentError
+
+log = logging.getLogger("orchestrator.cluster")
+
+START_SECONDS = 60.0
+"""Longest ``start`` waits for the carrier's agent and store before it gives up (CarrierFailed)."""
+
+
+class CarrierFailed(AgentError):
+    """The carrier could not start (its agent or its store), or stopped carrying on an error; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"runs are not carried: {reason}")
+        self.reason = reason
+
+
+@attrs.frozen
+class CarrierSettings:
+    """How a carrier's worker carries runs (the ``worker`` command's options of the same names)."""
+
+    capacity: int = CAPACITY
+    lease_seconds: float = LEASE_SECONDS
+    grace_seconds: float = GRACE_SECONDS
+    name: str | None = None
+
+
+DEFAULT_SETTINGS = CarrierSettings()
+
+
+class RunCarrier:
+    """Carries the runs of the run store ``url`` with the agent ``app`` names (``MODULE:ATTR``), in a thread of
+    its own running a trio loop; ``start`` and ``stop`` are plain blocking calls, safe from any thread."""
+
+    def __init__(self, url: str, app: str, settings: CarrierSettings = DEFAULT_SETTINGS) -> None:
+        self.url = url
+        self.app = app
+        self.settings = settings
+        self.worker: Worker | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stopping: trio.Event | None = None
+        self._grace = settings.grace_seconds
+
+    @property
+    def carrying(self) -> bool:
+        """Whether the carrier's worker claims and carries runs now (started, not stopped, not failed)."""
+        thread = self._thread
+        return self._ready.is_set() and self._failure is None and thread is not None and thread.is_alive()
+
+    def start(self, timeout: float = START_SECONDS) -> None:
+        """Start carrying, once; returns when the worker claims runs. CarrierFailed (at every call) when the agent
+        cannot be loaded, the store cannot be opened, or neither was done within ``timeout`` seconds; a worker
+        that fails later is logged and ends (``carrying`` is then False)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=trio.run, args=(self._main,), name="run carrier", daemon=True)
+                self._thread.start()
+                atexit.register(self.stop)
+        if not self._ready.wait(timeout):
+            raise CarrierFailed(f"its agent and store were not ready within {timeout:g} s")
+        if self._failure is not None:
+            raise CarrierFailed(_why(self._failure)) from self._failure
+
+    def stop(self, grace_seconds: float | None = None) -> None:
+        """Drain, then end the thread: returns once every run it held is handed back (at most the grace, default
+        the settings', plus the hand-back). Nothing happens when it never started or already stopped."""
+        with self._lock:
+            thread = self._thread
+        if thread is None:
+            return
+        atexit.unregister(self.stop)
+        self._ready.wait(START_SECONDS)  # a worker not yet claiming holds no run: only its start is waited for
+        token, stopping = self._token, self._stopping
+        if grace_seconds is not None:
+            self._grace = grace_seconds
+        if token is None or stopping is None:
+            return  # it failed to start (its thread ends by itself), or its start still hangs: it holds no run
+        with contextlib.suppress(trio.RunFinishedError):  # it ended already
+            trio.from_thread.run_sync(stopping.set, trio_token=token)
+        thread.join()
+
+    async def _main(self) -> None:
+        from orchestrator.cli.apploader import load_agent
+        from orchestrator.store.runs_sql import open_run_store
+
+        store = None
+        try:
+            client = await load_agent(self.app)
+            store = await trio.to_thread.run_sync(open_run_store, self.url)
+            settings = self.settings
+            worker = self.worker = Worker(
+                client, store, name=settings.name, capacity=settings.capacity, lease_seconds=settings.lease_seconds
+            )
+            self._token = trio.lowlevel.current_trio_token()
+            stopping = self._stopping = trio.Event()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.run)
+                log.info("worker %s carrying runs of %s", worker.name, store.where)
+                self._ready.set()
+                await stopping.wait()
+                await worker.drain(self._grace)  # worker.run returns once every run is handed back
+            log.info("worker %s drained: every run it held is handed back", worker.name)
+        except BaseException as failed:
+            if self._ready.is_set():
+                log.error("worker stopped carrying runs of %s: %s", self.url, _why(failed))
+            else:
+                self._failure = failed  # what start says
+            if not isinstance(failed, Exception):
+                raise
+        finally:
+            self._ready.set()
+            if store is not None:
+                store.close()
+
+
+@asynccontextmanager
+async def carrying_runs(url: str, app: str, settings: CarrierSettings = DEFAULT_SETTINGS) -> AsyncIterator[RunCarrier]:
+    """A ``RunCarrier`` started on entry and drained on exit, for an application's lifespan (asyncio or trio);
+    its start and stop run in a thread of the caller's loop, which goes on meanwhile."""
+    carrier = RunCarrier(url, app, settings)
+    await anyio.to_thread.run_sync(carrier.start)
+    try:
+        yield carrier
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(carrier.stop)
+
+
+def _why(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
