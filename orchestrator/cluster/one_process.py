@@ -38,6 +38,10 @@ from orchestrator.store.runs_sql import SQLRunStore, is_run_store_url, open_run_
 
 __all__ = ["DurableAgent", "open_durable_agent", "run_store_for"]
 
+HAND_BACK_SECONDS = 5.0
+"""How long a block left by an exception or a cancellation waits for its runs to unwind once handed back (a thread
+tool cut off may take longer; nothing of its run is written any more, so the process may go)."""
+
 
 def run_store_for(where: str | os.PathLike[str]) -> SQLRunStore:
     """The run store ``where`` names: a URL (``sqlite:///PATH``, ``postgresql://...``) or the path of an SQLite file."""
@@ -204,17 +208,29 @@ async def open_durable_agent(
             retention_seconds=retention_seconds,
         )
         client = DurableAgent(StoreBackend(served, wait_rules=wait_rules), worker)
+        # The caller's cancellation does not reach the runs (it would end their steps as if a person cancelled
+        # them): they are handed back instead, then the worker is let go.
+        carrying = trio.CancelScope(shield=True)
+
+        async def carry(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with carrying:
+                await worker.run(task_status=task_status)
+
+        failure: BaseException | None = None
         async with trio.open_nursery() as nursery:
-            await nursery.start(worker.run)
+            await nursery.start(carry)
             try:
                 yield client
-            except BaseException:
-                with trio.CancelScope(shield=True):
+            except BaseException as error:
+                failure = error  # raised as itself once the nursery is closed, not inside an ExceptionGroup
+                with trio.CancelScope(shield=True), trio.move_on_after(HAND_BACK_SECONDS):
                     await worker.drain(0)  # every run handed back at its last commit, at once
-                raise
-            with trio.CancelScope(shield=True):
-                await worker.drain(grace_seconds)
-            nursery.cancel_scope.cancel()
+            else:
+                with trio.CancelScope(shield=True):
+                    await worker.drain(grace_seconds)
+            carrying.cancel()
+        if failure is not None:
+            raise failure
     finally:
         served.close()
         carried.close()
