@@ -21,6 +21,7 @@ import trio
 
 from orchestrator import wire
 from orchestrator.agent import AgentClient, _as_input
+from orchestrator.cluster.durable import DurableExtension
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.cluster.worker import CAPACITY, GRACE_SECONDS, LEASE_SECONDS, RETENTION_SECONDS, Worker
 from orchestrator.config import ExternalEvent
@@ -184,13 +185,19 @@ async def open_durable_agent(
     their lease (``lease_seconds``) expires when it was killed. Leaving the block normally drains the worker (each
     run may finish its step within ``grace_seconds``, then is handed back at its last commit, to resume at the next
     open); leaving it by an exception or a cancellation hands every run back at once. The agent belongs to the store
-    from then on (its history is the store's); one with a ``SessionStoreExtension`` is refused (ValueError): the
-    run store keeps the sessions. ``wait_rules`` check answers to the questions of the agent's own extensions.
+    from then on (its history is the store's): one with a ``SessionStoreExtension`` (the run store keeps the
+    sessions) or one another ``Worker`` carries with is refused (ValueError). ``wait_rules`` check answers to the
+    questions of the agent's own extensions.
     """
     if any(isinstance(extension, SessionStoreExtension) for extension in agent.agent.extensions):
         raise ValueError(
             "the agent has a SessionStoreExtension: the run store keeps the sessions' history, approvals and plan"
             " mode itself; build the agent without it"
+        )
+    if any(isinstance(extension, DurableExtension) for extension in agent.agent.extensions):
+        raise ValueError(
+            "the agent carries runs of a store already (a Worker or open_durable_agent took it): build one agent"
+            " for each open_durable_agent"
         )
     carried = await trio.to_thread.run_sync(run_store_for, store)
     try:

@@ -3,7 +3,8 @@
 An answer posted while the run is parked resumes it in the process that holds the store, on SQLite and
 on PostgreSQL; leaving the block by an exception (raised as itself) or a cancellation hands a running run
 back at once, so the next open resumes it without waiting for its lease; steering and cancel go through
-the store; an agent that keeps its sessions in a session store is refused, saying why.
+the store; an agent that keeps its sessions in a session store, or that is carried already, is refused,
+saying why.
 """
 
 from __future__ import annotations
@@ -136,3 +137,12 @@ async def test_an_agent_with_a_session_store_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="SessionStoreExtension"):
         async with open_durable_agent(agent, tmp_path / "app.db"):
             pass
+
+
+async def test_an_agent_is_carried_by_one_open_at_a_time(tmp_path: Path) -> None:
+    agent = await asking_agent()
+    with trio.fail_after(30):
+        async with open_durable_agent(agent, tmp_path / "app.db"):
+            with pytest.raises(ValueError, match="carries runs of a store already"):
+                async with open_durable_agent(agent, tmp_path / "other.db"):
+                    pass
