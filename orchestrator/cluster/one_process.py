@@ -13,6 +13,7 @@ on the same store share the work; see docs/durability/index.md.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,11 +38,36 @@ from orchestrator.runtime.pending import WaitRule
 from orchestrator.store.runs import RunRecord
 from orchestrator.store.runs_sql import SQLRunStore, is_run_store_url, open_run_store, sqlite_run_store
 
-__all__ = ["DurableAgent", "open_durable_agent", "run_store_for"]
+__all__ = ["DurableAgent", "open_durable_agent", "run_store_for", "take_over_local"]
 
 HAND_BACK_SECONDS = 5.0
 """How long a block left by an exception or a cancellation waits for its runs to unwind once handed back (a thread
 tool cut off may take longer; nothing of its run is written any more, so the process may go)."""
+
+
+def gone_from_this_machine(owner: str) -> bool:
+    """Whether ``owner`` names a carrier of this machine whose process has ended: a worker's default name
+    (``host:pid:random``) with this host's name and the id of no running process."""
+    host, _, rest = owner.partition(":")
+    pid, _, _ = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # a process of another user: alive
+        return False
+    return False
+
+
+def take_over_local(store: SQLRunStore) -> list[str]:
+    """On SQLite (one machine), end the leases of the carriers of this machine that are gone (a process killed while
+    it carried runs): their runs are resumed at once, not once the leases run out. The request ids taken over."""
+    if store.dialect.name != "sqlite":
+        return []
+    owners = {record.lease_owner for record in store.runs(active=True) if record.status == "running"}
+    return store.expire_leases(sorted(owner for owner in owners if owner and gone_from_this_machine(owner)))
 
 
 def run_store_for(where: str | os.PathLike[str]) -> SQLRunStore:
@@ -181,8 +207,9 @@ async def open_durable_agent(
     """Open ``store`` (a run store URL or an SQLite file's path) and carry its runs with ``agent`` in this task's
     nursery until the block ends; yield the client that starts and answers them.
 
-    Runs left unfinished by an earlier process are resumed by themselves: at once when it handed them back, once
-    their lease (``lease_seconds``) expires when it was killed. Leaving the block normally drains the worker (each
+    Runs left unfinished by an earlier process are resumed by themselves: at once when it handed them back, or when
+    it was killed and it ran on this machine with an SQLite file (``take_over_local``); otherwise once its lease
+    (``lease_seconds``) on them expires. Leaving the block normally drains the worker (each
     run may finish its step within ``grace_seconds``, then is handed back at its last commit, to resume at the next
     open); leaving it by an exception or a cancellation hands every run back at once. The agent belongs to the store
     from then on (its history is the store's): one with a ``SessionStoreExtension`` (the run store keeps the
@@ -206,6 +233,7 @@ async def open_durable_agent(
         carried.close()
         raise
     try:
+        await trio.to_thread.run_sync(take_over_local, carried)
         worker = Worker(
             agent,
             carried,

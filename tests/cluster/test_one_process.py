@@ -4,12 +4,15 @@ An answer posted while the run is parked resumes it in the process that holds th
 on PostgreSQL; leaving the block by an exception (raised as itself) or a cancellation hands a running run
 back at once, so the next open resumes it without waiting for its lease; steering and cancel go through
 the store; an agent that keeps its sessions in a session store, or that is carried already, is refused,
-saying why.
+saying why; a run of a process of this machine that was killed is taken over at once, not after its lease.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +149,73 @@ async def test_an_agent_is_carried_by_one_open_at_a_time(tmp_path: Path) -> None
             with pytest.raises(ValueError, match="carries runs of a store already"):
                 async with open_durable_agent(agent, tmp_path / "other.db"):
                     pass
+
+
+KILLED_CHILD = """
+import sys
+
+import trio
+
+from orchestrator import AssistantMessage, ScriptedModel, ToolCall, create_agent, tool
+from orchestrator.cluster import open_durable_agent
+
+
+@tool
+async def slow_paint(colour: str) -> str:
+    '''Paint, slowly.
+
+    Args:
+        colour: the colour
+    '''
+    print("painting", flush=True)
+    await trio.sleep(3600)
+    return f"painted {colour}"
+
+
+async def main() -> None:
+    model = ScriptedModel([AssistantMessage("", (ToolCall("p1", "slow_paint", {"colour": "red"}),))])
+    agent = await create_agent(model, tools=[slow_paint])
+    async with open_durable_agent(agent, sys.argv[1], lease_seconds=600) as runs:
+        await runs.start("s1", "paint", request_id="r1")
+        await trio.sleep_forever()
+
+
+trio.run(main)
+"""
+
+
+async def test_a_run_of_a_killed_process_of_this_machine_is_taken_over_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CHILD, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    try:
+        assert child.stdout is not None
+        line = await trio.to_thread.run_sync(child.stdout.readline)
+        assert line.strip() == b"painting", child.stderr.read() if child.stderr else ""
+    finally:
+        child.kill()
+        child.wait(30)
+
+    @tool
+    async def slow_paint(colour: str) -> str:
+        """Paint, slowly.
+
+        Args:
+            colour: the colour
+        """
+        raise AssertionError("a call cut off is not run again")
+
+    model = ScriptedModel([AssistantMessage("Told them.")])
+    agent = await create_agent(model, tools=[slow_paint])
+    with trio.fail_after(30):  # its lease has 600 s left: only a take-over resumes it within the test
+        async with open_durable_agent(agent, path, lease_seconds=600) as runs:
+            names = [event.name async for event in runs.events("r1")]
+            result = await runs.result("r1")
+            history = await runs.history("s1")
+    assert names[-1] == "run_completed" and "run_resumed" in names
+    assert result is not None and result.content == "Told them."
+    assert CUT_OFF in next(m for m in history if isinstance(m, ToolMessage)).text

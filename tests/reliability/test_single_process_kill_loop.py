@@ -35,7 +35,9 @@ from orchestrator.store.runs_sql import sqlite_run_store
 REPO = Path(__file__).resolve().parents[2]
 RUNS = 6
 KILLS = 12
-LEASE = 1.0
+LEASE = 600.0
+"""Longer than the test: a run of a killed child is resumed by the next one at once (it takes the run over), never by
+its lease running out."""
 CUT_OFF = "may or may not have taken effect"
 
 CHILD = textwrap.dedent(
