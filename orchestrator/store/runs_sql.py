@@ -921,6 +921,24 @@ class SQLRunStore(RunStore):
                 raise self._lost(db, lease)
             self._notify(db)
 
+    def expire_leases(self, owners: Sequence[str]) -> list[str]:
+        """End at once the leases ``owners`` (carriers known to be gone) hold on running runs, so that the next claim
+        takes those runs over without waiting for the leases to run out; the request ids of those runs. A carrier
+        judged gone wrongly loses its runs as at a lease expiry: its next commit is fenced off (LeaseLost)."""
+        if not owners:
+            return []
+        marks = ", ".join("?" for _ in owners)
+        with self._transaction("expire_leases") as db:
+            db.execute(
+                f"UPDATE orchestrator_runs SET lease_expires = 0 WHERE status = 'running' AND lease_owner IN ({marks})"
+                " RETURNING request_id",
+                tuple(owners),
+            )
+            expired = [str(row[0]) for row in db.fetchall()]
+            if expired:
+                self._notify(db)
+        return expired
+
     def _append_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], now: float) -> None:
         table = self.dialect.messages_table
         db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))

@@ -202,3 +202,18 @@ def test_a_commit_stores_the_fingerprint_it_carries_and_keeps_it_otherwise(store
     parked = store.run("r1")
     assert parked is not None and parked.status == "parked" and parked.fingerprint == '{"digest": "b", "summary": {}}'
     assert [row.fingerprint for row in store.runs("s1")] == ['{"digest": "b", "summary": {}}']
+
+
+def test_the_leases_of_gone_carriers_end_at_once_and_fence_them_off(store: RunStore) -> None:
+    for n in range(2):
+        store.create_run(f"s{n}", f"r{n}", INPUT)
+    [gone] = store.claim("gone", 600, limit=1)
+    [alive] = store.claim("alive", 600, limit=1)
+    assert store.claim("w3", 600, limit=5) == []
+    assert store.expire_leases(["gone", "never-held-one"]) == [gone.request_id]  # type: ignore[attr-defined]
+    assert store.expire_leases([]) == []  # type: ignore[attr-defined]
+    [taken] = store.claim("w3", 600, limit=5)
+    assert taken.request_id == gone.request_id
+    with pytest.raises(LeaseLost):
+        store.commit(gone, RunCommit(events=(event(gone.request_id, 1),)))
+    store.commit(alive, RunCommit(events=(event(alive.request_id, 1),)))
