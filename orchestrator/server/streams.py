@@ -25,7 +25,7 @@ from orchestrator.host import AgentHost
 from orchestrator.runtime.handle import EventsExpired
 from orchestrator.server.hosted import host_closing
 from orchestrator.wire.format import encode_event
-from orchestrator.wire.sse import CLOSING_EVENT, sse_closing_frame, sse_error_frame, sse_frame
+from orchestrator.wire.sse import CLOSING_EVENT, sse_closing_frame, sse_error_frame, sse_frames
 
 __all__ = ["CLOSING_EVENT", "EventStreamResponse", "asgi_server_stopping", "sse_response"]
 
@@ -75,8 +75,7 @@ class EventStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        frames = (chunk.encode() async for chunk in _frames(self.batches, self.stop))
-        end = await stream_frames(receive, send, frames, self.stop)
+        end = await stream_frames(receive, send, _frames(self.batches, self.stop), self.stop)
         aclose = getattr(self.batches, "aclose", None)
         if aclose is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
@@ -144,8 +143,8 @@ class _suppress_os_error:
         return kind is not None and issubclass(kind, OSError)
 
 
-async def _frames(batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason) -> AsyncIterator[str]:
-    """SSE frames of a run's events, as many per chunk as are ready; ends after the terminal event.
+async def _frames(batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason) -> AsyncIterator[bytes]:
+    """SSE frames of a run's events, a batch (as many as are ready) per chunk; ends after the terminal event.
 
     A stream that cannot reach it (its reader fell behind the retained events,
     or the backend failed) ends with an error frame instead of a cut response;
@@ -153,16 +152,16 @@ async def _frames(batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason
     """
     try:
         async for batch in batches:
-            yield "".join(sse_frame(event) for event in batch)
+            yield sse_frames(batch)
     except EventsExpired as expired:
-        yield sse_error_frame(expired)
+        yield sse_error_frame(expired).encode()
     except Exception as error:
         reason = stop()
         if reason is not None:
-            yield sse_closing_frame(reason)
+            yield sse_closing_frame(reason).encode()
             return
         logger.exception("the event stream failed")
-        yield sse_error_frame(error)
+        yield sse_error_frame(error).encode()
 
 
 
