@@ -12,6 +12,7 @@ reading.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
@@ -103,36 +104,36 @@ async def stream_frames(
     receive: Receive, send: Send, frames: AsyncIterator[bytes], stop: StopReason | None = None
 ) -> StreamEnd:
     """Send ``frames`` as body chunks until they run out, the reader disconnects (a send that fails counts as
-    that), or ``stop()`` gives a reason (asked every CLOSING_POLL_SECONDS); the caller sends the last chunk."""
+    that), or ``stop()`` gives a reason (asked every CLOSING_POLL_SECONDS); the caller sends the last chunk.
+
+    The frames are sent from the calling task; one watcher beside it listens for the disconnect and asks ``stop``.
+    """
     end = StreamEnd()
     async with anyio.create_task_group() as group:
+        group.start_soon(_watch, receive, stop, end, group.cancel_scope)
+        try:
+            async for frame in frames:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+            end.ended = True
+        except OSError:  # the reader is gone; the run goes on
+            end.gone = True
+        group.cancel_scope.cancel()
+    return end
 
-        async def pump() -> None:
-            try:
-                async for frame in frames:
-                    await send({"type": "http.response.body", "body": frame, "more_body": True})
-                end.ended = True
-            except OSError:  # the reader is gone; the run goes on
-                end.gone = True
-            group.cancel_scope.cancel()
 
-        async def watch(stop: StopReason) -> None:
-            while (reason := stop()) is None:
-                await anyio.sleep(CLOSING_POLL_SECONDS)
-            end.reason = reason
-            group.cancel_scope.cancel()
-
-        async def listen() -> None:
+async def _watch(receive: Receive, stop: StopReason | None, end: StreamEnd, scope: anyio.CancelScope) -> None:
+    """Until the reader disconnects (``end.gone``) or ``stop()`` gives a reason (``end.reason``), then end the
+    stream: waits for the disconnect, asking ``stop`` every CLOSING_POLL_SECONDS in between."""
+    poll = math.inf if stop is None else CLOSING_POLL_SECONDS
+    while stop is None or (reason := stop()) is None:
+        with anyio.move_on_after(poll):
             while (await receive())["type"] != "http.disconnect":
                 pass
             end.gone = True
-            group.cancel_scope.cancel()
-
-        group.start_soon(pump)
-        if stop is not None:
-            group.start_soon(watch, stop)
-        group.start_soon(listen)
-    return end
+            scope.cancel()
+            return
+    end.reason = reason
+    scope.cancel()
 
 
 class _suppress_os_error:
