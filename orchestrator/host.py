@@ -322,7 +322,7 @@ class AgentHost:
                 if abandon is not None and result.error is None:
                     abandon(result.value)
 
-        call = self._submit(fn, args, report, AppLoop(loop, contextvars.copy_context()))
+        call = self._submit(fn, args, report, AppLoop(loop, contextvars.copy_context(), self._post))
         if abandon is None:
             try:
                 return await future
@@ -368,7 +368,7 @@ class AgentHost:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return AppLoop(loop, contextvars.copy_context())
+            return AppLoop(loop, contextvars.copy_context(), self._post)
         return None
 
     @property
