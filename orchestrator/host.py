@@ -6,11 +6,14 @@ and its outcome comes back to the caller: as an awaitable on the caller's
 asyncio loop (``await host.start(...)``), or, through ``host.sync``, as a plain
 blocking call. No call blocks a thread of the caller's loop while it waits.
 
-Events cross the boundary on demand: ``host.events(request_id, after=seq)``
-asks the run's log for the next batch only when the consumer wants more, so a
-slow consumer holds back nothing but its own reading (the run never waits for
-it; its memory is bounded by the run's retained log), and a consumer that
-stops and comes back with the last ``seq`` it saw misses nothing.
+Events cross the boundary as the consumer reads: ``host.events(request_id,
+after=seq)`` has a reader in the host's thread hand the run's batches over at
+most ``PUMP_WINDOW`` batches ahead of the consumer, so a slow consumer holds
+back nothing but its own reading (the run never waits for it; its memory is
+bounded by the run's retained log), and a consumer that stops and comes back
+with the last ``seq`` it saw misses nothing. Calls made while the host's
+thread has not yet taken the previous ones in cross together, with one wake-up
+of its loop.
 
 Cancelling an awaiting asyncio task cancels what it started in the trio thread
 (``await host.run(...)`` then cancels the request). A caller of ``host.start``
@@ -34,6 +37,7 @@ are taken only in ``serving``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import inspect
@@ -66,6 +70,8 @@ GRACE_SECONDS = 30.0
 """How long ``close()`` lets requests that work finish before it cancels them."""
 CLOSE_SECONDS = 30.0
 """How long ``close()`` waits for the host's thread past the grace period (requests settle under their own bound)."""
+PUMP_WINDOW = 4
+"""Batches of events a reader in the host's thread hands over before its consumer has taken the first of them."""
 
 
 class HostClosed(AgentError):
@@ -92,16 +98,16 @@ class _Call:
     ``app_loop``: the caller's asyncio loop and contextvars, for the requests the call makes.
     """
 
-    def __init__(self, token: trio.lowlevel.TrioToken, app_loop: AppLoop | None) -> None:
-        self._token = token
+    def __init__(self, post: Callable[..., None], app_loop: AppLoop | None) -> None:
+        self._post = post
         self.app_loop = app_loop
         self.scope: trio.CancelScope | None = None
         self.cancelled = False
 
     def cancel(self) -> None:
         self.cancelled = True
-        with contextlib.suppress(trio.RunFinishedError):
-            self._token.run_sync_soon(self._cancel_scope)
+        with contextlib.suppress(HostClosed):
+            self._post(self._cancel_scope)
 
     def _cancel_scope(self) -> None:
         if self.scope is not None:
@@ -134,6 +140,9 @@ class AgentHost:
         self._nursery: trio.Nursery | None = None
         self._stop: trio.Event | None = None
         self._lock = threading.Lock()
+        self._inbox: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] = collections.deque()
+        self._inbox_lock = threading.Lock()
+        self._inbox_posted = False
         self._machine = BoundMachine(AGENT_HOST, {})
         self._client: AgentClient | None = None
         self._app_loop: asyncio.AbstractEventLoop | None = _running_loop()
@@ -237,25 +246,54 @@ class AgentHost:
         report: Callable[[_Outcome[T]], None],
         app_loop: AppLoop | None,
     ) -> _Call:
-        token = self._token
-        if token is None or not self._serving:
+        if self._token is None or not self._serving:
             raise HostClosed(f"the host is {self.state}")
-        call = _Call(token, app_loop)
-        try:
-            token.run_sync_soon(self._spawn, call, fn, args, report)
-        except trio.RunFinishedError:
-            raise HostClosed("the host is closed") from None
+        call = _Call(self._post, app_loop)
+        self._post(self._spawn, call, fn, args, report)
         return call
 
     def _submit_sync(self, fn: Callable[[T], None], value: T) -> None:
         """Run ``fn(value)`` in the host's thread, after everything submitted before it."""
+        self._post(fn, value)
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` in the host's thread soon, after everything posted before it (from any thread).
+
+        Posts the host's thread has not taken in yet wait in one inbox, taken in at one wake-up of its loop,
+        so a busy caller's calls cross together. HostClosed once the loop has ended."""
         token = self._token
         if token is None:
             raise HostClosed(f"the host is {self.state}")
+        with self._inbox_lock:
+            self._inbox.append((fn, args))
+            if self._inbox_posted:
+                return
+            self._inbox_posted = True
         try:
-            token.run_sync_soon(fn, value)
+            token.run_sync_soon(self._take_inbox)
         except trio.RunFinishedError:
+            self._refuse_inbox()
             raise HostClosed("the host is closed") from None
+
+    def _take_inbox(self) -> None:
+        """In the host's thread: run what was posted, in order."""
+        with self._inbox_lock:
+            posted = list(self._inbox)
+            self._inbox.clear()
+            self._inbox_posted = False
+        for fn, args in posted:
+            fn(*args)
+
+    def _refuse_inbox(self) -> None:
+        """The loop has ended with posts in the inbox: their calls get HostClosed (``_spawn`` says so), the rest
+        (cancellations, abandoned runs, a reader's credit) have nothing left to act on."""
+        with self._inbox_lock:
+            posted = list(self._inbox)
+            self._inbox.clear()
+            self._inbox_posted = False
+        for fn, args in posted:
+            if fn == self._spawn:
+                fn(*args)
 
     # calling across ---------------------------------------------------------------
 
@@ -284,7 +322,7 @@ class AgentHost:
                 if abandon is not None and result.error is None:
                     abandon(result.value)
 
-        call = self._submit(fn, args, report, AppLoop(loop, contextvars.copy_context()))
+        call = self._submit(fn, args, report, AppLoop(loop, contextvars.copy_context(), self._post))
         if abandon is None:
             try:
                 return await future
@@ -330,7 +368,7 @@ class AgentHost:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return AppLoop(loop, contextvars.copy_context())
+            return AppLoop(loop, contextvars.copy_context(), self._post)
         return None
 
     @property
@@ -382,9 +420,36 @@ class AgentHost:
         return self._read(follower)
 
     async def _read(self, follower: EventFollower) -> AsyncIterator[AgentEvent]:
-        while batch := await self.call(follower.batch, READ_BATCH):
+        async for batch in self.batches(follower, list):
             for event in batch:
                 yield event
+
+    async def batches(
+        self, follower: EventFollower, transform: Callable[[list[AgentEvent]], list[T]]
+    ) -> AsyncIterator[list[T]]:
+        """``follower``'s batches (as ``transform`` gives them, in the host's thread) for a consumer on this
+        asyncio loop, ending after the run's last; a reader in the host's thread hands them over at most
+        PUMP_WINDOW ahead. Leaving (or cancelling) the consumer stops that reader and nothing else.
+
+        ``follower`` must come from the host's thread (``host.call``); HostClosed when the host closes."""
+        pump = _Pump(self, follower, transform, asyncio.get_running_loop())
+        self._post(self._launch, pump)
+        try:
+            while True:
+                outcome = await pump.next()
+                batch = outcome.unwrap()
+                if not batch:
+                    return
+                yield batch
+        finally:
+            pump.stop()
+
+    def _launch(self, pump: _Pump[Any]) -> None:
+        """In the host's thread: start ``pump``'s reader, unless the host no longer serves."""
+        if not self._serving or self._nursery is None:
+            pump.hand(_Outcome(error=HostClosed(f"the host is {self.state}")))
+            return
+        self._nursery.start_soon(pump.run)
 
     async def history(self, session_id: str) -> list[Message]:
         """The session's messages, from the agent's history or its store extension (empty when none knows it)."""
@@ -489,6 +554,99 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 class _CallCancelled(AgentError):
     """The caller stopped waiting, and the call was cancelled in the host's thread."""
+
+
+class _Pump(Generic[T]):
+    """One reader's batches crossing from the host's thread to its consumer's asyncio loop without a round trip
+    per batch: ``run`` (host's thread) reads and hands them over, ``next`` (the loop) takes them; the reader
+    waits once it is PUMP_WINDOW batches ahead, and is woken as the consumer takes them."""
+
+    def __init__(
+        self,
+        host: AgentHost,
+        follower: EventFollower,
+        transform: Callable[[list[AgentEvent]], list[T]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.host = host
+        self.follower = follower
+        self.transform = transform
+        self.loop = loop
+        self.ready: collections.deque[_Outcome[list[T]]] = collections.deque()
+        self.arrived = asyncio.Event()
+        self.handed = 0  # written in the host's thread only
+        self.taken = 0  # written on the loop only
+        self.waiting: trio.Event | None = None  # set by the host's thread while it waits for the consumer
+        self.scope: trio.CancelScope | None = None
+        self.stopped = False
+        self.finished = False
+
+    # the host's thread
+
+    async def run(self) -> None:
+        with trio.CancelScope() as scope:
+            self.scope = scope
+            if self.stopped:
+                return
+            try:
+                while True:
+                    while self.handed - self.taken >= PUMP_WINDOW:
+                        self.waiting = waiting = trio.Event()
+                        if self.handed - self.taken < PUMP_WINDOW:
+                            break
+                        await waiting.wait()
+                    batch = await self.follower.batch(READ_BATCH)
+                    self.hand(_Outcome(value=self.transform(batch)))
+                    if not batch:
+                        return
+            except trio.Cancelled:
+                if not self.stopped:
+                    closed = HostClosed("the host closed during the call")
+                    self.hand(_Outcome(error=closed if not self.host._serving else _CallCancelled()))
+                raise
+            except Exception as error:
+                self.hand(_Outcome(error=error))
+
+    def hand(self, outcome: _Outcome[list[T]]) -> None:
+        self.handed += 1
+        try:
+            self.loop.call_soon_threadsafe(self._arrive, outcome)
+        except RuntimeError:  # the consumer's loop is gone: nobody reads any more
+            self.stopped = True
+            if self.scope is not None:
+                self.scope.cancel()
+
+    def _cancel(self) -> None:
+        self.stopped = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    # the consumer's loop
+
+    def _arrive(self, outcome: _Outcome[list[T]]) -> None:
+        self.ready.append(outcome)
+        self.arrived.set()
+
+    async def next(self) -> _Outcome[list[T]]:
+        while not self.ready:
+            self.arrived.clear()
+            await self.arrived.wait()
+        outcome = self.ready.popleft()
+        self.taken += 1
+        waiting = self.waiting
+        if waiting is not None and not waiting.is_set():
+            with contextlib.suppress(HostClosed):
+                self.host._post(waiting.set)
+        if outcome.error is not None or not outcome.value:
+            self.finished = True
+        return outcome
+
+    def stop(self) -> None:
+        """The consumer left: stop the reader in the host's thread (if it still reads)."""
+        if not self.finished:
+            self.finished = True
+            with contextlib.suppress(HostClosed):
+                self.host._post(self._cancel)
 
 
 def _abandon(handle: RunHandle) -> None:

@@ -59,10 +59,10 @@ class AppTaskCancelled(AgentError):
 class _Crossing:
     """One coroutine run as an asyncio task for a trio task that waits for it."""
 
-    __slots__ = ("cancel_requested", "cancelled_by_app", "done", "error", "task", "token", "value")
+    __slots__ = ("cancel_requested", "cancelled_by_app", "done", "error", "task", "value", "wake")
 
-    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
-        self.token = token
+    def __init__(self, wake: Callable[..., None]) -> None:
+        self.wake = wake
         self.done = trio.Event()
         self.task: asyncio.Task[Any] | None = None
         self.cancel_requested = False
@@ -97,18 +97,28 @@ class _Crossing:
         self._report()
 
     def _report(self) -> None:
-        with contextlib.suppress(trio.RunFinishedError):
-            self.token.run_sync_soon(self.done.set)
+        with contextlib.suppress(trio.RunFinishedError, AgentError):  # the request's loop has ended: nobody waits
+            self.wake(self.done.set)
 
 
 class AppLoop:
-    """An application's asyncio loop and the contextvars of the code that started a request from it."""
+    """An application's asyncio loop and the contextvars of the code that started a request from it.
 
-    __slots__ = ("context", "loop")
+    ``wake(fn, *args)`` runs ``fn`` in the request's trio loop from the app loop (default: its token's
+    ``run_sync_soon``); a host gives its own, which lets many crossings share one wake-up.
+    """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context) -> None:
+    __slots__ = ("context", "loop", "wake")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        context: contextvars.Context,
+        wake: Callable[..., None] | None = None,
+    ) -> None:
         self.loop = loop
         self.context = context
+        self.wake = wake
 
     @property
     def running(self) -> bool:
@@ -121,7 +131,7 @@ class AppLoop:
         when the loop cannot take it; AppTaskCancelled when the app side cancelled the task.
         """
         coro = awaitable if isinstance(awaitable, types.CoroutineType) else _awaiting(awaitable)
-        crossing = _Crossing(trio.lowlevel.current_trio_token())
+        crossing = _Crossing(self.wake or trio.lowlevel.current_trio_token().run_sync_soon)
         try:
             if not self.running:
                 raise RuntimeError("the loop is not running")

@@ -21,6 +21,7 @@ from orchestrator.host import AgentHost
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, Backend, LocalBackend
 from orchestrator.server.bodies import DEFAULT_MAX_BODY_BYTES
 from orchestrator.server.deletion import session_deletion
+from orchestrator.server.dispatch import ExceptionHandler, HotRoutes
 from orchestrator.server.drain import DEFAULT_GRACE_SECONDS, Drain, DrainGuard, drained
 from orchestrator.server.errors import HTTPRefusal, send_refusal
 from orchestrator.server.guard import CONSOLE_PATHS, CONSOLE_PREFIXES, HEALTH_PATH, TokenGuard
@@ -244,21 +245,20 @@ def create_app(
                 pruning.cancel_scope.cancel()
         await drained(backend, drain, grace_seconds)
 
+    errors: dict[type[Exception], ExceptionHandler] = {
+        HTTPRefusal: _refused,
+        StoreUnavailable: _store_unavailable,
+        SessionNotFound: _session_not_found,
+    }
     app = Starlette(
         lifespan=lifespan,
         routes=routes,
-        exception_handlers={
-            HTTPRefusal: _refused,
-            StoreUnavailable: _store_unavailable,
-            SessionNotFound: _session_not_found,
-            404: _not_found,
-            405: _method_not_allowed,
-        },
+        exception_handlers={**errors, 404: _not_found, 405: _method_not_allowed},
     )
     app.state.service = service
     open_prefixes = CONSOLE_PREFIXES if settings.console else ()
     open_paths = {HEALTH_PATH, CARD_PATH, *(CONSOLE_PATHS if settings.console else ())}
-    inner: ASGIApp = DrainGuard(app, drain)
+    inner: ASGIApp = DrainGuard(HotRoutes(app, service.start_run, service.run_events, errors), drain)
     guarded: ASGIApp
     if authenticate is not None:
         guarded = AuthGuard(inner, authenticate, open_paths=open_paths, open_prefixes=open_prefixes)

@@ -2,9 +2,9 @@
 
 Every call crosses into the host's thread and runs there on the same
 ``LocalBackend`` a trio server uses, so the routes cannot tell the two hosts
-apart. An event stream reads one batch per crossing, only as the response
-wants more; a reader that leaves (or is cut off) stops reading and nothing
-else: the run goes on.
+apart. An event stream's batches are encoded in the host's thread and handed
+over a few ahead of the response (``AgentHost.batches``); a reader that leaves
+(or is cut off) stops reading and nothing else: the run goes on.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from machines.build import Step
 from orchestrator import wire
 from orchestrator.config import ExternalEvent
 from orchestrator.delivery import Delivery
+from orchestrator.events import AgentEvent
 from orchestrator.host import AgentHost
 from orchestrator.limits import UsageLimits
 from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
-from orchestrator.runtime.handle import READ_BATCH, EventFollower
+from orchestrator.runtime.handle import EventFollower
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, LocalBackend, RunView
 from orchestrator.store.retention import PruneReport, Retention
 
@@ -60,14 +61,10 @@ class HostBackend:
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
         follower = await self.host.call(self._follow, request_id, after)  # UnknownRun, EventsExpired: here
-        return self._batches(follower)
+        return self.host.batches(follower, _encoded_batch)
 
     async def _follow(self, request_id: str, after: int) -> EventFollower:
         return self.local.client.attach(request_id).events(after)
-
-    async def _batches(self, follower: EventFollower) -> AsyncIterator[list[dict[str, Any]]]:
-        while batch := await self.host.call(_encoded_batch, follower):
-            yield batch
 
     async def deliver(
         self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
@@ -118,6 +115,6 @@ def host_closing(host: AgentHost) -> str | None:
     return None if host.state == "serving" else f"the agent host is {host.state}"
 
 
-async def _encoded_batch(follower: EventFollower) -> list[dict[str, Any]]:
-    """The follower's next batch as wire JSON (in the host's thread); empty once the run has ended."""
-    return [wire.encode_event(event) for event in await follower.batch(READ_BATCH)]
+def _encoded_batch(batch: list[AgentEvent]) -> list[dict[str, Any]]:
+    """A batch of events as wire JSON (in the host's thread)."""
+    return [wire.encode_event(event) for event in batch]

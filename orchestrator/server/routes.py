@@ -222,7 +222,7 @@ class Service:
             raise not_found(f"no live or recent run {request_id!r}") from None
         except EventsExpired as expired:
             raise HTTPRefusal(410, "EventsExpired", str(expired)) from None
-        return EventStreamResponse(batches, self.stopping)
+        return EventStreamResponse(batches, self.stopping, request_id)
 
     def stopping(self) -> str | None:
         """Why open event streams must end now (the server or the backend is stopping), else None."""

@@ -12,20 +12,21 @@ reading.
 from __future__ import annotations
 
 import logging
+import math
 import signal
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import Any
 
 import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from orchestrator.events import AgentEvent
+from orchestrator.events import AgentEvent, RunCancelledEvent, RunCompletedEvent, RunFailedEvent
 from orchestrator.host import AgentHost
 from orchestrator.runtime.handle import EventsExpired
 from orchestrator.server.hosted import host_closing
 from orchestrator.wire.format import encode_event
-from orchestrator.wire.sse import CLOSING_EVENT, sse_closing_frame, sse_error_frame, sse_frame
+from orchestrator.wire.sse import CLOSING_EVENT, sse_closing_frame, sse_error_frame, sse_frames
 
 __all__ = ["CLOSING_EVENT", "EventStreamResponse", "asgi_server_stopping", "sse_response"]
 
@@ -67,24 +68,30 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason) -> None:
+    def __init__(
+        self, batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason, request_id: str | None = None
+    ) -> None:
+        """``request_id``, when given, is the run whose terminal event ends the stream: its chunk goes with the
+        body's end (one write fewer than an empty last chunk)."""
         super().__init__(headers=SSE_HEADERS, media_type=self.media_type)
         self.raw_headers = [(name, value) for name, value in self.raw_headers if name != b"content-length"]
         self.batches = batches
         self.stop = stop
+        self.request_id = request_id
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        frames = (chunk.encode() async for chunk in _frames(self.batches, self.stop))
-        end = await stream_frames(receive, send, frames, self.stop)
-        aclose = getattr(self.batches, "aclose", None)
-        if aclose is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+        frames = _Frames(self.batches, self.stop, self.request_id)
+        end = await stream_frames(receive, send, frames, self.stop, frames.is_last)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+            await frames.aclose()
+            aclose = getattr(self.batches, "aclose", None)
+            if aclose is not None:
                 await aclose()
         if end.gone:
             return
         with anyio.move_on_after(1), _suppress_os_error():
-            tail = sse_closing_frame(end.reason).encode() if end.reason is not None and not end.ended else b""
+            tail = sse_closing_frame(end.reason).encode() if end.reason is not None and not end.ended else end.tail
             await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
@@ -92,48 +99,58 @@ class StreamEnd:
     """How a streamed response's frames ended: the reader went away (``gone``), they ran out (``ended``), or the
     server stopped them (``reason``, from its StopReason)."""
 
-    __slots__ = ("ended", "gone", "reason")
+    __slots__ = ("ended", "gone", "reason", "tail")
 
     def __init__(self) -> None:
         self.gone = False
         self.ended = False
         self.reason: str | None = None
+        self.tail = b""
+        """The last frame, not sent: it goes with the body's end."""
 
 
 async def stream_frames(
-    receive: Receive, send: Send, frames: AsyncIterator[bytes], stop: StopReason | None = None
+    receive: Receive,
+    send: Send,
+    frames: AsyncIterator[bytes],
+    stop: StopReason | None = None,
+    is_last: Callable[[], bool] | None = None,
 ) -> StreamEnd:
     """Send ``frames`` as body chunks until they run out, the reader disconnects (a send that fails counts as
-    that), or ``stop()`` gives a reason (asked every CLOSING_POLL_SECONDS); the caller sends the last chunk."""
+    that), or ``stop()`` gives a reason (asked every CLOSING_POLL_SECONDS); the caller sends the last chunk:
+    the frame ``is_last()`` said was the last one, kept unsent as ``tail`` to go with the body's end.
+
+    The frames are sent from the calling task; one watcher beside it listens for the disconnect and asks ``stop``.
+    """
     end = StreamEnd()
     async with anyio.create_task_group() as group:
+        group.start_soon(_watch, receive, stop, end, group.cancel_scope)
+        try:
+            async for frame in frames:
+                if is_last is not None and is_last():
+                    end.tail = frame
+                    break
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+            end.ended = True
+        except OSError:  # the reader is gone; the run goes on
+            end.gone = True
+        group.cancel_scope.cancel()
+    return end
 
-        async def pump() -> None:
-            try:
-                async for frame in frames:
-                    await send({"type": "http.response.body", "body": frame, "more_body": True})
-                end.ended = True
-            except OSError:  # the reader is gone; the run goes on
-                end.gone = True
-            group.cancel_scope.cancel()
 
-        async def watch(stop: StopReason) -> None:
-            while (reason := stop()) is None:
-                await anyio.sleep(CLOSING_POLL_SECONDS)
-            end.reason = reason
-            group.cancel_scope.cancel()
-
-        async def listen() -> None:
+async def _watch(receive: Receive, stop: StopReason | None, end: StreamEnd, scope: anyio.CancelScope) -> None:
+    """Until the reader disconnects (``end.gone``) or ``stop()`` gives a reason (``end.reason``), then end the
+    stream: waits for the disconnect, asking ``stop`` every CLOSING_POLL_SECONDS in between."""
+    poll = math.inf if stop is None else CLOSING_POLL_SECONDS
+    while stop is None or (reason := stop()) is None:
+        with anyio.move_on_after(poll):
             while (await receive())["type"] != "http.disconnect":
                 pass
             end.gone = True
-            group.cancel_scope.cancel()
-
-        group.start_soon(pump)
-        if stop is not None:
-            group.start_soon(watch, stop)
-        group.start_soon(listen)
-    return end
+            scope.cancel()
+            return
+    end.reason = reason
+    scope.cancel()
 
 
 class _suppress_os_error:
@@ -144,25 +161,60 @@ class _suppress_os_error:
         return kind is not None and issubclass(kind, OSError)
 
 
-async def _frames(batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason) -> AsyncIterator[str]:
-    """SSE frames of a run's events, as many per chunk as are ready; ends after the terminal event.
+RUN_ENDS = frozenset({RunCompletedEvent.kind, RunFailedEvent.kind, RunCancelledEvent.kind})
+"""The events that end a run's stream: its own last event is one of them."""
+
+
+class _Frames:
+    """SSE frames of a run's events, a batch (as many as are ready) per chunk; ends after the terminal event.
 
     A stream that cannot reach it (its reader fell behind the retained events,
     or the backend failed) ends with an error frame instead of a cut response;
-    one whose backend is closing ends with the closing frame.
+    one whose backend is closing ends with the closing frame. ``is_last()`` says
+    whether the chunk just given is the stream's last: the run ``request_id``'s own
+    terminal event ends it (a subagent's, streamed through it, does not), as does
+    an error or closing frame.
     """
-    try:
-        async for batch in batches:
-            yield "".join(sse_frame(event) for event in batch)
-    except EventsExpired as expired:
-        yield sse_error_frame(expired)
-    except Exception as error:
-        reason = stop()
-        if reason is not None:
-            yield sse_closing_frame(reason)
+
+    def __init__(self, batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason, request_id: str | None) -> None:
+        self.batches = batches
+        self.stop = stop
+        self.request_id = request_id
+        self.last = False
+        self._chunks = self._read()
+
+    def __aiter__(self) -> _Frames:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self._chunks.__anext__()
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()
+
+    def is_last(self) -> bool:
+        return self.last
+
+    async def _read(self) -> AsyncGenerator[bytes, None]:
+        try:
+            async for batch in self.batches:
+                final = batch[-1]
+                self.last = self.request_id is not None and final["type"] in RUN_ENDS and final.get(
+                    "request_id"
+                ) == self.request_id
+                yield sse_frames(batch)
             return
-        logger.exception("the event stream failed")
-        yield sse_error_frame(error)
+        except EventsExpired as expired:
+            frame = sse_error_frame(expired)
+        except Exception as error:
+            reason = self.stop()
+            if reason is not None:
+                frame = sse_closing_frame(reason)
+            else:
+                logger.exception("the event stream failed")
+                frame = sse_error_frame(error)
+        self.last = True
+        yield frame.encode()
 
 
 

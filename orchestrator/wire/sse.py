@@ -9,7 +9,7 @@ service itself answers with for a waiting call and for a delivered event.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -19,15 +19,25 @@ from orchestrator.events import AgentEvent
 from orchestrator.runtime.pending import PendingCall
 from orchestrator.wire.format import encode_event
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""The frames' JSON writer, built once (``json.dumps`` with these options builds an encoder on every call)."""
+
 CLOSING_EVENT = "closing"
 """The SSE event type of the last frame of a stream the server ends before the run does (see ``sse_closing_frame``)."""
 
 
 def sse_frame(event: AgentEvent | Mapping[str, Any]) -> str:
     """One Server-Sent Event for ``event`` (an AgentEvent or its wire JSON): id its seq, event its type, data JSON."""
-    data = encode_event(event) if isinstance(event, AgentEvent) else event
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"id: {data['seq']}\nevent: {data['type']}\ndata: {text}\n\n"
+    return _frame(encode_event(event) if isinstance(event, AgentEvent) else event)
+
+
+def sse_frames(batch: Iterable[Mapping[str, Any]]) -> bytes:
+    """The frames (``sse_frame``) of a batch of events' wire JSON, as one UTF-8 chunk of a response body."""
+    return "".join([_frame(data) for data in batch]).encode()
+
+
+def _frame(data: Mapping[str, Any]) -> str:
+    return f"id: {data['seq']}\nevent: {data['type']}\ndata: {_COMPACT.encode(data)}\n\n"
 
 
 def sse_error_frame(error: BaseException) -> str:
