@@ -114,7 +114,8 @@ class AskUserExtension(AgentExtension):
                 return ToolResult(f"nobody answered the question within {expired.seconds:g} s", "failed")
             return str(answer["answer"])
 
-        return build_tool(ask_user)
+        # Asking again changes nothing anywhere: a durable run cut off before its question was written asks it.
+        return build_tool(ask_user, idempotent=True)
 
     async def on_tool(self, context: AgentRunContext) -> None:
         """Offer ``ask_user`` in every request."""
