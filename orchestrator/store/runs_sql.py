@@ -1308,6 +1308,8 @@ def postgres_run_store(dsn: str, *, connect_timeout: int = 10, pool_size: int = 
     def connect() -> Any:
         db = psycopg.connect(dsn, connect_timeout=connect_timeout)
         with db.transaction():
+            # Under the schema's lock: two processes making the table at once would collide in the catalogue.
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             db.execute(
                 "CREATE TABLE IF NOT EXISTS orchestrator_messages (row_id BIGSERIAL PRIMARY KEY,"
                 " session_id TEXT NOT NULL, position BIGINT NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL,"
