@@ -141,6 +141,7 @@ async def test_a_durable_run_parked_and_resumed_by_another_worker_is_one_trace_i
 ) -> None:
     from orchestrator import UserMessage
     from orchestrator.cluster.webnode import StoreBackend
+    from orchestrator.server.backend import RunStart
     from orchestrator.store.runs_sql import sqlite_run_store
     from tests.cluster import apps
     from tests.cluster.test_otel_segments import park_then_resume_elsewhere
@@ -154,7 +155,7 @@ async def test_a_durable_run_parked_and_resumed_by_another_worker_is_one_trace_i
     path = str(tmp_path / "cluster.db")
     web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
     with providers[0].get_tracer("app").start_as_current_span("POST /runs") as caller:
-        request_id = await web.start("s1", UserMessage("paint"), None)
+        request_id = await web.start(RunStart("s1", UserMessage("paint")))
     await park_then_resume_elsewhere(path, web, request_id, (providers[1], providers[2]))
     for provider in providers:
         provider.shutdown()

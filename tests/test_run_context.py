@@ -25,6 +25,7 @@ from orchestrator import (
 from orchestrator.cluster import Worker
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.config import METADATA_LIMIT, MetadataError
+from orchestrator.server.backend import RunStart
 from orchestrator.store.runs_sql import sqlite_run_store
 
 
@@ -166,7 +167,9 @@ async def test_a_resumed_run_gets_fresh_deps_from_its_stored_metadata_and_the_sa
 
     path = str(tmp_path / "runs.db")
     store = sqlite_run_store(path)
-    await StoreBackend(store).start("s1", UserMessage("charge me"), "r1", metadata={"user": "ada"})
+    await StoreBackend(store).start(
+        RunStart("s1", UserMessage("charge me"), request_id="r1", metadata={"user": "ada"})
+    )
     stored = store.run("r1")
     assert stored is not None and stored.input["metadata"] == {"user": "ada"}
 

@@ -35,6 +35,7 @@ from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMe
 from orchestrator.model import ModelSettings
 from orchestrator.runtime.handle import UnknownRun
 from orchestrator.runtime.pending import WaitRule
+from orchestrator.server.backend import RunStart
 from orchestrator.store.runs import RunRecord
 from orchestrator.store.runs_sql import SQLRunStore, is_run_store_url, open_run_store, sqlite_run_store
 
@@ -114,15 +115,17 @@ class DurableAgent:
         has not ended. With ``idempotency_key`` (and no ``request_id``) a retry returns the run the key started
         (``IdempotencyKeyReused`` for another input)."""
         return await self.backend.start(
-            session_id,
-            _as_input(user_input),
-            request_id,
-            idempotency_key,
-            metadata,
-            usage_limits=usage_limits,
+            RunStart(
+                session_id,
+                _as_input(user_input),
+                request_id=request_id,
+                idempotency_key=idempotency_key,
+                metadata=metadata,
+                usage_limits=usage_limits,
             deadline=deadline,
-            model_settings=model_settings,
-            output_type=output_type,
+                model_settings=model_settings,
+                output_type=output_type,
+            )
         )
 
     async def deliver(

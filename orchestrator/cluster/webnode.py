@@ -41,15 +41,14 @@ from orchestrator.errors import SessionBusy
 from orchestrator.events import AgentEvent, RunCancelledEvent, RunCompletedEvent
 from orchestrator.extensions.session_store import DEFAULT_WAIT_RULES
 from orchestrator.extensions.steering import STEERING_EVENT
-from orchestrator.limits import UsageLimits, usage_limits_json
-from orchestrator.messages import AssistantMessage, Message, UserMessage
-from orchestrator.model import ModelSettings
+from orchestrator.limits import usage_limits_json
+from orchestrator.messages import AssistantMessage, Message
 from orchestrator.observe.trace import NestedTrace, children_from_events
 from orchestrator.observe.trace_context import current_trace_context
 from orchestrator.output import StructuredAnswer
 from orchestrator.runtime.handle import RunPruned, UnknownRun
 from orchestrator.runtime.pending import WaitRule
-from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunView
+from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunStart, RunView
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.changes import RUN
 from orchestrator.store.errors import SessionOwned, StoreError, StoreUnavailable
@@ -113,20 +112,7 @@ class StoreBackend:
 
     # runs -------------------------------------------------------------------
 
-    async def start(
-        self,
-        session_id: str,
-        message: UserMessage,
-        request_id: str | None,
-        idempotency_key: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        *,
-        owner: str | None = None,
-        usage_limits: UsageLimits | None = None,
-        deadline: float | None = None,
-        model_settings: ModelSettings | None = None,
-        output_type: object = None,
-    ) -> str:
+    async def start(self, start: RunStart) -> str:
         """Insert a queued run. A run started with an Idempotency-Key and no request id is named
         after the key (``keyed_request_id``), so a retry to any node finds the run it started:
         the same input in the same session gets that run's id again, another input a refusal.
@@ -135,30 +121,32 @@ class StoreBackend:
         ``model_settings`` and ``output_type`` (as ``AgentRunConfig`` takes them) in its ``settings``
         (``cluster.run_settings``; UnresolvableOutputType for a type another process could not import).
         The trace context of the span current here, if any, is stored too: every segment of the run is
-        traced under it.;
-        ``owner`` is the principal the run is kept for (SessionOwned when the session is another's)."""
-        keyed = request_id is None and idempotency_key is not None
+        traced under it. ``owner`` is the principal the run is kept for (SessionOwned when the session is
+        another's)."""
+        session_id, key = start.session_id, start.idempotency_key
+        keyed = start.request_id is None and key is not None
+        request_id = start.request_id
         if request_id is None:
-            request_id = uuid.uuid4().hex if idempotency_key is None else keyed_request_id(session_id, idempotency_key)
-        encoded = wire.encode_message(message)
-        if metadata:
-            encoded["metadata"] = dict(AgentRunConfig(metadata=metadata).metadata)
-        if usage_limits is not None:
-            encoded["limits"] = usage_limits_json(usage_limits)
-        if deadline is not None:
-            encoded["deadline"] = deadline
-        settings = encode_run_settings(model_settings, output_type)
+            request_id = uuid.uuid4().hex if key is None else keyed_request_id(session_id, key)
+        encoded = wire.encode_message(start.message)
+        if start.metadata:
+            encoded["metadata"] = dict(AgentRunConfig(metadata=start.metadata).metadata)
+        if start.usage_limits is not None:
+            encoded["limits"] = usage_limits_json(start.usage_limits)
+        if start.deadline is not None:
+            encoded["deadline"] = start.deadline
+        settings = encode_run_settings(start.model_settings, start.output_type)
         traced = current_trace_context()
         try:
             await self._call(
                 lambda: self.store.create_run(
-                    session_id, request_id, encoded, trace_context=traced, settings=settings, owner=owner
+                    session_id, request_id, encoded, trace_context=traced, settings=settings, owner=start.owner
                 )
             )
         except (StoreUnavailable, SessionOwned):
             raise
         except (SessionBusy, StoreError) as refused:
-            if idempotency_key is not None:
+            if key is not None:
                 earlier: RunRecord | None = await self._call(self.store.run, request_id)
                 if (
                     earlier is not None

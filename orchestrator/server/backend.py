@@ -25,6 +25,7 @@ from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.history import ListsSessions
 from orchestrator.limits import UsageLimits
 from orchestrator.messages import UserMessage
+from orchestrator.model import ModelSettings
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import RunHandle, UnknownRun
 from orchestrator.server import sessions
@@ -54,6 +55,29 @@ class IdempotencyKeyReused(AgentError):
 
 
 @attrs.frozen
+class RunStart:
+    """What a backend starts a run with: its session and input, and what the run is started under.
+
+    ``request_id`` names the run (None: the backend names it). With ``idempotency_key``, a backend may answer
+    a retry with the run the key already started instead of refusing it. ``metadata`` is the run's
+    ``AgentRunConfig.metadata`` (MetadataError when the config refuses it), kept with the run; ``usage_limits``,
+    ``deadline`` (seconds), ``model_settings`` and ``output_type`` bound and shape the run as ``AgentRunConfig``
+    takes them. ``owner`` is the principal the session is kept for: a new session becomes its, one of another
+    principal is SessionOwned (None records and checks nothing)."""
+
+    session_id: str
+    message: UserMessage
+    request_id: str | None = attrs.field(default=None, kw_only=True)
+    idempotency_key: str | None = attrs.field(default=None, kw_only=True)
+    metadata: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+    owner: str | None = attrs.field(default=None, kw_only=True)
+    usage_limits: UsageLimits | None = attrs.field(default=None, kw_only=True)
+    deadline: float | None = attrs.field(default=None, kw_only=True)
+    model_settings: ModelSettings | None = attrs.field(default=None, kw_only=True)
+    output_type: object = attrs.field(default=None, kw_only=True)
+
+
+@attrs.frozen
 class RunView:
     request_id: str
     session_id: str
@@ -69,26 +93,8 @@ pending_json = encode_pending
 
 
 class Backend(Protocol):
-    async def start(
-        self,
-        session_id: str,
-        message: UserMessage,
-        request_id: str | None,
-        idempotency_key: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        *,
-        owner: str | None = None,
-        usage_limits: UsageLimits | None = None,
-        deadline: float | None = None,
-    ) -> str:
-        """Start a run (bounded by ``usage_limits`` and ``deadline`` seconds when given, as ``AgentRunConfig``
-        bounds it); its request id. SessionBusy, RunExists, IdempotencyKeyReused.
-
-        With ``idempotency_key``, a backend may answer a retry with the run the key already
-        started (its request id) instead of refusing it. ``metadata`` is the run's
-        ``AgentRunConfig.metadata`` (MetadataError when the config refuses it), kept with the run. ``owner``
-        is the principal the session is kept for: a new session becomes its, one of another principal is
-        SessionOwned (None records and checks nothing)."""
+    async def start(self, start: RunStart) -> str:
+        """Start a run as ``start`` says; its request id. SessionBusy, RunExists, IdempotencyKeyReused."""
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         """The owner of each of ``session_ids`` that exists (stored or running); unknown ones are left out."""
@@ -226,35 +232,26 @@ class LocalBackend:
         run = self.agent._live.get(session_id)
         return run.context.request_id if run is not None else None
 
-    async def start(
-        self,
-        session_id: str,
-        message: UserMessage,
-        request_id: str | None,
-        idempotency_key: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        *,
-        owner: str | None = None,
-        usage_limits: UsageLimits | None = None,
-        deadline: float | None = None,
-    ) -> str:
+    async def start(self, start: RunStart) -> str:
         # One process: the routes' cache of answers already replays a retried key.
-        if request_id is not None:
+        if start.request_id is not None:
             try:
-                self._handle(request_id)
+                self._handle(start.request_id)
             except UnknownRun:
                 pass
             else:
-                raise RunExists(f"a run {request_id!r} already exists")
+                raise RunExists(f"a run {start.request_id!r} already exists")
         config = AgentRunConfig(
-            session_id=session_id,
-            request_id=request_id,
-            metadata=metadata or {},
-            usage_limits=usage_limits,
-            deadline=deadline,
+            session_id=start.session_id,
+            request_id=start.request_id,
+            metadata=start.metadata or {},
+            usage_limits=start.usage_limits,
+            deadline=start.deadline,
+            model_settings=start.model_settings,
+            output_type=start.output_type,
         )
-        await self._claim(session_id, owner)
-        handle = await self.client.start(message, config=config)
+        await self._claim(start.session_id, start.owner)
+        handle = await self.client.start(start.message, config=config)
         return handle.request_id
 
     async def run(self, request_id: str) -> RunView:

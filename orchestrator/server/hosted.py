@@ -10,7 +10,7 @@ over a few ahead of the response (``AgentHost.batches``); a reader that leaves
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from machines.build import Step
@@ -19,11 +19,9 @@ from orchestrator.config import ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.events import AgentEvent
 from orchestrator.host import AgentHost
-from orchestrator.limits import UsageLimits
-from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import EventFollower
-from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, LocalBackend, RunView
+from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, LocalBackend, RunStart, RunView
 from orchestrator.store.retention import PruneReport, Retention
 
 
@@ -38,20 +36,8 @@ class HostBackend:
         """Why open event streams must end now (the host is closing or closed), else None."""
         return host_closing(self.host)
 
-    async def start(
-        self,
-        session_id: str,
-        message: UserMessage,
-        request_id: str | None,
-        idempotency_key: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        *,
-        owner: str | None = None,
-        usage_limits: UsageLimits | None = None,
-        deadline: float | None = None,
-    ) -> str:
-        start = functools.partial(self.local.start, owner=owner, usage_limits=usage_limits, deadline=deadline)
-        return await self.host.call(start, session_id, message, request_id, idempotency_key, metadata)
+    async def start(self, start: RunStart) -> str:
+        return await self.host.call(self.local.start, start)
 
     async def owners(self, session_ids: list[str]) -> dict[str, str]:
         return await self.host.call(self.local.owners, session_ids)

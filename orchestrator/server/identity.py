@@ -23,11 +23,9 @@ from orchestrator.config import ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.errors import AgentError
 from orchestrator.extensions.steering import STEERING_EVENT
-from orchestrator.limits import UsageLimits
-from orchestrator.messages import UserMessage
 from orchestrator.observe.trace import NestedTrace
 from orchestrator.runtime.handle import UnknownRun
-from orchestrator.server.backend import Backend, RunView
+from orchestrator.server.backend import Backend, RunStart, RunView
 from orchestrator.server.errors import HTTPRefusal, send_refusal
 from orchestrator.server.guard import route_path
 from orchestrator.store.errors import SessionOwned
@@ -217,34 +215,14 @@ class OwnedBackend:
 
     # runs -------------------------------------------------------------------
 
-    async def start(
-        self,
-        session_id: str,
-        message: UserMessage,
-        request_id: str | None,
-        idempotency_key: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        *,
-        owner: str | None = None,
-        usage_limits: UsageLimits | None = None,
-        deadline: float | None = None,
-    ) -> str:
+    async def start(self, start: RunStart) -> str:
         principal = current_principal.get()
-        kept_for = await self.starts_for(session_id)
-        given = {**(metadata or {}), "principal": principal}
+        kept_for = await self.starts_for(start.session_id)
+        given = {**(start.metadata or {}), "principal": principal}
         try:
-            return await self.inner.start(
-                session_id,
-                message,
-                request_id,
-                idempotency_key,
-                given,
-                owner=kept_for,
-                usage_limits=usage_limits,
-                deadline=deadline,
-            )
+            return await self.inner.start(attrs.evolve(start, metadata=given, owner=kept_for))
         except SessionOwned:
-            raise SessionNotFound(session_id) from None  # another principal took it meanwhile
+            raise SessionNotFound(start.session_id) from None  # another principal took it meanwhile
 
     async def starts_for(self, session_id: str) -> str | None:
         """The owner a run the principal starts in ``session_id`` is kept for (the principal's own for a new

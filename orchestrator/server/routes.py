@@ -22,7 +22,7 @@ from machines.registry import all_definitions
 from orchestrator.errors import SessionBusy
 from orchestrator.observe.trace import trace_mermaid
 from orchestrator.runtime.handle import EventsExpired, RunPruned, UnknownRun
-from orchestrator.server.backend import Backend, IdempotencyKeyReused, NotSupported, RunExists, RunView
+from orchestrator.server.backend import Backend, IdempotencyKeyReused, NotSupported, RunExists, RunStart, RunView
 from orchestrator.server.bodies import (
     external_event,
     fork_input,
@@ -175,7 +175,14 @@ class Service:
         key = request.headers.get("idempotency-key")
         try:
             started = await self.backend.start(
-                session_id, message, request_id, key, usage_limits=usage_limits, deadline=deadline
+                RunStart(
+                    session_id,
+                    message,
+                    request_id=request_id,
+                    idempotency_key=key,
+                    usage_limits=usage_limits,
+                    deadline=deadline,
+                )
             )
         except SessionBusy as busy:
             raise HTTPRefusal(409, "SessionBusy", str(busy)) from None

@@ -14,6 +14,7 @@ from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.config import ExternalEvent
 from orchestrator.extensions.compaction import SUMMARY_PREFIX, CompactionExtension
 from orchestrator.extensions.tool_approval import ToolApprovalExtension
+from orchestrator.server.backend import RunStart
 from orchestrator.store.runs_sql import sqlite_run_store
 
 SEEN: list[list[str]] = []  # what each model request held, as role:text
@@ -57,9 +58,9 @@ async def test_a_stored_run_compacts_its_history_and_a_resumed_run_reads_the_com
         async with trio.open_nursery() as nursery:
             await nursery.start(Worker(await agent(), sqlite_run_store(path), name="w", poll_seconds=0.05).run)
             for index in range(3):  # three requests grow the history past the threshold
-                request_id = await web.start("s1", UserMessage(f"hello {index} " + "y" * 200), None)
+                request_id = await web.start(RunStart("s1", UserMessage(f"hello {index} " + "y" * 200)))
                 await _until_done(web, request_id)
-            request_id = await web.start("s1", UserMessage("please note this"), None)
+            request_id = await web.start(RunStart("s1", UserMessage("please note this")))
             while not (pending := await web.pending("s1")):
                 await trio.sleep(0.05)
             parked_history = store.history("s1")

@@ -13,6 +13,7 @@ from orchestrator.cluster import Worker
 from orchestrator.cluster.run_settings import UnresolvableOutputType, decode_run_settings, encode_run_settings
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.output import OutputType, StructuredAnswer
+from orchestrator.server.backend import RunStart
 from orchestrator.store.runs import RunStore
 from orchestrator.store.runs_sql import sqlite_run_store
 from tests.cluster import apps
@@ -45,7 +46,7 @@ async def test_a_resumed_run_has_its_settings_and_its_answer_is_held_to_its_outp
     path = str(tmp_path / "cluster.db")
     web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
     request_id = await web.start(
-        "s1", UserMessage("who won?"), None, model_settings=SETTINGS, output_type=apps.Verdict
+        RunStart("s1", UserMessage("who won?"), model_settings=SETTINGS, output_type=apps.Verdict)
     )
     record = web.store.run(request_id)
     assert record is not None and record.settings is not None
@@ -77,7 +78,7 @@ async def test_a_json_schema_output_type_is_kept_as_it_is(tmp_path: Path) -> Non
     }
     path = str(tmp_path / "cluster.db")
     web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
-    request_id = await web.start("s1", UserMessage("who won?"), None, output_type=schema)
+    request_id = await web.start(RunStart("s1", UserMessage("who won?"), output_type=schema))
     record = web.store.run(request_id)
     assert record is not None and record.settings == {"output_type": {"schema": schema, "name": "output", "retries": 2}}
 
@@ -100,7 +101,7 @@ def test_a_type_another_process_cannot_import_is_refused_when_the_run_starts(tmp
     store = sqlite_run_store(str(tmp_path / "cluster.db"))
     web = StoreBackend(store)
     with pytest.raises(UnresolvableOutputType) as refused:
-        trio.run(lambda: web.start("s1", UserMessage("hi"), None, output_type=Local))
+        trio.run(lambda: web.start(RunStart("s1", UserMessage("hi"), output_type=Local)))
     assert refused.value.reference.endswith("<locals>.Local")
     assert "made inside a function" in str(refused.value)
     assert store.runs() == []  # nothing was started
@@ -147,17 +148,18 @@ async def test_a_retried_start_is_the_same_run_only_with_the_same_settings(tmp_p
     from orchestrator.server.backend import IdempotencyKeyReused
 
     web = StoreBackend(sqlite_run_store(str(tmp_path / "cluster.db")))
-    first = await web.start("s1", UserMessage("who won?"), None, "key-1", model_settings=SETTINGS)
-    again = await web.start("s1", UserMessage("who won?"), None, "key-1", model_settings=SETTINGS)
+    first = await web.start(RunStart("s1", UserMessage("who won?"), idempotency_key="key-1", model_settings=SETTINGS))
+    again = await web.start(RunStart("s1", UserMessage("who won?"), idempotency_key="key-1", model_settings=SETTINGS))
     assert again == first
     with pytest.raises(IdempotencyKeyReused, match="another input or other settings"):
-        await web.start("s1", UserMessage("who won?"), None, "key-1", model_settings=ModelSettings(temperature=1))
+        changed = ModelSettings(temperature=1)
+        await web.start(RunStart("s1", UserMessage("who won?"), idempotency_key="key-1", model_settings=changed))
 
 
 async def test_settings_the_resuming_agents_model_refuses_fail_the_run_saying_so(tmp_path: Path) -> None:
     path = str(tmp_path / "cluster.db")
     web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
-    request_id = await web.start("s1", UserMessage("who won?"), None, model_settings=ModelSettings(seed=7))
+    request_id = await web.start(RunStart("s1", UserMessage("who won?"), model_settings=ModelSettings(seed=7)))
     client = await apps.settings_agent()
     client.agent.model.unsupported_settings = {"seed": "this model takes no seed"}  # type: ignore[attr-defined]
     worker = Worker(client, sqlite_run_store(path), name="w", poll_seconds=0.05)

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from orchestrator import ExternalEvent, UserMessage
 from orchestrator.cluster import Worker
 from orchestrator.cluster.webnode import StoreBackend
+from orchestrator.server.backend import RunStart
 from orchestrator.store.runs_sql import sqlite_run_store
 from tests.cluster import apps
 from tests.cluster.waits import until_final, until_parked
@@ -79,7 +80,7 @@ async def test_a_run_started_under_a_span_has_each_segment_under_that_span(tmp_p
     web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
     caller_provider, caller_spans = recorded()
     with caller_provider.get_tracer("app").start_as_current_span("POST /runs") as caller:
-        request_id = await web.start("s1", UserMessage("paint"), None)
+        request_id = await web.start(RunStart("s1", UserMessage("paint")))
     record = web.store.run(request_id)
     assert record is not None and record.trace_context is not None
     assert record.trace_context["traceparent"].split("-")[1] == f"{caller.get_span_context().trace_id:032x}"
@@ -101,7 +102,7 @@ async def test_a_run_started_under_a_span_has_each_segment_under_that_span(tmp_p
 async def test_a_run_started_with_no_span_is_traced_under_the_span_its_first_worker_made(tmp_path: Path) -> None:
     path = str(tmp_path / "cluster.db")
     web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
-    request_id = await web.start("s1", UserMessage("paint"), None)
+    request_id = await web.start(RunStart("s1", UserMessage("paint")))
     assert (record := web.store.run(request_id)) is not None and record.trace_context is None
 
     spans_a, spans_b = await park_then_resume_elsewhere(path, web, request_id)
@@ -125,7 +126,7 @@ async def test_after_kill_9_of_a_worker_every_segment_hangs_under_an_exported_sp
     path = str(tmp_path / "cluster.db")
     lines = tmp_path / "spans-a.jsonl"
     web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
-    request_id = await web.start("s1", UserMessage("slow paint"), None)
+    request_id = await web.start(RunStart("s1", UserMessage("slow paint")))
     env = {**os.environ, "ORCHESTRATOR_TEST_SPANS": str(lines), "ORCHESTRATOR_TEST_MARKS": str(apps.MARKS)}
     env["PYTHONPATH"] = str(ROOT)
     command = [sys.executable, "-m", "orchestrator", "worker", "--app", "tests.cluster.apps:traced_agent"]

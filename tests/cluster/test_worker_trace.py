@@ -21,6 +21,7 @@ from orchestrator.cluster import Worker
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.extensions.subagent import agent_tool
 from orchestrator.observe.trace import trace_mermaid
+from orchestrator.server.backend import RunStart
 from orchestrator.store.runs_sql import sqlite_run_store
 from tests.cluster import apps
 from tests.cluster.waits import until_final
@@ -63,7 +64,7 @@ async def test_a_workers_run_trace_nests_its_subagents_as_the_in_process_trace_d
 
     path = str(tmp_path / "cluster.db")
     web = StoreBackend(sqlite_run_store(path), poll_seconds=0.02)
-    request_id = await web.start("s1", UserMessage("go"), None)
+    request_id = await web.start(RunStart("s1", UserMessage("go")))
     worker = Worker(await agents(), sqlite_run_store(path), name="w", poll_seconds=0.05)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:

@@ -28,6 +28,7 @@ from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.runtime.handle import RunPruned, UnknownRun
 from orchestrator.server.app import create_app
+from orchestrator.server.backend import RunStart
 from orchestrator.server.hosted import HostBackend
 from orchestrator.server.serve import parse
 from orchestrator.store.retention import PruneReport, Retention, RetentionRefused
@@ -181,7 +182,7 @@ def test_an_agent_host_backend_prunes_in_the_hosts_thread() -> None:
     backend = HostBackend(host)
 
     async def main() -> tuple[int, int]:
-        request_id = await backend.start("s1", UserMessage("hi"), None)
+        request_id = await backend.start(RunStart("s1", UserMessage("hi")))
         while not (await backend.run(request_id)).done:
             await asyncio.sleep(0.01)
         report = await backend.prune(Retention(ended_runs_after=60), time.time() + 120)

@@ -27,7 +27,7 @@ from orchestrator.config import ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import UserMessage
 from orchestrator.runtime.handle import EventsExpired, RunPruned, UnknownRun
-from orchestrator.server.backend import Backend, RunView
+from orchestrator.server.backend import Backend, RunStart, RunView
 from orchestrator.server.errors import HTTPRefusal, run_gone
 from orchestrator.server.identity import SessionNotFound
 from orchestrator.server.protocols.a2a_requests import (
@@ -187,7 +187,7 @@ class A2AService:
                 return None  # an answer or a steer for the task that runs in the context
             raise invalid("a new task needs a non-blank text part; data parts answer an input-required task")
         try:
-            return await self.backend.start(session_id, UserMessage(incoming.text), None)
+            return await self.backend.start(RunStart(session_id, UserMessage(incoming.text)))
         except SessionBusy:
             return None
 

@@ -34,7 +34,7 @@ from orchestrator.errors import SessionBusy
 from orchestrator.extensions.client_tools import CALL_EVENT, ClientTool, client_tools_metadata
 from orchestrator.messages import UserMessage
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
-from orchestrator.server.backend import Backend, RunExists
+from orchestrator.server.backend import Backend, RunExists, RunStart
 from orchestrator.server.bodies import read_object
 from orchestrator.server.errors import bad_request
 from orchestrator.server.identity import SessionNotFound
@@ -539,7 +539,7 @@ class AguiRun:
         metadata = client_tools_metadata(self.given.tools) if self.given.tools else None
         try:
             request_id = await self.backend.start(
-                session_id, self.given.message, self.given.run_id, metadata=metadata
+                RunStart(session_id, self.given.message, request_id=self.given.run_id, metadata=metadata)
             )
         except SessionBusy as busy:
             raise AguiInputError(

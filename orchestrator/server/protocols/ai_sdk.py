@@ -28,7 +28,7 @@ from orchestrator.config import ExternalEvent
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import UserMessage
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
-from orchestrator.server.backend import Backend
+from orchestrator.server.backend import Backend, RunStart
 from orchestrator.server.bodies import read_object
 from orchestrator.server.errors import HTTPRefusal, bad_request
 from orchestrator.server.ids import checked_id
@@ -124,7 +124,7 @@ class ChatRun:
         session_id = self.given.chat_id
         if self.given.message is not None:
             try:
-                request_id = await self.backend.start(session_id, self.given.message, None)
+                request_id = await self.backend.start(RunStart(session_id, self.given.message))
             except SessionBusy as busy:
                 raise HTTPRefusal(409, "SessionBusy", f"{busy}; answer its waiting tool calls first") from None
             return request_id, 0, f"{request_id}.a"
