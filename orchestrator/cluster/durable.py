@@ -5,9 +5,11 @@ worker's lease and serialised by a lock: messages (appended to the session's
 history), the streamed events (numbered, in order), the checkpoint, the inbox
 items consumed. A commit happens before the request goes on whenever a message
 is appended (the input, each model response, each tool result, steering),
-when a tool call starts (its intent), when a call starts to wait for an
-answer, before a tool body is entered, and when the run ends or parks; streamed
-text between those is flushed by the worker every ``FLUSH_SECONDS``.
+before a tool body is entered (recording the call's intent with it), when a
+call starts to wait for an answer while the run goes on, and when the run ends
+or parks (a run that parks as its only call starts to wait records the wait in
+that one commit); streamed events between those are written by the next commit,
+or by the worker's flush once the oldest has waited ``FLUSH_SECONDS``.
 
 The checkpoint keeps each open call's phase (``checkpoint.PHASES``). An answer
 taken from the inbox moves its call to ``answered`` in the same moment it is
@@ -81,6 +83,8 @@ class DurableRun:
         self.config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)
         self.lock = trio.Lock()
         self.events: list[StoredEvent] = []
+        self.pending_since = 0.0  # when the oldest event not yet committed came (time.monotonic)
+        self.events_pending = trio.Event()  # set when an event comes while none waited
         self.messages: list[Message] = []
         self.history: tuple[Message, ...] | None = None  # a compaction's replacement, written by the next commit
         self.consumed: list[int] = []  # inbox items used up since the last commit
@@ -131,6 +135,9 @@ class DurableRun:
     # the sink of the run's streamed events ----------------------------------
 
     def offer(self, event: AgentEvent) -> bool:
+        if not self.events:
+            self.pending_since = time.monotonic()
+            self.events_pending.set()
         self.events.append(StoredEvent(self.lease.request_id, event.seq, event.name, wire.encode_event(event)))
         if event.session_id != self.lease.session_id:
             self._child_event(event)
@@ -200,6 +207,8 @@ class DurableRun:
                 fingerprint=self.fingerprint,
             )
             self.messages, self.events, self.consumed, self.history = [], [], [], None
+            if self.events_pending.is_set():
+                self.events_pending = trio.Event()
             self.fingerprint = None
             try:
                 with trio.CancelScope(shield=True):
@@ -216,6 +225,8 @@ class DurableRun:
             except BaseException:
                 # Nothing was written: keep it for the next commit (the run's failure is committed with it).
                 self.messages[:0] = change.messages
+                if change.events and not self.events:
+                    self.events_pending.set()
                 self.events[:0] = change.events
                 self.consumed[:0] = change.consumed
                 if self.history is None:
@@ -248,6 +259,17 @@ class DurableRun:
         """
         if self.events and not self.lost and not self._ending():
             await self.commit(boundary=False)
+
+    async def flush_when_due(self) -> None:
+        """Until the run stops: flush once the oldest event waiting has waited ``FLUSH_SECONDS`` (a commit made
+        sooner takes it along, so events that a commit follows at once cost no transaction of their own)."""
+        while not self.lost:
+            await self.events_pending.wait()
+            await trio.sleep(max(0.0, self.pending_since + FLUSH_SECONDS - time.monotonic()))
+            if self.events and time.monotonic() - self.pending_since >= FLUSH_SECONDS:
+                await self.flush()
+                if self.events:  # not flushed (the run ends, or the commit failed): look again later
+                    await trio.sleep(FLUSH_SECONDS)
 
     def _ending(self) -> bool:
         return any(
@@ -339,7 +361,7 @@ class DurableRun:
         self.consumed.append(item.id)
 
     async def take_answer(self, waiting: Waiting) -> bool:
-        """Answer ``waiting`` from the inbox if its answer is there; whether it was.
+        """Answer ``waiting`` from the inbox if its answer is there; whether it was. Steering found there is taken.
 
         A store that cannot be reached has no answer now: the run parks, and an answer
         already in its inbox makes it runnable again at once.
@@ -351,6 +373,11 @@ class DurableRun:
             return False
         for item in items:
             if item.id in self.used:
+                continue
+            if item.name == STEERING_EVENT:
+                # Taken now, as the inbox reader would: the run is held for it instead of parking (and being
+                # made runnable again at once by the very item it did not take).
+                self.offer_item(item)
                 continue
             answers = item.name == waiting.response_event and item.payload.get("tool_call_id") == waiting.tool_call_id
             if answers and self.offer_item(item):
@@ -380,16 +407,22 @@ class DurableRun:
         expiries = [w.expires_at for c, w in self.waiting.items() if c not in self.answered and w.expires_at]
         return min(expiries) if expiries else None
 
-    def park_if_idle(self) -> None:
-        """Let the run go when all it does is wait: every open call waits for an answer not yet given."""
+    def may_park(self) -> bool:
+        """Whether all the run does is wait: every open call waits for an answer not yet given."""
         run = self.run
         if run is None or not self.unanswered() or self.running_calls() or self.lost or self.parked:
-            return
+            return False
         if run.steering is not None or self.steering or not run.machine.may("park"):
-            return  # steering taken: it is applied as the next turn, once the waiting calls have their results
+            return False  # steering taken: it is applied as the next turn, once the waiting calls have their results
         wake_at = self.wake_at()
-        if wake_at is not None and wake_at - time.time() < EXPIRY_HOLD_SECONDS:
-            return  # its wait expires (or expired) about now: it stays held, and the wait's own timer fires
+        # A wait that expires (or expired) about now: the run stays held, and the wait's own timer fires.
+        return wake_at is None or wake_at - time.time() >= EXPIRY_HOLD_SECONDS
+
+    def park_if_idle(self) -> None:
+        """Let the run go when all it does is wait (``may_park``)."""
+        if not self.may_park():
+            return
+        run = self.run
         self.parked = True
         run.parking = True
         self.scope.cancel()
@@ -437,8 +470,9 @@ class DurableExtension(AgentExtension):
                 durable.input_recorded = True
             await durable.commit()
         elif name == "tool_started":
+            # Recorded by the next commit: the one made before its body is entered (or its question, or its
+            # result), with nothing done outside the process in between.
             durable.started.add(event.payload["call"].id)
-            await durable.commit()
         elif name in _SETTLED_EVENTS:
             durable.settled(event.payload["call"].id)
             durable.park_if_idle()
@@ -476,6 +510,14 @@ class DurableExtension(AgentExtension):
         if stored is not None and call_id not in durable.answered and durable.redeliver(waiting, stored):
             return
         durable.phases[call_id] = "waiting"
+        if call_id not in durable.answered and durable.may_park():
+            # All the run does is wait: the commit that parks it records the wait, unless the answer is in the
+            # inbox already (an answer posted meanwhile makes the parked run runnable in that same commit).
+            if not await durable.take_answer(waiting):
+                durable.park_if_idle()
+            if not durable.parked:
+                await durable.commit()
+            return
         await durable.commit()
         if call_id not in durable.answered and not await durable.take_answer(waiting):
             durable.park_if_idle()

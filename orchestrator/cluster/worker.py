@@ -5,8 +5,8 @@ ran) in the worker's trio loop, beside three tasks of its own: the heartbeat
 renews the lease every third of its length (it runs in this loop, so blocking
 tools must run in threads: ``@tool(thread=True)``), the inbox reader hands
 answers and steering posted by any web node to the run's extensions (woken by the
-store when the run's inbox gets an item, see ``Wakeups``), and the
-flusher commits streamed text. A run that only waits for answers is parked:
+store when the run's inbox gets an item, see ``Wakeups``), and the flusher commits
+streamed events no other commit took along within ``FLUSH_SECONDS``. A run that only waits for answers is parked:
 its worker lets it go, and whichever worker claims it after an answer arrives
 resumes it. A parked run whose wait expires is stored with that expiry (``wake_at``): each worker keeps
 one timer on the earliest ``wake_at`` of the store (``next_wake``; a run parked with an earlier one
@@ -35,7 +35,7 @@ import trio
 from orchestrator.agent import AgentClient
 from orchestrator.checks import number
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
-from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
+from orchestrator.cluster.durable import DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.cluster.run_settings import decode_run_settings
 from orchestrator.cluster.wakeups import Wakeup, Wakeups
@@ -449,9 +449,7 @@ class Worker:
                 await woken.wait()
 
     async def _flush(self, durable: DurableRun) -> None:
-        while True:
-            await trio.sleep(FLUSH_SECONDS)
-            await durable.flush()
+        await durable.flush_when_due()
 
 
 def stored_metadata(record: RunRecord) -> dict[str, Any]:
