@@ -50,7 +50,7 @@ from orchestrator.runtime.restored import Restored
 from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.retention import TOMBSTONE_SECONDS
-from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
+from orchestrator.store.runs import Claimed, Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
 from orchestrator.wire.format import WireFormatError, decode_message, encode_event
 
 log = logging.getLogger("orchestrator.cluster")
@@ -132,16 +132,18 @@ class Worker:
                         # Armed before the claim: work queued after it still wakes the loop.
                         work = self.wakeups.arm(WORK)
                         try:
-                            leases, wake_in = await trio.to_thread.run_sync(self._claim, free)
+                            claim = await trio.to_thread.run_sync(
+                                self.store.claim_runs, self.name, self.lease_seconds, free
+                            )
                         except StoreUnavailable as down:
                             self._note_outage(down)
                             await trio.sleep(self.poll_seconds)
                             continue
                         self._note_recovery()
-                        for lease in leases:
-                            self.active[lease.request_id] = None
-                            nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
-                        backlog = len(leases) == free
+                        for claimed in claim.runs:
+                            self.active[claimed.lease.request_id] = None
+                            nursery.start_soon(self._carry, claimed, name=f"run {claimed.lease.request_id}")
+                        backlog, wake_in = len(claim.runs) == free, claim.wake_in
                         continue
                     # Full: until a slot frees. Not full and nothing left: until work is queued, the earliest
                     # wake_at of a parked run comes (the process's one expiry timer), or a poll's time.
@@ -149,11 +151,6 @@ class Worker:
                         backlog = True
             await self._until_idle()
             nursery.cancel_scope.cancel()
-
-    def _claim(self, free: int) -> tuple[list[Lease], float | None]:
-        """Claim up to ``free`` runs; when fewer were there, also the seconds until a parked run's ``wake_at``."""
-        leases = self.store.claim(self.name, self.lease_seconds, free)
-        return leases, self.store.next_wake() if len(leases) < free else None
 
     async def _until_work(self, work: Wakeup | None, wake_in: float | None = None) -> bool:
         """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds, or ``wake_in``
@@ -241,9 +238,10 @@ class Worker:
                     log.info("pruned %d ended runs", gone)
             await trio.sleep(min(self.retention_seconds / 10, 3600.0))
 
-    async def _carry(self, lease: Lease) -> None:
+    async def _carry(self, claimed: Claimed) -> None:
+        lease = claimed.lease
         try:
-            await self._carry_leased(lease)
+            await self._carry_leased(claimed)
         except StoreUnavailable as down:
             log.warning("run %s: %s; it is resumed once its lease expires", lease.request_id, down)
         except Exception:
@@ -252,10 +250,9 @@ class Worker:
             self.active.pop(lease.request_id, None)
             self._slot_freed.set()
 
-    async def _carry_leased(self, lease: Lease) -> None:
-        record = await trio.to_thread.run_sync(self.store.run, lease.request_id)
-        if record is None:
-            return
+    async def _carry_leased(self, claimed: Claimed) -> None:
+        """Carry a run from its row and history as the claim read them (its lease is the claim's)."""
+        lease, record, history = claimed.lease, claimed.record, list(claimed.history)
         try:
             checkpoint, message = _starting_point(record)
             usage_limits, deadline = stored_bounds(record)
@@ -272,7 +269,6 @@ class Worker:
         except UnreadableCheckpoint as unreadable:
             await self._fail_unreadable(lease, unreadable)
             return
-        history = await trio.to_thread.run_sync(self.store.history, lease.session_id)
         if lease.cancel_requested:
             await self._cancel_claimed(lease, checkpoint, history)
             return

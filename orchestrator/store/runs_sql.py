@@ -46,6 +46,8 @@ from orchestrator.store.runs import (
     FINAL,
     LOCAL_PRINCIPAL,
     AnswerWaiting,
+    Claim,
+    Claimed,
     InboxItem,
     InboxKeyReused,
     InboxRefused,
@@ -748,50 +750,64 @@ class SQLRunStore(RunStore):
 
     def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
         """Expiry and back-off are judged on the database's clock, inside the statements (never this process's)."""
+        with self._transaction("claim") as db:
+            return self._claim(db, owner, lease_seconds, limit)
+
+    def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1) -> Claim:
+        """One transaction: the claim, each claimed run's row and history, and ``next_wake`` if it took fewer."""
+        with self._transaction("claim") as db:
+            leases = self._claim(db, owner, lease_seconds, limit)
+            taken = []
+            for lease in leases:
+                record = self._row(db, lease.request_id)
+                assert record is not None  # claimed in this transaction
+                taken.append(Claimed(lease, record, tuple(self._history(db, lease.session_id))))
+            return Claim(tuple(taken), self._next_wake(db) if len(leases) < limit else None)
+
+    def _claim(self, db: _Cursor, owner: str, lease_seconds: float, limit: int) -> list[Lease]:
         now = time.time()
         clock = self.dialect.now
         leases: list[Lease] = []
-        with self._transaction("claim") as db:
+        db.execute(
+            f"SELECT request_id, status, updated, not_before, lease_expires, wake_at FROM orchestrator_runs"
+            f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
+            f" OR (status = 'running' AND lease_expires < {clock})"
+            f" OR (status = 'parked' AND wake_at <= {clock})"
+            " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
+            (limit,),
+        )
+        for request_id, status, updated, not_before, lease_expires, wake_at in db.fetchall():
+            trigger = {"queued": "claim", "parked": "expire"}.get(status, "take_over")
+            # Claimable since it was queued (or its back-off ended), its wait expired, or its lease expired.
+            if status == "queued":
+                since = max(updated, not_before or 0.0)
+            elif status == "parked":
+                since = wake_at if wake_at is not None else updated
+            else:
+                since = lease_expires or updated
+            claimed({"queued": "queued", "parked": "expire"}.get(status, "take_over"), now - float(since))
+            new_status = lease_step(status, trigger, expired=True, due=True)
+            token = secrets.token_hex(16)
             db.execute(
-                f"SELECT request_id, status, updated, not_before, lease_expires, wake_at FROM orchestrator_runs"
-                f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
-                f" OR (status = 'running' AND lease_expires < {clock})"
-                f" OR (status = 'parked' AND wake_at <= {clock})"
-                " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
-                (limit,),
+                "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
+                f" lease_expires = {clock} + ?, not_before = NULL, wake_at = NULL, version = version + 1,"
+                " updated = ?"
+                " WHERE request_id = ? RETURNING session_id, version, last_seq, cancel_requested, lease_expires",
+                (new_status, owner, token, lease_seconds, now, request_id),
             )
-            for request_id, status, updated, not_before, lease_expires, wake_at in db.fetchall():
-                trigger = {"queued": "claim", "parked": "expire"}.get(status, "take_over")
-                # Claimable since it was queued (or its back-off ended), its wait expired, or its lease expired.
-                if status == "queued":
-                    since = max(updated, not_before or 0.0)
-                elif status == "parked":
-                    since = wake_at if wake_at is not None else updated
-                else:
-                    since = lease_expires or updated
-                claimed({"queued": "queued", "parked": "expire"}.get(status, "take_over"), now - float(since))
-                new_status = lease_step(status, trigger, expired=True, due=True)
-                token = secrets.token_hex(16)
-                db.execute(
-                    "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
-                    f" lease_expires = {clock} + ?, not_before = NULL, wake_at = NULL, version = version + 1,"
-                    " updated = ?"
-                    " WHERE request_id = ? RETURNING session_id, version, last_seq, cancel_requested, lease_expires",
-                    (new_status, owner, token, lease_seconds, now, request_id),
+            session_id, version, last_seq, cancel, expires = db.fetchone()
+            leases.append(
+                Lease(
+                    request_id,
+                    session_id,
+                    owner,
+                    token,
+                    int(version),
+                    float(expires),
+                    int(last_seq),
+                    bool(cancel),
                 )
-                session_id, version, last_seq, cancel, expires = db.fetchone()
-                leases.append(
-                    Lease(
-                        request_id,
-                        session_id,
-                        owner,
-                        token,
-                        int(version),
-                        float(expires),
-                        int(last_seq),
-                        bool(cancel),
-                    )
-                )
+            )
         return leases
 
     def _lost(self, db: _Cursor, lease: Lease) -> LeaseLost:
@@ -807,11 +823,14 @@ class SQLRunStore(RunStore):
     def next_wake(self) -> float | None:
         """One indexed read: ``MIN(wake_at)`` of the parked runs, less the database's clock."""
         with self._transaction("next_wake") as db:
-            db.execute(
-                f"SELECT MIN(wake_at) - {self.dialect.now} FROM orchestrator_runs"
-                " WHERE status = 'parked' AND wake_at IS NOT NULL"
-            )
-            row = db.fetchone()
+            return self._next_wake(db)
+
+    def _next_wake(self, db: _Cursor) -> float | None:
+        db.execute(
+            f"SELECT MIN(wake_at) - {self.dialect.now} FROM orchestrator_runs"
+            " WHERE status = 'parked' AND wake_at IS NOT NULL"
+        )
+        row = db.fetchone()
         return float(row[0]) if row is not None and row[0] is not None else None
 
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
