@@ -86,6 +86,7 @@ class _Cursor(Protocol):
     changed: set[tuple[str, str]]
 
     def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
 
@@ -863,14 +864,17 @@ class SQLRunStore(RunStore):
                 self._append_messages(db, session_id, change.history, now)
             if change.messages:
                 self._append_messages(db, session_id, change.messages, now)
+            rows = []
             for event in change.events:
                 if event.seq != last_seq + 1:
                     raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
-                db.execute(
-                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created) VALUES (?, ?, ?, ?, ?)",
-                    (lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now),
-                )
+                rows.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
                 last_seq = event.seq
+            if rows:
+                db.executemany(
+                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created) VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
             for item_id in change.consumed:
                 db.execute(
                     "UPDATE orchestrator_inbox SET consumed = 1 WHERE id = ? AND request_id = ? AND consumed = 0"
@@ -944,11 +948,13 @@ class SQLRunStore(RunStore):
         table = self.dialect.messages_table
         db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))
         position = int(db.fetchone()[0])
-        for message in messages:
-            position += 1
-            db.execute(
-                f"INSERT INTO {table} (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)",
-                (session_id, position, message.role, encode_message(message), now),
+        rows = [
+            (session_id, position + offset, message.role, encode_message(message), now)
+            for offset, message in enumerate(messages, start=1)
+        ]
+        if rows:
+            db.executemany(
+                f"INSERT INTO {table} (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)", rows
             )
 
     # events and inbox -------------------------------------------------------
@@ -1253,6 +1259,10 @@ class _Dialected:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._cursor.execute(self._dialect.sql(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``sql`` once per row (on PostgreSQL pipelined: one round trip for them all)."""
+        self._cursor.executemany(self._dialect.sql(sql), [tuple(row) for row in rows])
 
     def fetchone(self) -> Any:
         return self._cursor.fetchone()
