@@ -121,7 +121,10 @@ class DurableRun:
         self.released = False
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
-        self.seen_inbox = 0
+        self.seen_inbox = 0  # the highest inbox item id read so far
+        # Items read and held back (answers for resumed calls that have not asked again), by id: offered again
+        # from memory, and looked at first by the call that asks.
+        self.held: dict[int, InboxItem] = {}
         # Steering taken from the inbox and not yet in the history, oldest first: (item id, its text). Each item
         # is consumed by the commit that appends its message, so a run stopped before that takes it again.
         self.steering: list[tuple[int, str]] = []
@@ -295,6 +298,19 @@ class DurableRun:
 
     # the inbox ---------------------------------------------------------------
 
+    def hold(self, items: list[InboxItem]) -> None:
+        """Keep items just read from the inbox until they are used up (``offer_held``)."""
+        for item in items:
+            self.seen_inbox = max(self.seen_inbox, item.id)
+            if item.id not in self.used:
+                self.held[item.id] = item
+
+    def offer_held(self) -> None:
+        """Offer the items held, oldest first; those used up are let go."""
+        for item_id in sorted(self.held):
+            if self.offer_item(self.held[item_id]):
+                del self.held[item_id]
+
     def offer_item(self, item: InboxItem) -> bool:
         """Deliver an inbox item to the run's extensions; whether it was used up (accepted, or refused for good)."""
         if item.id in self.used:
@@ -360,12 +376,21 @@ class DurableRun:
         self.used.add(item.id)
         self.consumed.append(item.id)
 
-    async def take_answer(self, waiting: Waiting) -> bool:
+    async def take_answer(self, waiting: Waiting, *, read: bool = True) -> bool:
         """Answer ``waiting`` from the inbox if its answer is there; whether it was. Steering found there is taken.
 
         A store that cannot be reached has no answer now: the run parks, and an answer
-        already in its inbox makes it runnable again at once.
+        already in its inbox makes it runnable again at once. An answer the inbox reader read and held back
+        is taken from memory, without reading the inbox again; ``read=False`` looks only there.
         """
+        for item_id in sorted(self.held):
+            item = self.held[item_id]
+            answers = item.name == waiting.response_event and item.payload.get("tool_call_id") == waiting.tool_call_id
+            if answers and self.offer_item(item):
+                del self.held[item_id]
+                return True
+        if not read:
+            return False
         try:
             items = await trio.to_thread.run_sync(self.store.inbox, self.lease.request_id)
         except StoreUnavailable as down:
@@ -504,6 +529,7 @@ class DurableExtension(AgentExtension):
         expires_at = durable.run.agent.waiting.expiry(context.session_id, call_id) if durable.run else None
         waiting = Waiting(call_id, event.name, payload, str(event.payload["response_event"]), expires_at)
         durable.waiting[call_id] = waiting
+        resumed = call_id in durable.expected  # asked again: its answer may have come while nobody held the run
         durable.expected.discard(call_id)
         stored = durable.answers.get(call_id)
         # Asked again after a resume: the answer it consumed before is given, no person is asked.
@@ -512,8 +538,10 @@ class DurableExtension(AgentExtension):
         durable.phases[call_id] = "waiting"
         if call_id not in durable.answered and durable.may_park():
             # All the run does is wait: the commit that parks it records the wait, unless the answer is in the
-            # inbox already (an answer posted meanwhile makes the parked run runnable in that same commit).
-            if not await durable.take_answer(waiting):
+            # inbox already (an answer posted meanwhile makes the parked run runnable in that same commit). A
+            # question asked for the first time is not in anyone's list yet: nothing answers it but what the
+            # inbox reader holds.
+            if not await durable.take_answer(waiting, read=resumed):
                 durable.park_if_idle()
             if not durable.parked:
                 await durable.commit()

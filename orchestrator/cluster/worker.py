@@ -425,24 +425,25 @@ class Worker:
                 durable.scope.cancel()
 
     async def _poll_inbox(self, durable: DurableRun) -> None:
+        """Read the run's inbox when it changes (or every INBOX_SECONDS) and offer what is new; an answer held
+        back (for a resumed call that has not asked again) is offered again from memory every 0.1 s."""
+        read_at: float | None = None  # when the inbox was last read (trio clock); None: read it now
         while True:
             woken = self.wakeups.arm(INBOX, durable.lease.request_id)  # before the read: a later post wakes it
-            try:
-                items = await trio.to_thread.run_sync(
-                    lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
-                )
-            except StoreUnavailable:
-                items = []  # asked again at the next poll
-            held_back = False  # an answer for a resumed call that has not asked again: offered again soon
-            for item in items:
-                if item.id in durable.used:
-                    continue
-                if not durable.offer_item(item):
-                    held_back = True
-                elif not held_back:  # read again from the first item held back, never past it
-                    durable.seen_inbox = max(durable.seen_inbox, item.id)
-            with trio.move_on_after(0.1 if held_back else INBOX_SECONDS):
+            if read_at is None or trio.current_time() - read_at >= INBOX_SECONDS:
+                read_at = trio.current_time()
+                try:
+                    items = await trio.to_thread.run_sync(
+                        lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
+                    )
+                except StoreUnavailable:
+                    items = []  # asked again at the next poll
+                durable.hold(items)
+            durable.offer_held()
+            with trio.move_on_after(0.1 if durable.held else INBOX_SECONDS):
                 await woken.wait()
+            if woken.is_set():
+                read_at = None
 
     async def _flush(self, durable: DurableRun) -> None:
         await durable.flush_when_due()
