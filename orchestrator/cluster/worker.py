@@ -69,6 +69,9 @@ RETENTION_SECONDS = 7 * 24 * 3600.0
 """Ended runs, with their events and inbox, are pruned this long after their last change (7 days)."""
 WAKE_FLOOR_SECONDS = 0.05
 """Shortest wait of the expiry timer (a wake_at that passed while another worker takes its run is no busy loop)."""
+RESUME_RESERVE_SHARE = 8
+"""By default a worker keeps capacity // 8 of its slots for runs that ran before (answered, given back, taken
+over): new runs take the others, so a resumed run never waits for a burst of new ones to end or park."""
 GRACE_SECONDS = 30.0
 """How long a drain lets the steps running in it finish before it hands their runs back where they are."""
 
@@ -78,7 +81,8 @@ def default_name() -> str:
 
 
 class Worker:
-    """Carries runs of ``store`` with ``client``'s agent, at most ``capacity`` at a time."""
+    """Carries runs of ``store`` with ``client``'s agent, at most ``capacity`` at a time; runs that never ran take
+    at most ``capacity - resume_reserve`` of them (by default capacity // 8 slots are kept for resumed runs)."""
 
     def __init__(
         self,
@@ -90,14 +94,19 @@ class Worker:
         lease_seconds: float = LEASE_SECONDS,
         poll_seconds: float = POLL_SECONDS,
         retention_seconds: float = RETENTION_SECONDS,
+        resume_reserve: int | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
+        reserve = capacity // RESUME_RESERVE_SHARE if resume_reserve is None else resume_reserve
+        if not 0 <= reserve < capacity:
+            raise ValueError(f"resume_reserve must be at least 0 and below the capacity ({capacity}), not {reserve}")
         self.client = client
         self.agent = client.agent
         self.store = store
         self.name = name or default_name()
         self.capacity = capacity
+        self.resume_reserve = reserve
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self.retention_seconds = retention_seconds
@@ -125,15 +134,17 @@ class Worker:
             with self._claiming:
                 work = self.wakeups.arm(WORK)
                 backlog = True  # runs may wait beyond what the last claim took
+                fresh_waiting = False  # new runs were left for the slots kept for resumed ones
                 wake_in: float | None = None
                 while True:
                     free = self.capacity - len(self.active)
                     if free > 0 and (backlog or work.is_set()):
                         # Armed before the claim: work queued after it still wakes the loop.
                         work = self.wakeups.arm(WORK)
+                        fresh = max(0, free - self.resume_reserve)
                         try:
                             claim = await trio.to_thread.run_sync(
-                                self.store.claim_runs, self.name, self.lease_seconds, free
+                                self.store.claim_runs, self.name, self.lease_seconds, free, fresh
                             )
                         except StoreUnavailable as down:
                             self._note_outage(down)
@@ -144,11 +155,14 @@ class Worker:
                             self.active[claimed.lease.request_id] = None
                             nursery.start_soon(self._carry, claimed, name=f"run {claimed.lease.request_id}")
                         backlog, wake_in = len(claim.runs) == free, claim.wake_in
+                        fresh_waiting = claim.fresh_left
                         continue
                     # Full: until a slot frees. Not full and nothing left: until work is queued, the earliest
                     # wake_at of a parked run comes (the process's one expiry timer), or a poll's time.
                     if not await self._until_work(work if free > 0 else None, wake_in if free > 0 else None):
                         backlog = True
+                    elif self._slot_freed.is_set() and fresh_waiting:
+                        backlog = True  # a new run left for the reserve may take the slot that freed
             await self._until_idle()
             nursery.cancel_scope.cancel()
 

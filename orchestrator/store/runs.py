@@ -165,6 +165,8 @@ class Claim:
 
     runs: tuple[Claimed, ...]
     wake_in: float | None = None
+    fresh_left: bool = False
+    """Whether a run that never ran was left for the ``fresh`` bound alone (more may be claimed once slots free)."""
 
 
 @attrs.frozen
@@ -281,9 +283,13 @@ class RunStore(abc.ABC):
         expired while nobody held them), all judged on the store's own clock. Claimed
         runs are ``running``; a new token each; a lease keeps the run's cancel flag."""
 
-    def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1) -> Claim:
+    def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1, fresh: int | None = None) -> Claim:
         """``claim``, with each claimed run's row and history, and ``next_wake`` when fewer than ``limit`` runs
-        were taken: what a worker reads before it carries them (a store may do it all in one transaction)."""
+        were taken: what a worker reads before it carries them (a store may do it all in one transaction).
+
+        ``fresh`` bounds the runs taken that never ran (no checkpoint), so that runs to be resumed find a slot
+        while new ones wait; this default implementation does not apply it.
+        """
         leases = self.claim(owner, lease_seconds, limit)
         taken = []
         for lease in leases:

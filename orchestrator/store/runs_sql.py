@@ -752,32 +752,43 @@ class SQLRunStore(RunStore):
     def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
         """Expiry and back-off are judged on the database's clock, inside the statements (never this process's)."""
         with self._transaction("claim") as db:
-            return self._claim(db, owner, lease_seconds, limit)
+            return self._claim(db, owner, lease_seconds, limit)[0]
 
-    def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1) -> Claim:
+    def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1, fresh: int | None = None) -> Claim:
         """One transaction: the claim, each claimed run's row and history, and ``next_wake`` if it took fewer."""
         with self._transaction("claim") as db:
-            leases = self._claim(db, owner, lease_seconds, limit)
+            leases, fresh_left = self._claim(db, owner, lease_seconds, limit, fresh)
             taken = []
             for lease in leases:
                 record = self._row(db, lease.request_id)
                 assert record is not None  # claimed in this transaction
                 taken.append(Claimed(lease, record, tuple(self._history(db, lease.session_id))))
-            return Claim(tuple(taken), self._next_wake(db) if len(leases) < limit else None)
+            return Claim(tuple(taken), self._next_wake(db) if len(leases) < limit else None, fresh_left)
 
-    def _claim(self, db: _Cursor, owner: str, lease_seconds: float, limit: int) -> list[Lease]:
+    def _claim(
+        self, db: _Cursor, owner: str, lease_seconds: float, limit: int, fresh: int | None = None
+    ) -> tuple[list[Lease], bool]:
+        """The leases taken (runs that ran before first, then new ones, at most ``fresh`` of those), and whether
+        a new run was left for the ``fresh`` bound alone."""
         now = time.time()
         clock = self.dialect.now
         leases: list[Lease] = []
+        fresh_left = False
         db.execute(
-            f"SELECT request_id, status, updated, not_before, lease_expires, wake_at FROM orchestrator_runs"
+            "SELECT request_id, status, updated, not_before, lease_expires, wake_at, checkpoint IS NULL"
+            " FROM orchestrator_runs"
             f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
             f" OR (status = 'running' AND lease_expires < {clock})"
             f" OR (status = 'parked' AND wake_at <= {clock})"
             " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
             (limit,),
         )
-        for request_id, status, updated, not_before, lease_expires, wake_at in db.fetchall():
+        for request_id, status, updated, not_before, lease_expires, wake_at, never_ran in db.fetchall():
+            if never_ran and fresh is not None:
+                if fresh <= 0:
+                    fresh_left = True
+                    continue
+                fresh -= 1
             trigger = {"queued": "claim", "parked": "expire"}.get(status, "take_over")
             # Claimable since it was queued (or its back-off ended), its wait expired, or its lease expired.
             if status == "queued":
@@ -809,7 +820,7 @@ class SQLRunStore(RunStore):
                     bool(cancel),
                 )
             )
-        return leases
+        return leases, fresh_left
 
     def _lost(self, db: _Cursor, lease: Lease) -> LeaseLost:
         row = self._row(db, lease.request_id)
