@@ -21,8 +21,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Protocol
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol, cast
 
 import attrs
 
@@ -84,9 +84,11 @@ _RUN_COLUMNS = (
 
 class _Cursor(Protocol):
     changed: set[tuple[str, str]]
+    notified: set[tuple[str, str]]
 
     def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+    def pipeline(self) -> AbstractContextManager[Any]: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
 
@@ -550,7 +552,7 @@ class SQLRunStore(RunStore):
                     dialected = _Dialected(cursor, self.dialect)
                     yield dialected
                     # One NOTIFY per changed run, sent at commit (never per event: NOTIFY locks at commit).
-                    for topic, request_id in sorted(dialected.changed):
+                    for topic, request_id in sorted(dialected.changed - dialected.notified):
                         if topic != WORK:
                             cursor.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"{topic}:{request_id}"))
             except Exception as error:
@@ -570,6 +572,16 @@ class SQLRunStore(RunStore):
     @staticmethod
     def _changed(db: _Cursor, topic: str, request_id: str) -> None:
         db.changed.add((topic, request_id))
+
+    def _notify_changes(self, db: _Cursor) -> None:
+        """PostgreSQL: send the ``NOTIFY`` of each run changed so far now (delivered at commit, as those the
+        transaction sends at its end), in a pipeline with the statements around it."""
+        if self.dialect.name != "postgresql":
+            return
+        for topic, request_id in sorted(db.changed - db.notified):
+            if topic != WORK:
+                db.execute("SELECT pg_notify(?, ?)", (CHANGE_CHANNEL, f"{topic}:{request_id}"))
+            db.notified.add((topic, request_id))
 
     # wake-ups ---------------------------------------------------------------
 
@@ -858,6 +870,8 @@ class SQLRunStore(RunStore):
         return attrs.evolve(lease, expires=float(row[1]), cancel_requested=bool(row[0]))
 
     def commit(self, lease: Lease, change: RunCommit) -> Lease:
+        """The reads (the fence, the messages' next position, the inbox items consumed, an answer waiting for a
+        run that parks) come first; the writes then go out together (on PostgreSQL one pipelined round trip)."""
         now = time.time()
         with self._transaction("commit") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
@@ -870,22 +884,22 @@ class SQLRunStore(RunStore):
             if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
                 raise self._lost(db, lease)
             session_id, last_seq = held_row[4], int(held_row[3])
-            if change.history is not None:
-                db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
-                self._append_messages(db, session_id, change.history, now)
-            if change.messages:
-                self._append_messages(db, session_id, change.messages, now)
-            rows = []
+            events = []
             for event in change.events:
                 if event.seq != last_seq + 1:
                     raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
-                rows.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
+                events.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
                 last_seq = event.seq
-            if rows:
-                db.executemany(
-                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created) VALUES (?, ?, ?, ?, ?)",
-                    rows,
-                )
+            trigger = _COMMIT_TRIGGERS.get(change.status)
+            if trigger is None:
+                raise StoreError(f"a commit cannot set the status {change.status!r}")
+            messages: list[Message] = []
+            position = -1  # the last position the session's history keeps after the commit's writes
+            if change.history is not None:
+                messages.extend(change.history)
+            elif change.messages:
+                position = self._last_position(db, session_id)
+            messages.extend(change.messages)
             for item_id in change.consumed:
                 db.execute(
                     "UPDATE orchestrator_inbox SET consumed = 1 WHERE id = ? AND request_id = ? AND consumed = 0"
@@ -894,9 +908,6 @@ class SQLRunStore(RunStore):
                 )
                 if db.fetchone() is None:
                     raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
-            trigger = _COMMIT_TRIGGERS.get(change.status)
-            if trigger is None:
-                raise StoreError(f"a commit cannot set the status {change.status!r}")
             status = lease_step("running", trigger, held=True)
             if status == "parked":
                 # Queued at once instead when an answer already waits, or when it was asked to stop
@@ -908,39 +919,50 @@ class SQLRunStore(RunStore):
                 if db.fetchone() is not None or bool(held_row[5]):
                     status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
-            if change.trace_context:
-                db.execute(
-                    "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
-                    (_dumps(dict(change.trace_context)), lease.request_id),
-                )
             held = status == "running"
             back_off = change.retry_after if status == "queued" else None
             wake_at = change.wake_at if status == "parked" else None
-            db.execute(
-                "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint), version = version + 1,"
-                " fingerprint = COALESCE(?, fingerprint),"
-                " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
-                " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
-                " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
-                f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
-                (
-                    status,
-                    checkpoint,
-                    change.fingerprint,
-                    last_seq,
-                    now,
-                    held,
-                    held,
-                    held,
-                    back_off,
-                    wake_at,
-                    lease.request_id,
-                ),
-            )
-            if status == "queued" or wake_at is not None:
-                self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
-            if change.events or status != "running":
-                self._changed(db, RUN, lease.request_id)
+            with db.pipeline():
+                if change.history is not None:
+                    db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
+                self._insert_messages(db, session_id, messages, position, now)
+                if events:
+                    db.executemany(
+                        "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        events,
+                    )
+                if change.trace_context:
+                    db.execute(
+                        "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
+                        (_dumps(dict(change.trace_context)), lease.request_id),
+                    )
+                db.execute(
+                    "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint),"
+                    " version = version + 1, fingerprint = COALESCE(?, fingerprint),"
+                    " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
+                    " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
+                    " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
+                    f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
+                    (
+                        status,
+                        checkpoint,
+                        change.fingerprint,
+                        last_seq,
+                        now,
+                        held,
+                        held,
+                        held,
+                        back_off,
+                        wake_at,
+                        lease.request_id,
+                    ),
+                )
+                if status == "queued" or wake_at is not None:
+                    self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
+                if change.events or status != "running":
+                    self._changed(db, RUN, lease.request_id)
+                self._notify_changes(db)  # in the same round trip
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
     def release(self, lease: Lease) -> None:
@@ -956,16 +978,24 @@ class SQLRunStore(RunStore):
             self._notify(db)
 
     def _append_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], now: float) -> None:
+        self._insert_messages(db, session_id, messages, self._last_position(db, session_id), now)
+
+    def _last_position(self, db: _Cursor, session_id: str) -> int:
         table = self.dialect.messages_table
         db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))
-        position = int(db.fetchone()[0])
+        return int(db.fetchone()[0])
+
+    def _insert_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], last: int, now: float) -> None:
+        """Append ``messages`` to the session's history after position ``last``."""
         rows = [
-            (session_id, position + offset, message.role, encode_message(message), now)
+            (session_id, last + offset, message.role, encode_message(message), now)
             for offset, message in enumerate(messages, start=1)
         ]
         if rows:
             db.executemany(
-                f"INSERT INTO {table} (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)", rows
+                f"INSERT INTO {self.dialect.messages_table} (session_id, position, role, body, created)"
+                " VALUES (?, ?, ?, ?, ?)",
+                rows,
             )
 
     # events and inbox -------------------------------------------------------
@@ -1267,6 +1297,7 @@ class _Dialected:
         self._cursor = cursor
         self._dialect = dialect
         self.changed: set[tuple[str, str]] = set()
+        self.notified: set[tuple[str, str]] = set()  # changes whose NOTIFY was sent already
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._cursor.execute(self._dialect.sql(sql), tuple(params))
@@ -1274,6 +1305,13 @@ class _Dialected:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """``sql`` once per row (on PostgreSQL pipelined: one round trip for them all)."""
         self._cursor.executemany(self._dialect.sql(sql), [tuple(row) for row in rows])
+
+    def pipeline(self) -> AbstractContextManager[Any]:
+        """On PostgreSQL, statements whose results are not read go out together, in one round trip at the end
+        of the block (an error in one is raised there); elsewhere nothing changes."""
+        if self._dialect.name == "postgresql":
+            return cast("AbstractContextManager[Any]", self._cursor.connection.pipeline())
+        return contextlib.nullcontext()
 
     def fetchone(self) -> Any:
         return self._cursor.fetchone()
