@@ -6,6 +6,9 @@ the user (``ask_user``), is answered, and answers. Two ways:
 - **in-process**: one agent, ``client.start(...)`` per run, every event read
   with ``handle.events()``; the answer is ``client.deliver(...)`` as soon as
   the question is read;
+- **embedded**: one ``Worker`` in this process's own nursery on an SQLite run
+  store file (what an application embeds by default), the runs inserted and
+  answered through the store as below; on the benchmark's pinned CPU, like in-process;
 - **cluster**: ``workers`` processes of ``python -m orchestrator worker`` on a
   throwaway PostgreSQL server (started like the test suite's, ``tests/pg.py``),
   on every CPU (the benchmark's pinning to one is lifted for them);
@@ -48,14 +51,15 @@ HEADING = """## Scaling out: workers on PostgreSQL
 
 `python -m bench --only cluster` (`bench/cluster.py`): runs started at once, each calling a lookup
 tool, then asking the user and, once answered, answering; carried in-process (`client.start` +
-`client.deliver`) and by 2 `python -m orchestrator worker` processes (default capacity 64 runs each)
-on a throwaway PostgreSQL server (`synchronous_commit` on), answers posted to the run store's inbox
-as soon as a run is seen parked. Runs per second: runs / wall time from the first start to the last
+`client.deliver`), by one `Worker` embedded in the benchmark's process on an SQLite run store file,
+and by 2 `python -m orchestrator worker` processes (default capacity 64 runs each) on a throwaway
+PostgreSQL server (`synchronous_commit` on); on a run store, answers are posted to its inbox as
+soon as a run is seen parked. Runs per second: runs / wall time from the first start to the last
 end. Approval-to-resume: from the answer's posting to the `tool_completed` event of the answered
 call; on workers it includes the wait for a free slot while new runs still fill them. Per run: the
 database's committed transactions (listening connections' reads of notifications included) and WAL
 bytes; commit p99 is the driver's committing calls (a run's creation, an answer) under the load. The
-in-process row runs on the benchmark's pinned CPU; the workers and the server run on every CPU.
+in-process and embedded rows run on the benchmark's pinned CPU; the workers and the server run on every CPU.
 
 """
 
@@ -120,6 +124,84 @@ async def _in_process(runs: int) -> dict[str, Any]:
 def in_process(runs: int) -> dict[str, Any]:
     result: dict[str, Any] = trio.run(_in_process, runs)
     return result
+
+
+# embedded: a worker in this process, on SQLite ---------------------------------------
+
+
+async def _embedded(runs: int, path: Path, timeout: float) -> dict[str, Any]:
+    from bench.cluster_app import approval_agent
+    from orchestrator.cluster import Worker
+    from orchestrator.store.runs_sql import sqlite_run_store
+
+    store = sqlite_run_store(str(path))
+    worker = Worker(await approval_agent(), store, name="embedded")
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            driven = await trio.to_thread.run_sync(_drive, store, runs, timeout)
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    seconds, latencies, statuses = driven
+    result = _summary("1 process, embedded worker, SQLite", runs, seconds, latencies)
+    result["statuses"] = sorted(statuses)
+    return result
+
+
+def embedded(runs: int, directory: Path, timeout: float = 600.0) -> dict[str, Any]:
+    """The runs carried by a ``Worker`` in this process on an SQLite run store file in ``directory``."""
+    path = directory / f"embedded-{uuid.uuid4().hex[:8]}.db"
+    result: dict[str, Any] = trio.run(_embedded, runs, path, timeout)
+    return result
+
+
+def _drive(store: Any, runs: int, timeout: float) -> tuple[float, list[float], set[str]]:
+    """Insert ``runs`` runs, answer each once it is seen parked, and wait for them all to end (in a thread of its
+    own, as a web node's requests would be): the seconds from the first insert to the last end, each run's
+    approval-to-resume latency, and the runs' final statuses."""
+    from orchestrator import UserMessage
+    from orchestrator.cluster.checkpoint import read
+    from orchestrator.store.runs import NewInboxItem
+    from orchestrator.wire.format import encode_message
+
+    feed = store.watch()
+    try:
+        ids = [uuid.uuid4().hex for _ in range(runs)]
+        started = time.perf_counter()
+        for index, request_id in enumerate(ids):
+            store.create_run(f"s{index}", request_id, encode_message(UserMessage("go")))
+        answered: dict[str, float] = {}
+        ended: set[str] = set()
+        deadline = time.monotonic() + timeout
+        while len(ended) < runs:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{runs - len(ended)} runs did not end within {timeout:g} s")
+            for record in store.runs():
+                if record.final:
+                    ended.add(record.request_id)
+                elif record.status == "parked" and record.request_id not in answered:
+                    checkpoint = read(record.checkpoint)
+                    for wait in checkpoint.waiting if checkpoint else ():
+                        payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
+                        answered[record.request_id] = time.time()
+                        store.post(NewInboxItem(record.session_id, record.request_id, wait.response_event, payload))
+            feed.wait(0.5)  # woken by the worker's commits
+        seconds = time.perf_counter() - started
+        return seconds, _latencies(store, ids, answered), {record.status for record in store.runs()}
+    finally:
+        feed.close()
+
+
+def _latencies(store: Any, ids: list[str], answered: dict[str, float]) -> list[float]:
+    """Each run's time from its answer's posting to the ``tool_completed`` event of the answered call."""
+    latencies = []
+    for request_id in ids:
+        for event in store.events(request_id, 0, 10_000):
+            body = event.body
+            if event.type == "tool_completed" and body["call"]["id"] == ANSWERED_CALL:
+                latencies.append(float(body["ts"]) - answered[request_id])
+    return latencies
 
 
 # cluster ------------------------------------------------------------------------------
@@ -187,12 +269,7 @@ def through_workers(
                         commits.append(time.perf_counter() - began)
             feed.wait(0.5)  # woken by the workers' commits, as a web node is
         seconds = time.perf_counter() - started
-        latencies = []
-        for request_id in ids:
-            for event in store.events(request_id, 0, 10_000):
-                body = event.body
-                if event.type == "tool_completed" and body["call"]["id"] == ANSWERED_CALL:
-                    latencies.append(float(body["ts"]) - answered[request_id])
+        latencies = _latencies(store, ids, answered)
         statuses = {record.status for record in store.runs()}
         reads += runs + 1
         # Stopped workers and a closed store have reported every transaction of theirs.
@@ -279,9 +356,14 @@ def bench(plan: Any, runtimes: Sequence[str], progress: Callable[[str], None]) -
     sizes = PLANS[plan.name]
     progress(f"cluster: {sizes.runs} runs in-process")
     rows = [in_process(sizes.runs)]
-    progress(f"cluster: {sizes.runs} runs on {sizes.workers} worker processes")
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-cluster-{os.getpid()}"
     logs.mkdir(parents=True, exist_ok=True)
+    progress(f"cluster: {sizes.runs} runs on a worker embedded in this process, SQLite")
+    try:
+        rows.append(embedded(sizes.runs, logs, sizes.timeout))
+    except Exception as error:  # the rest of the run goes on; the row says why
+        rows.append({"kind": "1 process, embedded worker, SQLite", "failed": f"{type(error).__name__}: {error}"})
+    progress(f"cluster: {sizes.runs} runs on {sizes.workers} worker processes")
     try:
         rows.append(cluster(sizes.runs, sizes.workers, sizes.timeout, logs))
     except Exception as error:  # the rest of the run goes on; the row says why

@@ -5,9 +5,11 @@ worker's lease and serialised by a lock: messages (appended to the session's
 history), the streamed events (numbered, in order), the checkpoint, the inbox
 items consumed. A commit happens before the request goes on whenever a message
 is appended (the input, each model response, each tool result, steering),
-when a tool call starts (its intent), when a call starts to wait for an
-answer, before a tool body is entered, and when the run ends or parks; streamed
-text between those is flushed by the worker every ``FLUSH_SECONDS``.
+before a tool body is entered (recording the call's intent with it), when a
+call starts to wait for an answer while the run goes on, and when the run ends
+or parks (a run that parks as its only call starts to wait records the wait in
+that one commit); streamed events between those are written by the next commit,
+or by the worker's flush once the oldest has waited ``FLUSH_SECONDS``.
 
 The checkpoint keeps each open call's phase (``checkpoint.PHASES``). An answer
 taken from the inbox moves its call to ``answered`` in the same moment it is
@@ -82,6 +84,8 @@ class DurableRun:
         self.config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)
         self.lock = trio.Lock()
         self.events: list[StoredEvent] = []
+        self.pending_since = 0.0  # when the oldest event not yet committed came (time.monotonic)
+        self.events_pending = trio.Event()  # set when an event comes while none waited
         self.messages: list[Message] = []
         self.history: tuple[Message, ...] | None = None  # a compaction's replacement, written by the next commit
         self.consumed: list[int] = []  # inbox items used up since the last commit
@@ -118,7 +122,10 @@ class DurableRun:
         self.released = False
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
-        self.seen_inbox = 0
+        self.seen_inbox = 0  # the highest inbox item id read so far
+        # Items read and held back (answers for resumed calls that have not asked again), by id: offered again
+        # from memory, and looked at first by the call that asks.
+        self.held: dict[int, InboxItem] = {}
         # Steering taken from the inbox and not yet in the history, oldest first: (item id, its text). Each item
         # is consumed by the commit that appends its message, so a run stopped before that takes it again.
         self.steering: list[tuple[int, str]] = []
@@ -132,6 +139,9 @@ class DurableRun:
     # the sink of the run's streamed events ----------------------------------
 
     def offer(self, event: AgentEvent) -> bool:
+        if not self.events:
+            self.pending_since = time.monotonic()
+            self.events_pending.set()
         self.events.append(StoredEvent(self.lease.request_id, event.seq, event.name, wire.encode_event(event)))
         if event.session_id != self.lease.session_id:
             self._child_event(event)
@@ -189,7 +199,7 @@ class DurableRun:
         async with self.lock:
             if self.lost:
                 return
-            events, held = self._writable(status)
+            events, kept_back = self._writable(status)
             change = RunCommit(
                 messages=tuple(self.messages),
                 events=events,
@@ -201,7 +211,9 @@ class DurableRun:
                 trace_context=self.trace_context,
                 fingerprint=self.fingerprint,
             )
-            self.messages, self.events, self.consumed, self.history = [], held, [], None
+            self.messages, self.events, self.consumed, self.history = [], kept_back, [], None
+            if self.events_pending.is_set() and not kept_back:
+                self.events_pending = trio.Event()
             self.fingerprint = None
             try:
                 with trio.CancelScope(shield=True):
@@ -218,6 +230,8 @@ class DurableRun:
             except BaseException:
                 # Nothing was written: keep it for the next commit (the run's failure is committed with it).
                 self.messages[:0] = change.messages
+                if change.events and not self.events:
+                    self.events_pending.set()
                 self.events[:0] = change.events
                 self.consumed[:0] = change.consumed
                 if self.history is None:
@@ -261,6 +275,17 @@ class DurableRun:
                     return tuple(self.events[:index]), self.events[index:]
         return tuple(self.events), []
 
+    async def flush_when_due(self) -> None:
+        """Until the run stops: flush once the oldest event waiting has waited ``FLUSH_SECONDS`` (a commit made
+        sooner takes it along, so events that a commit follows at once cost no transaction of their own)."""
+        while not self.lost:
+            await self.events_pending.wait()
+            await trio.sleep(max(0.0, self.pending_since + FLUSH_SECONDS - time.monotonic()))
+            if self.events and time.monotonic() - self.pending_since >= FLUSH_SECONDS:
+                await self.flush()
+                if self.events:  # not flushed (the run ends, or the commit failed): look again later
+                    await trio.sleep(FLUSH_SECONDS)
+
     def _ending(self) -> bool:
         return any(self._own_terminal(event) for event in self.events)
 
@@ -285,6 +310,19 @@ class DurableRun:
         self.scope.cancel()
 
     # the inbox ---------------------------------------------------------------
+
+    def hold(self, items: list[InboxItem]) -> None:
+        """Keep items just read from the inbox until they are used up (``offer_held``)."""
+        for item in items:
+            self.seen_inbox = max(self.seen_inbox, item.id)
+            if item.id not in self.used:
+                self.held[item.id] = item
+
+    def offer_held(self) -> None:
+        """Offer the items held, oldest first; those used up are let go."""
+        for item_id in sorted(self.held):
+            if self.offer_item(self.held[item_id]):
+                del self.held[item_id]
 
     def offer_item(self, item: InboxItem) -> bool:
         """Deliver an inbox item to the run's extensions; whether it was used up (accepted, or refused for good)."""
@@ -351,12 +389,21 @@ class DurableRun:
         self.used.add(item.id)
         self.consumed.append(item.id)
 
-    async def take_answer(self, waiting: Waiting) -> bool:
-        """Answer ``waiting`` from the inbox if its answer is there; whether it was.
+    async def take_answer(self, waiting: Waiting, *, read: bool = True) -> bool:
+        """Answer ``waiting`` from the inbox if its answer is there; whether it was. Steering found there is taken.
 
         A store that cannot be reached has no answer now: the run parks, and an answer
-        already in its inbox makes it runnable again at once.
+        already in its inbox makes it runnable again at once. An answer the inbox reader read and held back
+        is taken from memory, without reading the inbox again; ``read=False`` looks only there.
         """
+        for item_id in sorted(self.held):
+            item = self.held[item_id]
+            answers = item.name == waiting.response_event and item.payload.get("tool_call_id") == waiting.tool_call_id
+            if answers and self.offer_item(item):
+                del self.held[item_id]
+                return True
+        if not read:
+            return False
         try:
             items = await trio.to_thread.run_sync(self.store.inbox, self.lease.request_id)
         except StoreUnavailable as down:
@@ -364,6 +411,11 @@ class DurableRun:
             return False
         for item in items:
             if item.id in self.used:
+                continue
+            if item.name == STEERING_EVENT:
+                # Taken now, as the inbox reader would: the run is held for it instead of parking (and being
+                # made runnable again at once by the very item it did not take).
+                self.offer_item(item)
                 continue
             answers = item.name == waiting.response_event and item.payload.get("tool_call_id") == waiting.tool_call_id
             if answers and self.offer_item(item):
@@ -393,16 +445,22 @@ class DurableRun:
         expiries = [w.expires_at for c, w in self.waiting.items() if c not in self.answered and w.expires_at]
         return min(expiries) if expiries else None
 
-    def park_if_idle(self) -> None:
-        """Let the run go when all it does is wait: every open call waits for an answer not yet given."""
+    def may_park(self) -> bool:
+        """Whether all the run does is wait: every open call waits for an answer not yet given."""
         run = self.run
         if run is None or not self.unanswered() or self.running_calls() or self.lost or self.parked:
-            return
+            return False
         if run.steering is not None or self.steering or not run.machine.may("park"):
-            return  # steering taken: it is applied as the next turn, once the waiting calls have their results
+            return False  # steering taken: it is applied as the next turn, once the waiting calls have their results
         wake_at = self.wake_at()
-        if wake_at is not None and wake_at - time.time() < EXPIRY_HOLD_SECONDS:
-            return  # its wait expires (or expired) about now: it stays held, and the wait's own timer fires
+        # A wait that expires (or expired) about now: the run stays held, and the wait's own timer fires.
+        return wake_at is None or wake_at - time.time() >= EXPIRY_HOLD_SECONDS
+
+    def park_if_idle(self) -> None:
+        """Let the run go when all it does is wait (``may_park``)."""
+        if not self.may_park():
+            return
+        run = self.run
         self.parked = True
         run.parking = True
         self.scope.cancel()
@@ -450,8 +508,9 @@ class DurableExtension(AgentExtension):
                 durable.input_recorded = True
             await durable.commit()
         elif name == "tool_started":
+            # Recorded by the next commit: the one made before its body is entered (or its question, or its
+            # result), with nothing done outside the process in between.
             durable.started.add(event.payload["call"].id)
-            await durable.commit()
         elif name in _SETTLED_EVENTS:
             durable.settled(event.payload["call"].id)
             durable.park_if_idle()
@@ -483,12 +542,23 @@ class DurableExtension(AgentExtension):
         expires_at = durable.run.agent.waiting.expiry(context.session_id, call_id) if durable.run else None
         waiting = Waiting(call_id, event.name, payload, str(event.payload["response_event"]), expires_at)
         durable.waiting[call_id] = waiting
+        resumed = call_id in durable.expected  # asked again: its answer may have come while nobody held the run
         durable.expected.discard(call_id)
         stored = durable.answers.get(call_id)
         # Asked again after a resume: the answer it consumed before is given, no person is asked.
         if stored is not None and call_id not in durable.answered and durable.redeliver(waiting, stored):
             return
         durable.phases[call_id] = "waiting"
+        if call_id not in durable.answered and durable.may_park():
+            # All the run does is wait: the commit that parks it records the wait, unless the answer is in the
+            # inbox already (an answer posted meanwhile makes the parked run runnable in that same commit). A
+            # question asked for the first time is not in anyone's list yet: nothing answers it but what the
+            # inbox reader holds.
+            if not await durable.take_answer(waiting, read=resumed):
+                durable.park_if_idle()
+            if not durable.parked:
+                await durable.commit()
+            return
         await durable.commit()
         if call_id not in durable.answered and not await durable.take_answer(waiting):
             durable.park_if_idle()

@@ -5,8 +5,8 @@ ran) in the worker's trio loop, beside three tasks of its own: the heartbeat
 renews the lease every third of its length (it runs in this loop, so blocking
 tools must run in threads: ``@tool(thread=True)``), the inbox reader hands
 answers and steering posted by any web node to the run's extensions (woken by the
-store when the run's inbox gets an item, see ``Wakeups``), and the
-flusher commits streamed text. A run that only waits for answers is parked:
+store when the run's inbox gets an item, see ``Wakeups``), and the flusher commits
+streamed events no other commit took along within ``FLUSH_SECONDS``. A run that only waits for answers is parked:
 its worker lets it go, and whichever worker claims it after an answer arrives
 resumes it. A parked run whose wait expires is stored with that expiry (``wake_at``): each worker keeps
 one timer on the earliest ``wake_at`` of the store (``next_wake``; a run parked with an earlier one
@@ -35,7 +35,7 @@ import trio
 from orchestrator.agent import AgentClient
 from orchestrator.checks import number
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
-from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
+from orchestrator.cluster.durable import DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.cluster.run_settings import decode_run_settings
 from orchestrator.cluster.wakeups import Wakeup, Wakeups
@@ -50,7 +50,7 @@ from orchestrator.runtime.restored import Restored
 from orchestrator.store.changes import INBOX, WORK
 from orchestrator.store.errors import StoreError, StoreUnavailable
 from orchestrator.store.retention import TOMBSTONE_SECONDS
-from orchestrator.store.runs import Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
+from orchestrator.store.runs import Claimed, Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
 from orchestrator.wire.format import WireFormatError, decode_message, encode_event
 
 log = logging.getLogger("orchestrator.cluster")
@@ -69,6 +69,9 @@ RETENTION_SECONDS = 7 * 24 * 3600.0
 """Ended runs, with their events and inbox, are pruned this long after their last change (7 days)."""
 WAKE_FLOOR_SECONDS = 0.05
 """Shortest wait of the expiry timer (a wake_at that passed while another worker takes its run is no busy loop)."""
+RESUME_RESERVE_SHARE = 8
+"""By default a worker keeps capacity // 8 of its slots for runs that ran before (answered, given back, taken
+over): new runs take the others, so a resumed run never waits for a burst of new ones to end or park."""
 GRACE_SECONDS = 30.0
 """How long a drain lets the steps running in it finish before it hands their runs back where they are."""
 
@@ -78,7 +81,8 @@ def default_name() -> str:
 
 
 class Worker:
-    """Carries runs of ``store`` with ``client``'s agent, at most ``capacity`` at a time."""
+    """Carries runs of ``store`` with ``client``'s agent, at most ``capacity`` at a time; runs that never ran take
+    at most ``capacity - resume_reserve`` of them (by default capacity // 8 slots are kept for resumed runs)."""
 
     def __init__(
         self,
@@ -90,14 +94,19 @@ class Worker:
         lease_seconds: float = LEASE_SECONDS,
         poll_seconds: float = POLL_SECONDS,
         retention_seconds: float = RETENTION_SECONDS,
+        resume_reserve: int | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
+        reserve = capacity // RESUME_RESERVE_SHARE if resume_reserve is None else resume_reserve
+        if not 0 <= reserve < capacity:
+            raise ValueError(f"resume_reserve must be at least 0 and below the capacity ({capacity}), not {reserve}")
         self.client = client
         self.agent = client.agent
         self.store = store
         self.name = name or default_name()
         self.capacity = capacity
+        self.resume_reserve = reserve
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self.retention_seconds = retention_seconds
@@ -125,35 +134,37 @@ class Worker:
             with self._claiming:
                 work = self.wakeups.arm(WORK)
                 backlog = True  # runs may wait beyond what the last claim took
+                fresh_waiting = False  # new runs were left for the slots kept for resumed ones
                 wake_in: float | None = None
                 while True:
                     free = self.capacity - len(self.active)
                     if free > 0 and (backlog or work.is_set()):
                         # Armed before the claim: work queued after it still wakes the loop.
                         work = self.wakeups.arm(WORK)
+                        fresh = max(0, free - self.resume_reserve)
                         try:
-                            leases, wake_in = await trio.to_thread.run_sync(self._claim, free)
+                            claim = await trio.to_thread.run_sync(
+                                self.store.claim_runs, self.name, self.lease_seconds, free, fresh
+                            )
                         except StoreUnavailable as down:
                             self._note_outage(down)
                             await trio.sleep(self.poll_seconds)
                             continue
                         self._note_recovery()
-                        for lease in leases:
-                            self.active[lease.request_id] = None
-                            nursery.start_soon(self._carry, lease, name=f"run {lease.request_id}")
-                        backlog = len(leases) == free
+                        for claimed in claim.runs:
+                            self.active[claimed.lease.request_id] = None
+                            nursery.start_soon(self._carry, claimed, name=f"run {claimed.lease.request_id}")
+                        backlog, wake_in = len(claim.runs) == free, claim.wake_in
+                        fresh_waiting = claim.fresh_left
                         continue
                     # Full: until a slot frees. Not full and nothing left: until work is queued, the earliest
                     # wake_at of a parked run comes (the process's one expiry timer), or a poll's time.
                     if not await self._until_work(work if free > 0 else None, wake_in if free > 0 else None):
                         backlog = True
+                    elif self._slot_freed.is_set() and fresh_waiting:
+                        backlog = True  # a new run left for the reserve may take the slot that freed
             await self._until_idle()
             nursery.cancel_scope.cancel()
-
-    def _claim(self, free: int) -> tuple[list[Lease], float | None]:
-        """Claim up to ``free`` runs; when fewer were there, also the seconds until a parked run's ``wake_at``."""
-        leases = self.store.claim(self.name, self.lease_seconds, free)
-        return leases, self.store.next_wake() if len(leases) < free else None
 
     async def _until_work(self, work: Wakeup | None, wake_in: float | None = None) -> bool:
         """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds, or ``wake_in``
@@ -241,9 +252,10 @@ class Worker:
                     log.info("pruned %d ended runs", gone)
             await trio.sleep(min(self.retention_seconds / 10, 3600.0))
 
-    async def _carry(self, lease: Lease) -> None:
+    async def _carry(self, claimed: Claimed) -> None:
+        lease = claimed.lease
         try:
-            await self._carry_leased(lease)
+            await self._carry_leased(claimed)
         except StoreUnavailable as down:
             log.warning("run %s: %s; it is resumed once its lease expires", lease.request_id, down)
         except Exception:
@@ -252,10 +264,9 @@ class Worker:
             self.active.pop(lease.request_id, None)
             self._slot_freed.set()
 
-    async def _carry_leased(self, lease: Lease) -> None:
-        record = await trio.to_thread.run_sync(self.store.run, lease.request_id)
-        if record is None:
-            return
+    async def _carry_leased(self, claimed: Claimed) -> None:
+        """Carry a run from its row and history as the claim read them (its lease is the claim's)."""
+        lease, record, history = claimed.lease, claimed.record, list(claimed.history)
         try:
             checkpoint, message = _starting_point(record)
             usage_limits, deadline = stored_bounds(record)
@@ -272,7 +283,6 @@ class Worker:
         except UnreadableCheckpoint as unreadable:
             await self._fail_unreadable(lease, unreadable)
             return
-        history = await trio.to_thread.run_sync(self.store.history, lease.session_id)
         if lease.cancel_requested:
             await self._cancel_claimed(lease, checkpoint, history)
             return
@@ -429,29 +439,28 @@ class Worker:
                 durable.scope.cancel()
 
     async def _poll_inbox(self, durable: DurableRun) -> None:
+        """Read the run's inbox when it changes (or every INBOX_SECONDS) and offer what is new; an answer held
+        back (for a resumed call that has not asked again) is offered again from memory every 0.1 s."""
+        read_at: float | None = None  # when the inbox was last read (trio clock); None: read it now
         while True:
             woken = self.wakeups.arm(INBOX, durable.lease.request_id)  # before the read: a later post wakes it
-            try:
-                items = await trio.to_thread.run_sync(
-                    lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
-                )
-            except StoreUnavailable:
-                items = []  # asked again at the next poll
-            held_back = False  # an answer for a resumed call that has not asked again: offered again soon
-            for item in items:
-                if item.id in durable.used:
-                    continue
-                if not durable.offer_item(item):
-                    held_back = True
-                elif not held_back:  # read again from the first item held back, never past it
-                    durable.seen_inbox = max(durable.seen_inbox, item.id)
-            with trio.move_on_after(0.1 if held_back else INBOX_SECONDS):
+            if read_at is None or trio.current_time() - read_at >= INBOX_SECONDS:
+                read_at = trio.current_time()
+                try:
+                    items = await trio.to_thread.run_sync(
+                        lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
+                    )
+                except StoreUnavailable:
+                    items = []  # asked again at the next poll
+                durable.hold(items)
+            durable.offer_held()
+            with trio.move_on_after(0.1 if durable.held else INBOX_SECONDS):
                 await woken.wait()
+            if woken.is_set():
+                read_at = None
 
     async def _flush(self, durable: DurableRun) -> None:
-        while True:
-            await trio.sleep(FLUSH_SECONDS)
-            await durable.flush()
+        await durable.flush_when_due()
 
 
 def stored_metadata(record: RunRecord) -> dict[str, Any]:

@@ -151,6 +151,25 @@ class Lease:
 
 
 @attrs.frozen
+class Claimed:
+    """A run as its claim took it: the lease, the run's row after the claim, and its session's history then."""
+
+    lease: Lease
+    record: RunRecord
+    history: tuple[Message, ...]
+
+
+@attrs.frozen
+class Claim:
+    """What one claim took, and (when it took fewer runs than it could) the store's ``next_wake`` then."""
+
+    runs: tuple[Claimed, ...]
+    wake_in: float | None = None
+    fresh_left: bool = False
+    """Whether a run that never ran was left for the ``fresh`` bound alone (more may be claimed once slots free)."""
+
+
+@attrs.frozen
 class StoredEvent:
     """One streamed event of a run: its ``seq`` and its wire-format JSON object."""
 
@@ -263,6 +282,21 @@ class RunStore(abc.ABC):
         ones whose lease expired (their worker stopped), and ``parked`` ones whose ``wake_at`` has passed (a wait
         expired while nobody held them), all judged on the store's own clock. Claimed
         runs are ``running``; a new token each; a lease keeps the run's cancel flag."""
+
+    def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1, fresh: int | None = None) -> Claim:
+        """``claim``, with each claimed run's row and history, and ``next_wake`` when fewer than ``limit`` runs
+        were taken: what a worker reads before it carries them (a store may do it all in one transaction).
+
+        ``fresh`` bounds the runs taken that never ran (no checkpoint), so that runs to be resumed find a slot
+        while new ones wait; this default implementation does not apply it.
+        """
+        leases = self.claim(owner, lease_seconds, limit)
+        taken = []
+        for lease in leases:
+            record = self.run(lease.request_id)
+            if record is not None:
+                taken.append(Claimed(lease, record, tuple(self.history(lease.session_id))))
+        return Claim(tuple(taken), self.next_wake() if len(leases) < limit else None)
 
     def next_wake(self) -> float | None:
         """Seconds until the earliest ``wake_at`` of a parked run, on the store's clock (negative when it has

@@ -21,8 +21,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Protocol
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol, cast
 
 import attrs
 
@@ -46,6 +46,8 @@ from orchestrator.store.runs import (
     FINAL,
     LOCAL_PRINCIPAL,
     AnswerWaiting,
+    Claim,
+    Claimed,
     InboxItem,
     InboxKeyReused,
     InboxRefused,
@@ -82,8 +84,11 @@ _RUN_COLUMNS = (
 
 class _Cursor(Protocol):
     changed: set[tuple[str, str]]
+    notified: set[tuple[str, str]]
 
     def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+    def pipeline(self) -> AbstractContextManager[Any]: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
 
@@ -547,7 +552,7 @@ class SQLRunStore(RunStore):
                     dialected = _Dialected(cursor, self.dialect)
                     yield dialected
                     # One NOTIFY per changed run, sent at commit (never per event: NOTIFY locks at commit).
-                    for topic, request_id in sorted(dialected.changed):
+                    for topic, request_id in sorted(dialected.changed - dialected.notified):
                         if topic != WORK:
                             cursor.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"{topic}:{request_id}"))
             except Exception as error:
@@ -567,6 +572,16 @@ class SQLRunStore(RunStore):
     @staticmethod
     def _changed(db: _Cursor, topic: str, request_id: str) -> None:
         db.changed.add((topic, request_id))
+
+    def _notify_changes(self, db: _Cursor) -> None:
+        """PostgreSQL: send the ``NOTIFY`` of each run changed so far now (delivered at commit, as those the
+        transaction sends at its end), in a pipeline with the statements around it."""
+        if self.dialect.name != "postgresql":
+            return
+        for topic, request_id in sorted(db.changed - db.notified):
+            if topic != WORK:
+                db.execute("SELECT pg_notify(?, ?)", (CHANGE_CHANNEL, f"{topic}:{request_id}"))
+            db.notified.add((topic, request_id))
 
     # wake-ups ---------------------------------------------------------------
 
@@ -748,51 +763,76 @@ class SQLRunStore(RunStore):
 
     def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
         """Expiry and back-off are judged on the database's clock, inside the statements (never this process's)."""
+        with self._transaction("claim") as db:
+            return self._claim(db, owner, lease_seconds, limit)[0]
+
+    def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1, fresh: int | None = None) -> Claim:
+        """One transaction: the claim, each claimed run's row and history, and ``next_wake`` if it took fewer."""
+        with self._transaction("claim") as db:
+            leases, fresh_left = self._claim(db, owner, lease_seconds, limit, fresh)
+            taken = []
+            for lease in leases:
+                record = self._row(db, lease.request_id)
+                assert record is not None  # claimed in this transaction
+                taken.append(Claimed(lease, record, tuple(self._history(db, lease.session_id))))
+            return Claim(tuple(taken), self._next_wake(db) if len(leases) < limit else None, fresh_left)
+
+    def _claim(
+        self, db: _Cursor, owner: str, lease_seconds: float, limit: int, fresh: int | None = None
+    ) -> tuple[list[Lease], bool]:
+        """The leases taken (runs that ran before first, then new ones, at most ``fresh`` of those), and whether
+        a new run was left for the ``fresh`` bound alone."""
         now = time.time()
         clock = self.dialect.now
         leases: list[Lease] = []
-        with self._transaction("claim") as db:
+        fresh_left = False
+        db.execute(
+            "SELECT request_id, status, updated, not_before, lease_expires, wake_at, checkpoint IS NULL"
+            " FROM orchestrator_runs"
+            f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
+            f" OR (status = 'running' AND lease_expires < {clock})"
+            f" OR (status = 'parked' AND wake_at <= {clock})"
+            " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
+            (limit,),
+        )
+        for request_id, status, updated, not_before, lease_expires, wake_at, never_ran in db.fetchall():
+            if never_ran and fresh is not None:
+                if fresh <= 0:
+                    fresh_left = True
+                    continue
+                fresh -= 1
+            trigger = {"queued": "claim", "parked": "expire"}.get(status, "take_over")
+            # Claimable since it was queued (or its back-off ended), its wait expired, or its lease expired.
+            if status == "queued":
+                since = max(updated, not_before or 0.0)
+            elif status == "parked":
+                since = wake_at if wake_at is not None else updated
+            else:
+                since = lease_expires or updated
+            claimed({"queued": "queued", "parked": "expire"}.get(status, "take_over"), now - float(since))
+            new_status = lease_step(status, trigger, expired=True, due=True)
+            token = secrets.token_hex(16)
             db.execute(
-                f"SELECT request_id, status, updated, not_before, lease_expires, wake_at FROM orchestrator_runs"
-                f" WHERE (status = 'queued' AND (not_before IS NULL OR not_before <= {clock}))"
-                f" OR (status = 'running' AND lease_expires < {clock})"
-                f" OR (status = 'parked' AND wake_at <= {clock})"
-                " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
-                (limit,),
+                "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
+                f" lease_expires = {clock} + ?, not_before = NULL, wake_at = NULL, version = version + 1,"
+                " updated = ?"
+                " WHERE request_id = ? RETURNING session_id, version, last_seq, cancel_requested, lease_expires",
+                (new_status, owner, token, lease_seconds, now, request_id),
             )
-            for request_id, status, updated, not_before, lease_expires, wake_at in db.fetchall():
-                trigger = {"queued": "claim", "parked": "expire"}.get(status, "take_over")
-                # Claimable since it was queued (or its back-off ended), its wait expired, or its lease expired.
-                if status == "queued":
-                    since = max(updated, not_before or 0.0)
-                elif status == "parked":
-                    since = wake_at if wake_at is not None else updated
-                else:
-                    since = lease_expires or updated
-                claimed({"queued": "queued", "parked": "expire"}.get(status, "take_over"), now - float(since))
-                new_status = lease_step(status, trigger, expired=True, due=True)
-                token = secrets.token_hex(16)
-                db.execute(
-                    "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
-                    f" lease_expires = {clock} + ?, not_before = NULL, wake_at = NULL, version = version + 1,"
-                    " updated = ?"
-                    " WHERE request_id = ? RETURNING session_id, version, last_seq, cancel_requested, lease_expires",
-                    (new_status, owner, token, lease_seconds, now, request_id),
+            session_id, version, last_seq, cancel, expires = db.fetchone()
+            leases.append(
+                Lease(
+                    request_id,
+                    session_id,
+                    owner,
+                    token,
+                    int(version),
+                    float(expires),
+                    int(last_seq),
+                    bool(cancel),
                 )
-                session_id, version, last_seq, cancel, expires = db.fetchone()
-                leases.append(
-                    Lease(
-                        request_id,
-                        session_id,
-                        owner,
-                        token,
-                        int(version),
-                        float(expires),
-                        int(last_seq),
-                        bool(cancel),
-                    )
-                )
-        return leases
+            )
+        return leases, fresh_left
 
     def _lost(self, db: _Cursor, lease: Lease) -> LeaseLost:
         row = self._row(db, lease.request_id)
@@ -807,11 +847,14 @@ class SQLRunStore(RunStore):
     def next_wake(self) -> float | None:
         """One indexed read: ``MIN(wake_at)`` of the parked runs, less the database's clock."""
         with self._transaction("next_wake") as db:
-            db.execute(
-                f"SELECT MIN(wake_at) - {self.dialect.now} FROM orchestrator_runs"
-                " WHERE status = 'parked' AND wake_at IS NOT NULL"
-            )
-            row = db.fetchone()
+            return self._next_wake(db)
+
+    def _next_wake(self, db: _Cursor) -> float | None:
+        db.execute(
+            f"SELECT MIN(wake_at) - {self.dialect.now} FROM orchestrator_runs"
+            " WHERE status = 'parked' AND wake_at IS NOT NULL"
+        )
+        row = db.fetchone()
         return float(row[0]) if row is not None and row[0] is not None else None
 
     def renew(self, lease: Lease, lease_seconds: float) -> Lease:
@@ -827,6 +870,8 @@ class SQLRunStore(RunStore):
         return attrs.evolve(lease, expires=float(row[1]), cancel_requested=bool(row[0]))
 
     def commit(self, lease: Lease, change: RunCommit) -> Lease:
+        """The reads (the fence, the messages' next position, the inbox items consumed, an answer waiting for a
+        run that parks) come first; the writes then go out together (on PostgreSQL one pipelined round trip)."""
         now = time.time()
         with self._transaction("commit") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
@@ -839,19 +884,22 @@ class SQLRunStore(RunStore):
             if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
                 raise self._lost(db, lease)
             session_id, last_seq = held_row[4], int(held_row[3])
-            if change.history is not None:
-                db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
-                self._append_messages(db, session_id, change.history, now)
-            if change.messages:
-                self._append_messages(db, session_id, change.messages, now)
+            events = []
             for event in change.events:
                 if event.seq != last_seq + 1:
                     raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
-                db.execute(
-                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created) VALUES (?, ?, ?, ?, ?)",
-                    (lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now),
-                )
+                events.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
                 last_seq = event.seq
+            trigger = _COMMIT_TRIGGERS.get(change.status)
+            if trigger is None:
+                raise StoreError(f"a commit cannot set the status {change.status!r}")
+            messages: list[Message] = []
+            position = -1  # the last position the session's history keeps after the commit's writes
+            if change.history is not None:
+                messages.extend(change.history)
+            elif change.messages:
+                position = self._last_position(db, session_id)
+            messages.extend(change.messages)
             for item_id in change.consumed:
                 db.execute(
                     "UPDATE orchestrator_inbox SET consumed = 1 WHERE id = ? AND request_id = ? AND consumed = 0"
@@ -860,9 +908,6 @@ class SQLRunStore(RunStore):
                 )
                 if db.fetchone() is None:
                     raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
-            trigger = _COMMIT_TRIGGERS.get(change.status)
-            if trigger is None:
-                raise StoreError(f"a commit cannot set the status {change.status!r}")
             status = lease_step("running", trigger, held=True)
             if status == "parked":
                 # Queued at once instead when an answer already waits, or when it was asked to stop
@@ -874,39 +919,50 @@ class SQLRunStore(RunStore):
                 if db.fetchone() is not None or bool(held_row[5]):
                     status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
-            if change.trace_context:
-                db.execute(
-                    "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
-                    (_dumps(dict(change.trace_context)), lease.request_id),
-                )
             held = status == "running"
             back_off = change.retry_after if status == "queued" else None
             wake_at = change.wake_at if status == "parked" else None
-            db.execute(
-                "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint), version = version + 1,"
-                " fingerprint = COALESCE(?, fingerprint),"
-                " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
-                " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
-                " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
-                f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
-                (
-                    status,
-                    checkpoint,
-                    change.fingerprint,
-                    last_seq,
-                    now,
-                    held,
-                    held,
-                    held,
-                    back_off,
-                    wake_at,
-                    lease.request_id,
-                ),
-            )
-            if status == "queued" or wake_at is not None:
-                self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
-            if change.events or status != "running":
-                self._changed(db, RUN, lease.request_id)
+            with db.pipeline():
+                if change.history is not None:
+                    db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
+                self._insert_messages(db, session_id, messages, position, now)
+                if events:
+                    db.executemany(
+                        "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        events,
+                    )
+                if change.trace_context:
+                    db.execute(
+                        "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
+                        (_dumps(dict(change.trace_context)), lease.request_id),
+                    )
+                db.execute(
+                    "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint),"
+                    " version = version + 1, fingerprint = COALESCE(?, fingerprint),"
+                    " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
+                    " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
+                    " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
+                    f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
+                    (
+                        status,
+                        checkpoint,
+                        change.fingerprint,
+                        last_seq,
+                        now,
+                        held,
+                        held,
+                        held,
+                        back_off,
+                        wake_at,
+                        lease.request_id,
+                    ),
+                )
+                if status == "queued" or wake_at is not None:
+                    self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
+                if change.events or status != "running":
+                    self._changed(db, RUN, lease.request_id)
+                self._notify_changes(db)  # in the same round trip
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
     def release(self, lease: Lease) -> None:
@@ -940,14 +996,24 @@ class SQLRunStore(RunStore):
         return expired
 
     def _append_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], now: float) -> None:
+        self._insert_messages(db, session_id, messages, self._last_position(db, session_id), now)
+
+    def _last_position(self, db: _Cursor, session_id: str) -> int:
         table = self.dialect.messages_table
         db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))
-        position = int(db.fetchone()[0])
-        for message in messages:
-            position += 1
-            db.execute(
-                f"INSERT INTO {table} (session_id, position, role, body, created) VALUES (?, ?, ?, ?, ?)",
-                (session_id, position, message.role, encode_message(message), now),
+        return int(db.fetchone()[0])
+
+    def _insert_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], last: int, now: float) -> None:
+        """Append ``messages`` to the session's history after position ``last``."""
+        rows = [
+            (session_id, last + offset, message.role, encode_message(message), now)
+            for offset, message in enumerate(messages, start=1)
+        ]
+        if rows:
+            db.executemany(
+                f"INSERT INTO {self.dialect.messages_table} (session_id, position, role, body, created)"
+                " VALUES (?, ?, ?, ?, ?)",
+                rows,
             )
 
     # events and inbox -------------------------------------------------------
@@ -1249,9 +1315,21 @@ class _Dialected:
         self._cursor = cursor
         self._dialect = dialect
         self.changed: set[tuple[str, str]] = set()
+        self.notified: set[tuple[str, str]] = set()  # changes whose NOTIFY was sent already
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._cursor.execute(self._dialect.sql(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``sql`` once per row (on PostgreSQL pipelined: one round trip for them all)."""
+        self._cursor.executemany(self._dialect.sql(sql), [tuple(row) for row in rows])
+
+    def pipeline(self) -> AbstractContextManager[Any]:
+        """On PostgreSQL, statements whose results are not read go out together, in one round trip at the end
+        of the block (an error in one is raised there); elsewhere nothing changes."""
+        if self._dialect.name == "postgresql":
+            return cast("AbstractContextManager[Any]", self._cursor.connection.pipeline())
+        return contextlib.nullcontext()
 
     def fetchone(self) -> Any:
         return self._cursor.fetchone()

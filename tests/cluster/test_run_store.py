@@ -217,3 +217,19 @@ def test_the_leases_of_gone_carriers_end_at_once_and_fence_them_off(store: RunSt
     with pytest.raises(LeaseLost):
         store.commit(gone, RunCommit(events=(event(gone.request_id, 1),)))
     store.commit(alive, RunCommit(events=(event(alive.request_id, 1),)))
+
+
+def test_claim_runs_returns_each_run_with_its_row_and_history_and_the_next_wake(store: RunStore) -> None:
+    store.create_run("s1", "r1", {"role": "user", "content": "hi"})
+    (lease,) = store.claim("w0", 30.0)
+    store.commit(lease, RunCommit(messages=(UserMessage("hi"), AssistantMessage("hello")), status="completed"))
+    store.create_run("s1", "r2", {"role": "user", "content": "again"})
+    store.create_run("s2", "r3", {"role": "user", "content": "other"})
+    claim = store.claim_runs("w1", 30.0, 5)
+    assert sorted(c.lease.request_id for c in claim.runs) == ["r2", "r3"]
+    by_id = {c.lease.request_id: c for c in claim.runs}
+    assert by_id["r2"].record.status == "running" and by_id["r2"].record.lease_owner == "w1"
+    assert [m.role for m in by_id["r2"].history] == ["user", "assistant"]
+    assert by_id["r3"].history == ()
+    assert claim.wake_in is None  # fewer than asked, and no parked run waits for a time
+    assert store.claim_runs("w1", 30.0, 0).runs == ()

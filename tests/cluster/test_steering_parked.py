@@ -75,7 +75,10 @@ async def test_steering_a_parked_run_is_applied_as_the_next_turn_after_its_answe
                 )
                 assert steered.status_code == 202, steered.text
                 if worker_restarts:
-                    worker_scope.cancel()  # the worker that took the steering message is gone
+                    # The worker that took the steering message is gone, writing nothing more (a cancelled task
+                    # would end the run it carries cancelled, if it had resumed it by now).
+                    worker.stop_now()
+                    worker_scope.cancel()
                     await trio.sleep(0.3)
                     nursery.start_soon(carry, Worker(await agent(), sqlite_run_store(path), name="w2", poll_seconds=0.05, lease_seconds=1.0), trio.CancelScope())
                 await trio.sleep(0.5)

@@ -62,7 +62,8 @@ async def test_runs_held_in_a_slow_call_do_not_read_their_inbox_until_something_
     try:
         for index in range(HELD):
             store.create_run(f"s{index}", f"r{index}", {"role": "user", "content": "go"})
-        worker = Worker(await _holding_agent(), store, name="w", capacity=HELD, poll_seconds=60)
+        # Every slot for a new run: none kept for resumed ones.
+        worker = Worker(await _holding_agent(), store, name="w", capacity=HELD, poll_seconds=60, resume_reserve=0)
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
             with trio.fail_after(30):
