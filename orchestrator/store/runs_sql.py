@@ -190,7 +190,9 @@ POSTGRES = Dialect(
     real="DOUBLE PRECISION",
     columns_of="SELECT column_name FROM information_schema.columns"
     " WHERE table_schema = current_schema() AND table_name = ?",
-    now="CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
+    # A scalar subquery: evaluated once per statement, so the claim's comparisons with it are index bounds
+    # (a bare clock_timestamp() is volatile, and every parked row would be read to compare it).
+    now="(SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION))",
 )
 
 # schema versions -------------------------------------------------------------
