@@ -9,7 +9,9 @@ always in a process of its own bound to 127.0.0.1 (``bench.sse_server``):
 - **concurrent**: ``runs`` runs started at once, each read by its own SSE
   client, every model call sleeping ``latency`` seconds, ``tool_turns`` tool
   turns then an answer: wall time beside the ideal (the model latencies on one
-  run's critical path) and server CPU per event.
+  run's critical path) and server CPU per event; beside them the server floor
+  of each server: a raw ASGI app replaying one run's recorded traffic to every
+  reader (``bench.sse_floor_app``).
 
 The in-process twin of each runs the same agent through ``client.start(...)``
 and ``handle.events()``, every event consumed. Results go to their own block of
@@ -35,10 +37,14 @@ README = ROOT / "bench" / "README.md"
 BEGIN = "<!-- sse results: written by `python -m bench --only sse --readme`; do not edit by hand -->"
 END = "<!-- end of sse results -->"
 TRANSPORTS = ("inprocess", "sse", "sse-uvicorn")
+#: The concurrent workload also measures the server floor of each server (``bench.sse_floor_app``).
+CONCURRENT_TRANSPORTS = ("inprocess", "sse", "floor", "sse-uvicorn", "floor-uvicorn")
 LABELS = {
     "inprocess": "in-process: client.start + handle.events()",
     "sse": "SSE: hypercorn on 127.0.0.1, httpx readers",
     "sse-uvicorn": "SSE: uvicorn + AgentHost on 127.0.0.1, httpx readers",
+    "floor": "hypercorn, server floor (raw ASGI, same traffic)",
+    "floor-uvicorn": "uvicorn, server floor (raw ASGI, same traffic)",
 }
 
 
@@ -98,7 +104,7 @@ def measure(plan: SsePlan, progress: Callable[[str], None]) -> list[dict[str, An
         params = {"words": plan.words, "repeats": plan.stream_repeats, "transport": transport}
         rows.append({"workload": "stream", "transport": transport, **run_cell("stream", params, plan.cell_timeout)})
     for round_index in range(plan.rounds):
-        for transport in TRANSPORTS:
+        for transport in CONCURRENT_TRANSPORTS:
             progress(f"sse: {plan.runs} concurrent runs, {transport} (round {round_index + 1}/{plan.rounds})")
             params = {
                 "runs": plan.runs,
@@ -186,13 +192,15 @@ def _median_per(rows: list[dict[str, Any]], field: str, per: str, scale: float) 
 
 def _concurrent_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     body = []
-    for transport in TRANSPORTS:
+    twins = [row for row in rows if row.get("transport") == "inprocess" and not _broken(row)]
+    twin = _median_per(twins, "client_cpu_seconds", "events", 1e6)
+    for transport in CONCURRENT_TRANSPORTS:
         label = LABELS[transport]
         cells = [row for row in rows if row.get("transport") == transport]
         good = [row for row in cells if not _broken(row)]
         if not good:
             why = _broken(cells[0]) if cells else "not measured"
-            body.append([label, str(why), *[""] * 7])
+            body.append([label, str(why), *[""] * 9])
             continue
         walls = [row["wall_seconds"] for row in good]
         ideal = good[0]["ideal_seconds"]
@@ -204,6 +212,7 @@ def _concurrent_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
         server, server_run = _median_per(good, own, "events", 1e6), _median_per(good, own, "runs", 1e3)
         reader = _median_per(good, "client_cpu_seconds", "events", 1e6)
         p99 = latencies[max(0, -(-99 * len(latencies) // 100) - 1)] if latencies else None
+        writes = _median_per(good, "writes", "runs", 1.0) if transport != "inprocess" else None
         body.append(
             [
                 label,
@@ -212,7 +221,9 @@ def _concurrent_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
                 _fmt(ideal, 2),
                 f"{min(walls) / ideal:.1f}x" if ideal else "-",
                 _fmt(server, 1),
+                f"{server / twin:.1f}x" if server is not None and twin else "-",
                 _fmt(server_run, 2),
+                _fmt(writes, 1),
                 "(same process)" if transport == "inprocess" else _fmt(reader, 1),
                 f"{_fmt(statistics.median(latencies), 2)} / {_fmt(p99, 2)}" if latencies else "-",
             ]
@@ -246,7 +257,9 @@ def render(rows: list[dict[str, Any]]) -> str:
             "ideal s",
             "best / ideal",
             "CPU µs/event: server",
+            "server / in-process",
             "server ms/run",
+            "writes/stream",
             "reader µs/event",
             "run s p50 / p99",
         ],

@@ -4,6 +4,9 @@ Prints one JSON object on its last line. ``stream`` and ``concurrent`` take
 ``"transport": "sse"`` (the service in its own process, read with httpx over
 127.0.0.1) or ``"inprocess"`` (``client.start(...)`` and ``handle.events()`` in
 this process): the same scripted runs, every event consumed either way.
+``concurrent`` also takes ``"floor"`` or ``"floor-uvicorn"``: the service on that server answers the runs to
+readers that record what they are sent, then the raw ASGI app ``bench.sse_floor_app`` on the same server
+replays each run's recorded answers to the same readers (the server's cost alone, for the same traffic).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import json
 import resource
 import ssl
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -21,6 +26,7 @@ import httpx
 import trio
 
 from bench.sse_app import Shape, build
+from bench.sse_floor import RecordedRun, Traffic
 from bench.sse_server import ServerProcess, raise_fd_limit
 from orchestrator import AgentRunConfig
 from orchestrator.events import TextDeltaEvent
@@ -37,6 +43,10 @@ class Tally:
     last: str = ""
     problem: str | None = None
     seconds: float = 0.0
+    writes: int = 0
+    """Body chunks read over HTTP (the server's writes: one chunk each, unless a chunk arrived split)."""
+    recording: RecordedRun | None = None
+    """When set, what the server answered is kept in it (the server floor's traffic)."""
 
     def see(self, seq: int, name: str) -> None:
         if seq != self.events + 1 and self.problem is None:
@@ -70,12 +80,15 @@ def _http(url: str) -> httpx.AsyncClient:
 # reading --------------------------------------------------------------------------
 
 
-async def read_sse(http: httpx.AsyncClient, session: str, connecting: trio.Semaphore | None = None) -> Tally:
+async def read_sse(
+    http: httpx.AsyncClient, session: str, connecting: trio.Semaphore | None = None, record: bool = False
+) -> Tally:
     """Start one run over HTTP and read its whole event stream; every frame's data is decoded.
 
-    ``connecting`` bounds how many readers open their connection (the POST) at once.
+    ``connecting`` bounds how many readers open their connection (the POST) at once; with ``record``, the
+    tally's ``recording`` keeps the answers' headers and bodies and every body chunk with its arrival time.
     """
-    tally = Tally()
+    tally = Tally(recording=RecordedRun(session=session) if record else None)
     started = time.perf_counter()
     try:
         if connecting is None:
@@ -86,6 +99,8 @@ async def read_sse(http: httpx.AsyncClient, session: str, connecting: trio.Semap
         if posted.status_code != 202:
             tally.problem = f"POST answered {posted.status_code}: {posted.text[:200]}"
             return tally
+        if tally.recording is not None:
+            tally.recording.accept(posted.headers.raw, posted.text)
         await _follow(http, posted.json()["request_id"], tally)
     except httpx.HTTPError as error:
         tally.problem = f"{type(error).__name__}: {error}"
@@ -102,7 +117,13 @@ async def _follow(http: httpx.AsyncClient, request_id: str, tally: Tally) -> Non
             tally.problem = f"GET events answered {response.status_code}: {(await response.aread())[:200]!r}"
             return
         buffer = ""
+        recording = tally.recording
+        if recording is not None:
+            recording.stream(request_id, response.headers.raw)
         async for chunk in response.aiter_text():
+            tally.writes += 1
+            if recording is not None:
+                recording.chunk(chunk)
             buffer += chunk
             *frames, buffer = buffer.split("\n\n")
             for frame in frames:
@@ -121,13 +142,13 @@ async def _follow(http: httpx.AsyncClient, request_id: str, tally: Tally) -> Non
 CONNECTING = 64
 
 
-def connected_reader(url: str) -> Any:
+def connected_reader(url: str, record: bool = False) -> Any:
     """A reader that reads through a client of its own (one connection: see ``_http``)."""
     connecting = trio.Semaphore(CONNECTING)
 
     async def read(_: object, session: str) -> Tally:
         async with _http(url) as http:
-            return await read_sse(http, session, connecting)
+            return await read_sse(http, session, connecting, record)
 
     return read
 
@@ -180,6 +201,7 @@ def _figures(clocks: Clocks, tallies: list[Tally]) -> dict[str, Any]:
         "server_cpu_seconds": clocks.server_cpu,
         "events": sum(t.events for t in tallies),
         "deltas": sum(t.deltas for t in tallies),
+        "writes": sum(t.writes for t in tallies),
         "run_seconds": sorted(t.seconds for t in tallies if not t.problem),
         "failed_runs": len(problems),
         "problems": problems[:5],
@@ -219,10 +241,12 @@ def concurrent(
 ) -> dict[str, Any]:
     """``runs`` runs started at once, each read by its own reader (its own SSE stream over HTTP)."""
     shape = Shape(words=words, latency=latency, tool_turns=tool_turns)
-    note = raise_fd_limit(2 * runs + 256) if transport in SERVER_OF else None
+    note = raise_fd_limit(2 * runs + 256) if transport in SERVER_OF or transport in FLOOR_OF else None
 
-    async def measure(read: Any, target: Any, server: ServerProcess | None) -> dict[str, Any]:
-        tallies: list[Tally] = []
+    async def measure(
+        read: Any, target: Any, server: ServerProcess | None, tallies: list[Tally] | None = None
+    ) -> dict[str, Any]:
+        tallies = [] if tallies is None else tallies
 
         async def one(session: str) -> None:
             tallies.append(await read(target, session))
@@ -241,8 +265,27 @@ def concurrent(
     async def main() -> dict[str, Any]:
         if transport == "inprocess":
             return await measure(read_inprocess, await build(shape), None)
+        if transport in FLOOR_OF:
+            return await measure_floor()
         with ServerProcess(shape, server=SERVER_OF[transport]) as server:
             return await measure(connected_reader(server.url), None, server)
+
+    async def measure_floor() -> dict[str, Any]:
+        # The service's own pass, every reader recording what it was sent; then the floor replays each run.
+        recorded: list[Tally] = []
+        with ServerProcess(shape, server=FLOOR_OF[transport]) as served:
+            service = await measure(connected_reader(served.url, record=True), None, served, recorded)
+        if service["failed_runs"]:
+            return {**service, "problems": [f"recording the service: {p}" for p in service["problems"]]}
+        traffic = Traffic.of([tally.recording for tally in recorded if tally.recording is not None])
+        with tempfile.TemporaryDirectory(prefix="bench-sse-floor-") as directory:
+            path = Path(directory) / "traffic.json"
+            traffic.save(path)
+            with ServerProcess(shape, server=FLOOR_OF[transport], floor=path) as server:
+                figures = await measure(connected_reader(server.url), None, server)
+        figures["recorded_writes"] = service["writes"]
+        figures["recorded_server_cpu_seconds"] = service["server_cpu_seconds"]
+        return figures
 
     _check(transport)
     figures = trio.run(main)
@@ -262,10 +305,14 @@ def concurrent(
 SERVER_OF = {"sse": "hypercorn", "sse-uvicorn": "uvicorn"}
 """The server of each SSE transport."""
 
+FLOOR_OF = {"floor": "hypercorn", "floor-uvicorn": "uvicorn"}
+"""The server of each server-floor transport: ``bench.sse_floor_app`` replaying one run's traffic as the service
+on that server answered it (recorded first, in the same cell)."""
+
 
 def _check(transport: str) -> None:
-    if transport not in (*SERVER_OF, "inprocess"):
-        raise ValueError(f"transport must be 'sse', 'sse-uvicorn' or 'inprocess', not {transport!r}")
+    if transport not in (*SERVER_OF, *FLOOR_OF, "inprocess"):
+        raise ValueError(f"transport must be one of {(*SERVER_OF, *FLOOR_OF, 'inprocess')}, not {transport!r}")
 
 
 CELLS: dict[str, Callable[..., dict[str, Any]]] = {"stream": stream, "concurrent": concurrent}

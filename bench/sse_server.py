@@ -3,8 +3,10 @@
 ``ServerProcess(shape)`` runs ``python -m orchestrator serve --app
 bench.sse_app:agent --host 127.0.0.1 --port 0`` (hypercorn's trio worker), or with
 ``server="uvicorn"`` ``uvicorn bench.sse_asgi_app:app`` (the agent in an
-AgentHost), and waits until it announces its address; ``cpu_seconds()`` reads the process's user + system time from
-``/proc/PID/stat``. Leaving the context stops the process (SIGINT, then kill).
+AgentHost), and waits until it announces its address; with ``floor`` (a recorded
+``bench.sse_floor.Traffic`` file) it serves the raw ASGI app ``bench.sse_floor_app:app`` instead, on
+uvicorn or on hypercorn's trio worker (the listen backlog ``serve`` uses). ``cpu_seconds()`` reads the
+process's user + system time from ``/proc/PID/stat``. Leaving the context stops the process (SIGINT, then kill).
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from typing import IO
 
 from bench.sse_app import ENVIRONMENT, Shape
 
+FLOOR_ENVIRONMENT = "BENCH_SSE_FLOOR"
+
 ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
-ANNOUNCED = re.compile(r"(?:serving on|Uvicorn running on) (http://127\.0\.0\.1:\d+)")
+ANNOUNCED = re.compile(r"(?:serving on|Uvicorn running on|Running on) (http://127\.0\.0\.1:\d+)")
+#: The listen backlog of ``python -m orchestrator serve`` (its default), kept by the floor on hypercorn.
+SERVE_BACKLOG = 1024
 SERVERS = ("hypercorn", "uvicorn")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -58,12 +64,15 @@ def raise_fd_limit(needed: int) -> str | None:
 class ServerProcess:
     """The service of the shaped scripted agent on ``server`` (hypercorn or uvicorn), bound to 127.0.0.1 only."""
 
-    def __init__(self, shape: Shape, *, server: str = "hypercorn", startup_timeout: float = 60.0) -> None:
+    def __init__(
+        self, shape: Shape, *, server: str = "hypercorn", startup_timeout: float = 60.0, floor: Path | None = None
+    ) -> None:
         if server not in SERVERS:
             raise ValueError(f"server must be one of {SERVERS}, not {server!r}")
         self.server = server
         self.shape = shape
         self.startup_timeout = startup_timeout
+        self.floor = floor
         self.url = ""
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
@@ -83,12 +92,29 @@ class ServerProcess:
         return self._stderr.read().decode("utf-8", "replace")
 
     def _command(self) -> list[str]:
+        if self.floor is not None and self.server == "hypercorn":
+            return [
+                sys.executable,
+                "-m",
+                "hypercorn",
+                "--worker-class",
+                "trio",
+                "--workers",
+                "0",  # served in this process (CPU read from its pid), as ``serve`` does; 1 forks a worker
+                "--bind",
+                f"{LOOPBACK}:0",
+                "--backlog",
+                str(SERVE_BACKLOG),
+                "--error-logfile",
+                "-",
+                "bench.sse_floor_app:app",
+            ]
         if self.server == "uvicorn":
             return [
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "bench.sse_asgi_app:app",
+                "bench.sse_floor_app:app" if self.floor is not None else "bench.sse_asgi_app:app",
                 "--host",
                 LOOPBACK,
                 "--port",
@@ -117,6 +143,8 @@ class ServerProcess:
         command = self._command()
         environment = {**os.environ, ENVIRONMENT: self.shape.to_json()}
         environment.pop("ORCHESTRATOR_TOKEN", None)
+        if self.floor is not None:
+            environment[FLOOR_ENVIRONMENT] = str(self.floor)
         self._stderr = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
             command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=self._stderr

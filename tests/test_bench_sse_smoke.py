@@ -29,16 +29,26 @@ def test_every_workload_reads_every_event_over_sse_and_in_process() -> None:
         assert streams[served]["samples"][0]["server_cpu_seconds"] is not None
         assert streams[served]["samples"][0]["events"] == streams["inprocess"]["samples"][0]["events"]
     concurrent = {row["transport"]: row for row in rows if row["workload"] == "concurrent"}
+    assert set(concurrent) == {"inprocess", "sse", "sse-uvicorn", "floor", "floor-uvicorn"}
     for row in concurrent.values():
         assert row["failed_runs"] == 0, row["problems"]
         assert row["deltas"] == 4 * 3
         assert len(row["run_seconds"]) == 4
         assert row["ideal_seconds"] == pytest.approx(3 * 0.001)
     assert concurrent["sse"]["events"] == concurrent["sse-uvicorn"]["events"] == concurrent["inprocess"]["events"]
+    for floor in ("floor", "floor-uvicorn"):
+        # The server floor replays each run the service answered: the same events, in the same writes.
+        assert concurrent[floor]["events"] == concurrent["inprocess"]["events"]
+        assert concurrent[floor]["server_cpu_seconds"] is not None
+        assert concurrent[floor]["recorded_writes"] >= 4  # at least one write per stream
+        assert concurrent[floor]["writes"] == concurrent[floor]["recorded_writes"]
     tables = sse.render(rows)
     assert "SSE: hypercorn on 127.0.0.1" in tables and "in-process: client.start" in tables
     assert "SSE: uvicorn + AgentHost on 127.0.0.1" in tables
     assert "4 of 4" in tables
+    assert "hypercorn, server floor (raw ASGI, same traffic)" in tables
+    assert "uvicorn, server floor (raw ASGI, same traffic)" in tables
+    assert "server / in-process" in tables and "writes/stream" in tables
     assert "failed" not in tables
 
 
