@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -44,7 +43,7 @@ from typing import Any
 
 import attrs
 
-from bench.cluster import ANSWERED_CALL, APP, _stop_workers
+from bench.cluster import ANSWERED_CALL, _start_workers, _stop_workers
 from bench.measure import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,30 +243,6 @@ class Server:
         return server, backends, worker, time.perf_counter()
 
 
-def start_workers(dsn: str, count: int, logs: Path) -> list[subprocess.Popen[bytes]]:
-    """``count`` processes of ``python -m orchestrator worker`` carrying the cluster workload's agent, once each
-    says it carries runs; when one does not start, every one started is stopped and RuntimeError says why."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        for index in range(count):
-            with (logs / f"worker-{index}.log").open("wb") as out:
-                command = [sys.executable, "-m", "orchestrator", "worker", "--app", APP, "--db", dsn]
-                command += ["--name", f"w{index}"]
-                processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + 60
-        for index, process in enumerate(processes):
-            log = logs / f"worker-{index}.log"
-            while "carrying runs" not in log.read_text(errors="replace"):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"worker {index} did not start: {log.read_text(errors='replace')[-2000:]}")
-                time.sleep(0.05)
-    except BaseException:
-        _stop_workers(processes)
-        raise
-    return processes
-
-
 # following runs as a web node does ----------------------------------------------------
 
 
@@ -383,7 +358,7 @@ def per_run(server: Server, runs: int, workers: int, timeout: float, logs: Path)
     dsn = server.database()
     store = open_run_store(dsn)  # the tables exist before the workers start (they would race to make them)
     try:
-        processes = start_workers(dsn, workers, logs)
+        processes = _start_workers(dsn, workers, logs)
     except BaseException:
         store.close()
         raise
@@ -527,7 +502,7 @@ def parked(server: Server, plan: CapacityPlan, logs: Path) -> dict[str, Any]:
     dsn = server.database()
     store = open_run_store(dsn)  # the tables exist before the workers start (they would race to make them)
     try:
-        processes = start_workers(dsn, plan.workers, logs)
+        processes = _start_workers(dsn, plan.workers, logs)
     except BaseException:
         store.close()
         raise

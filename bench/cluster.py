@@ -208,21 +208,28 @@ def _latencies(store: Any, ids: list[str], answered: dict[str, float]) -> list[f
 
 
 def _start_workers(dsn: str, count: int, logs: Path, capacity: int | None = None) -> list[subprocess.Popen[bytes]]:
+    """``count`` processes of ``python -m orchestrator worker`` carrying the workload's agent, once each says it
+    carries runs; when one does not start, every one started is stopped and RuntimeError says why."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    processes = []
-    for index in range(count):
-        with (logs / f"worker-{index}.log").open("wb") as out:
-            command = [sys.executable, "-m", "orchestrator", "worker", "--app", APP, "--db", dsn, "--name", f"w{index}"]
-            if capacity is not None:
-                command += ["--capacity", str(capacity)]
-            processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + 60
-    for index, process in enumerate(processes):
-        log = logs / f"worker-{index}.log"
-        while "carrying runs" not in log.read_text(errors="replace"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker {index} did not start: {log.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.05)
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for index in range(count):
+            with (logs / f"worker-{index}.log").open("wb") as out:
+                command = [sys.executable, "-m", "orchestrator", "worker", "--app", APP, "--db", dsn]
+                command += ["--name", f"w{index}"]
+                if capacity is not None:
+                    command += ["--capacity", str(capacity)]
+                processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 60
+        for index, process in enumerate(processes):
+            log = logs / f"worker-{index}.log"
+            while "carrying runs" not in log.read_text(errors="replace"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"worker {index} did not start: {log.read_text(errors='replace')[-2000:]}")
+                time.sleep(0.05)
+    except BaseException:
+        _stop_workers(processes)
+        raise
     return processes
 
 
