@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -101,3 +103,16 @@ def pytest_skip_unless_installed() -> None:
 
     pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install -e '.[test]')")
     pytest.importorskip("fastapi", reason="FastAPI is not installed (pip install -e '.[test]')")
+
+
+def run_events(http: httpx.Client, path: str, stop: str) -> list[dict[str, Any]]:
+    """The events (JSON) of the SSE stream at ``path``, up to and including the first of type ``stop``."""
+    found: list[dict[str, Any]] = []
+    with http.stream("GET", path) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                found.append(json.loads(line.removeprefix("data: ")))
+                if found[-1]["type"] == stop:
+                    break
+    return found

@@ -7,31 +7,17 @@ own route answers beside it. uvicorn is stopped with SIGINT, which runs the life
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from tests.doc_examples import environment, free_port, program, pytest_skip_unless_installed
+from tests.doc_examples import environment, free_port, program, pytest_skip_unless_installed, run_events
 
 PAGE = "durability/scaling.md"
-
-
-def events(http: httpx.Client, request_id: str, stop: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    with http.stream("GET", f"/agents/runs/{request_id}/events") as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                found.append(json.loads(line.removeprefix("data: ")))
-                if found[-1]["type"] == stop:
-                    break
-    return found
 
 
 def test_a_fastapi_application_carries_the_runs_of_the_web_node_it_mounts(tmp_path: Path) -> None:
@@ -59,12 +45,12 @@ def test_a_fastapi_application_carries_the_runs_of_the_web_node_it_mounts(tmp_pa
             started = http.post("/agents/sessions/s1/runs", json={"input": "refund 42"})
             assert started.status_code == 202, started.text
             request_id = started.json()["request_id"]
-            asked = events(http, request_id, stop="tool_approval")
+            asked = run_events(http, f"/agents/runs/{request_id}/events", stop="tool_approval")
             assert asked[-1]["type"] == "tool_approval", [e["type"] for e in asked]
             answer = {"name": "tool_approval_response", "payload": {"tool_call_id": "c1", "approved": True}}
             answered = http.post("/agents/sessions/s1/events", json=answer)
             assert answered.status_code == 202, answered.text
-            done = events(http, request_id, stop="run_completed")
+            done = run_events(http, f"/agents/runs/{request_id}/events", stop="run_completed")
             assert done[-1]["type"] == "run_completed", [e["type"] for e in done]
             assert done[-1]["result"]["content"] == "Done: order 42 refunded."
             assert http.get(f"/agents/runs/{request_id}").json()["done"] is True

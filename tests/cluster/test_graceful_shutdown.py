@@ -19,6 +19,7 @@ from orchestrator.messages import UserMessage
 from orchestrator.store.runs_sql import postgres_run_store
 from orchestrator.wire.format import encode_message
 from tests.cluster.processes import Cluster, Node
+from tests.cluster.waits import until
 
 LEASE = 15.0
 """Long enough that a resume within 2 s can only come from the hand-back, not from the lease expiring."""
@@ -28,16 +29,6 @@ LEASE = 15.0
 def cluster(postgres_dsn: str, tmp_path: Path) -> Iterator[Cluster]:
     with Cluster(postgres_dsn, tmp_path, tmp_path / "marks") as running:
         yield running
-
-
-def until(what: str, check: object, seconds: float = 30.0) -> object:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = check() if callable(check) else check
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"not within {seconds:g} s: {what}")
 
 
 def start_slow_run(cluster: Cluster, session_id: str) -> tuple[Node, Node]:

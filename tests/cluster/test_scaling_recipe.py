@@ -8,7 +8,6 @@ its refund, reads its events to the end, and stops everything it started.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.doc_examples import ROOT, free_port, page_blocks
+from tests.doc_examples import ROOT, free_port, page_blocks, run_events
 from tests.pg import _bin_dir
 
 PAGE = "durability/scaling.md"
@@ -98,22 +97,10 @@ def test_the_scaling_recipe_runs_as_written(recipe: tuple[str, Path]) -> None:
         request_id = started.json()["request_id"]
         events: list[dict[str, Any]] = []
         while not any(e["type"] == "tool_approval" for e in events):
-            events = _events(http, request_id, stop="tool_approval")
+            events = run_events(http, f"/runs/{request_id}/events", stop="tool_approval")
         answer = {"name": "tool_approval_response", "payload": {"tool_call_id": "c1", "approved": True}}
         answered = http.post("/sessions/s1/events", json=answer)
         assert answered.status_code == 202, answered.text
-        events = _events(http, request_id, stop="run_completed")
+        events = run_events(http, f"/runs/{request_id}/events", stop="run_completed")
     assert events[-1]["type"] == "run_completed", [e["type"] for e in events]
     assert events[-1]["result"]["content"] == "Done: order 42 refunded.", logs(directory)
-
-
-def _events(http: httpx.Client, request_id: str, stop: str) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    with http.stream("GET", f"/runs/{request_id}/events") as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                events.append(json.loads(line.removeprefix("data: ")))
-                if events[-1]["type"] == stop:
-                    break
-    return events

@@ -13,8 +13,6 @@ import json
 import re
 import signal
 import sqlite3
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,19 +21,8 @@ import trio
 
 from tests.cluster.processes import APP, Cluster, Node
 from tests.cluster.test_uvicorn_web_nodes import drive
+from tests.cluster.waits import until
 from tests.server.support import read_sse
-
-
-@pytest.fixture
-def sqlite_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(f"sqlite:///{tmp_path / 'runs.db'}", tmp_path, tmp_path / "marks") as running:
-        yield running
-
-
-@pytest.fixture
-def postgres_cluster(postgres_dsn: str, tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(postgres_dsn, tmp_path, tmp_path / "marks") as running:
-        yield running
 
 
 def query(cluster: Cluster, sql: str, *params: object) -> list[tuple[object, ...]]:
@@ -44,16 +31,6 @@ def query(cluster: Cluster, sql: str, *params: object) -> list[tuple[object, ...
         with sqlite3.connect(cluster.dsn.removeprefix("sqlite:///")) as db:
             return db.execute(sql.replace("%s", "?"), params).fetchall()
     return cluster.query(sql, *params)
-
-
-def until(what: str, check: object, seconds: float = 30.0) -> object:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = check() if callable(check) else check
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"not within {seconds:g} s: {what}")
 
 
 def carrier_pids(cluster: Cluster) -> set[int]:

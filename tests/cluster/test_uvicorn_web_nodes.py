@@ -8,30 +8,15 @@ on SQLite (one machine) and on PostgreSQL.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import trio
 
 from tests.cluster.processes import Cluster
 from tests.server.support import read_sse
 
 RUNS = 20
-
-
-@pytest.fixture
-def sqlite_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(f"sqlite:///{tmp_path / 'runs.db'}", tmp_path, tmp_path / "marks") as running:
-        yield running
-
-
-@pytest.fixture
-def postgres_cluster(postgres_dsn: str, tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(postgres_dsn, tmp_path, tmp_path / "marks") as running:
-        yield running
 
 
 async def drive(cluster: Cluster, urls: list[str], seed: int) -> None:

@@ -1,6 +1,8 @@
-"""Waits the cluster tests use on a run's row in the run store."""
+"""Waits the cluster tests use: on a run's row in the run store, and on any condition from a blocking test."""
 
 from __future__ import annotations
+
+import time
 
 import trio
 
@@ -27,3 +29,15 @@ async def until_final(store: RunStore, request_id: str) -> str:
         if record.final:
             return record.status
         await trio.sleep(0.02)
+
+
+def until(what: str, check: object, seconds: float = 30.0) -> object:
+    """``check()`` (or ``check``) once it is truthy, polled every 20 ms; AssertionError naming ``what`` after
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = check() if callable(check) else check
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"not within {seconds:g} s: {what}")
