@@ -21,7 +21,7 @@ from orchestrator.extensions.base import HOOK_NAMES, AgentExtension, overrides
 from orchestrator.extensions.steering import SteeringExtension
 from orchestrator.history import InMemoryHistory, SessionHistory, session_messages
 from orchestrator.limits import RunUsage, UsageLimits
-from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMessage
+from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMessage, user_message
 from orchestrator.model import DEFAULT_SETTINGS, Model, ModelSettings, check_settings
 from orchestrator.output import OutputType
 from orchestrator.output import output_type as _output_type
@@ -67,17 +67,6 @@ def _order(extensions: Iterable[AgentExtension]) -> list[AgentExtension]:
             raise ValueError(f"two extensions are named {extension.name!r}; set a distinct name")
         names.add(extension.name)
     return ordered
-
-
-def _as_input(value: str | UserMessage | Sequence[ContentPart]) -> UserMessage:
-    if isinstance(value, UserMessage):
-        return value
-    if isinstance(value, str):
-        return UserMessage(value)
-    if isinstance(value, (list, tuple)):
-        return UserMessage(tuple(value))
-    kind = type(value).__name__
-    raise TypeError(f"input must be a str, a UserMessage or a sequence of content parts, got {kind}")
 
 
 def _one_of_each_kind(inboxes: Iterable[InputInbox]) -> list[InputInbox]:
@@ -224,7 +213,7 @@ class Agent:
     ) -> RunStream:
         """A stream of one request's events; the request starts on first iteration."""
         config = config or AgentRunConfig()
-        return RunStream(self, config, _as_input(user_input), deps)
+        return RunStream(self, config, user_message(user_input), deps)
 
     async def _open_run(
         self,
@@ -475,7 +464,7 @@ class AgentClient:
         request keeps running with or without readers. ``retain_events`` bounds its log.
         """
         return await start_run(
-            self.agent, _as_input(user_input), config or AgentRunConfig(), retain=retain_events, deps=deps
+            self.agent, user_message(user_input), config or AgentRunConfig(), retain=retain_events, deps=deps
         )
 
     def deliver(self, event: ExternalEvent, *, config: AgentRunConfig) -> Delivery:
@@ -502,7 +491,7 @@ class AgentClient:
         deps: Any = None,
     ) -> AssistantMessage:
         """Run one request in the caller's task and return its final answer; tools and hooks read ``context.deps``."""
-        run = await self.agent._open_run(config or AgentRunConfig(), _as_input(user_input), None, deps=deps)
+        run = await self.agent._open_run(config or AgentRunConfig(), user_message(user_input), None, deps=deps)
         try:
             return await run.run()
         finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias, TypeVar
 
 import attrs
@@ -322,3 +322,16 @@ def _clean_call(call: ToolCall) -> ToolCall:
     if call_id is call.id and name is call.name and arguments is call.arguments and invalid is call.invalid_arguments:
         return call
     return ToolCall(id=call_id, name=name, arguments=arguments, invalid_arguments=invalid)
+
+
+def user_message(value: str | UserMessage | Sequence[ContentPart]) -> UserMessage:
+    """A request's input as a UserMessage: a str (its text), a UserMessage (itself) or content parts; TypeError
+    for anything else."""
+    if isinstance(value, UserMessage):
+        return value
+    if isinstance(value, str):
+        return UserMessage(value)
+    if isinstance(value, (list, tuple)):
+        return UserMessage(tuple(value))
+    kind = type(value).__name__
+    raise TypeError(f"input must be a str, a UserMessage or a sequence of content parts, got {kind}")

@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from orchestrator import wire
-from orchestrator.agent import AgentClient, _as_input
+from orchestrator.agent import AgentClient
 from orchestrator.cluster.durable import DurableExtension
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.cluster.worker import CAPACITY, GRACE_SECONDS, LEASE_SECONDS, RETENTION_SECONDS, Worker
@@ -31,7 +31,7 @@ from orchestrator.events import AgentEvent
 from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.extensions.steering import STEERING_EVENT
 from orchestrator.limits import UsageLimits
-from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMessage
+from orchestrator.messages import AssistantMessage, ContentPart, Message, UserMessage, user_message
 from orchestrator.model import ModelSettings
 from orchestrator.runtime.handle import UnknownRun
 from orchestrator.runtime.pending import WaitRule
@@ -117,7 +117,7 @@ class DurableAgent:
         return await self.backend.start(
             RunStart(
                 session_id,
-                _as_input(user_input),
+                user_message(user_input),
                 request_id=request_id,
                 idempotency_key=idempotency_key,
                 metadata=metadata,
