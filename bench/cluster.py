@@ -161,8 +161,6 @@ def _drive(store: Any, runs: int, timeout: float) -> tuple[float, list[float], s
     own, as a web node's requests would be): the seconds from the first insert to the last end, each run's
     approval-to-resume latency, and the runs' final statuses."""
     from orchestrator import UserMessage
-    from orchestrator.cluster.checkpoint import read
-    from orchestrator.store.runs import NewInboxItem
     from orchestrator.wire.format import encode_message
 
     feed = store.watch()
@@ -171,26 +169,41 @@ def _drive(store: Any, runs: int, timeout: float) -> tuple[float, list[float], s
         started = time.perf_counter()
         for index, request_id in enumerate(ids):
             store.create_run(f"s{index}", request_id, encode_message(UserMessage("go")))
-        answered: dict[str, float] = {}
-        ended: set[str] = set()
-        deadline = time.monotonic() + timeout
-        while len(ended) < runs:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{runs - len(ended)} runs did not end within {timeout:g} s")
-            for record in store.runs():
-                if record.final:
-                    ended.add(record.request_id)
-                elif record.status == "parked" and record.request_id not in answered:
-                    checkpoint = read(record.checkpoint)
-                    for wait in checkpoint.waiting if checkpoint else ():
-                        payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
-                        answered[record.request_id] = time.time()
-                        store.post(NewInboxItem(record.session_id, record.request_id, wait.response_event, payload))
-            feed.wait(0.5)  # woken by the worker's commits
+        answered, _ = _answer_until_ended(store, feed, runs, timeout, store.post)  # woken by the worker's commits
         seconds = time.perf_counter() - started
         return seconds, _latencies(store, ids, answered), {record.status for record in store.runs()}
     finally:
         feed.close()
+
+
+def _answer_until_ended(
+    store: Any, feed: Any, runs: int, timeout: float, post: Callable[[Any], None]
+) -> tuple[dict[str, float], int]:
+    """Answer each run's question through ``post`` once the run is seen parked, until all ``runs`` runs of the store
+    have ended, looking again at each wake-up of ``feed``: when each run's answer was posted (``time.time()``), and
+    how many times the runs were read."""
+    from orchestrator.cluster.checkpoint import read
+    from orchestrator.store.runs import NewInboxItem
+
+    answered: dict[str, float] = {}
+    ended: set[str] = set()
+    looks = 0
+    deadline = time.monotonic() + timeout
+    while len(ended) < runs:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{runs - len(ended)} runs did not end within {timeout:g} s")
+        looks += 1
+        for record in store.runs():
+            if record.final:
+                ended.add(record.request_id)
+            elif record.status == "parked" and record.request_id not in answered:
+                checkpoint = read(record.checkpoint)
+                for wait in checkpoint.waiting if checkpoint else ():
+                    payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
+                    answered[record.request_id] = time.time()
+                    post(NewInboxItem(record.session_id, record.request_id, wait.response_event, payload))
+        feed.wait(0.5)
+    return answered, looks
 
 
 def _latencies(store: Any, ids: list[str], answered: dict[str, float]) -> list[float]:
@@ -237,8 +250,6 @@ def through_workers(
     dsn: str, runs: int, workers: int, timeout: float, logs: Path, capacity: int | None = None
 ) -> dict[str, Any]:
     from orchestrator import UserMessage
-    from orchestrator.cluster.checkpoint import read
-    from orchestrator.store.runs import NewInboxItem
     from orchestrator.store.runs_sql import open_run_store
     from orchestrator.wire.format import encode_message
 
@@ -255,26 +266,15 @@ def through_workers(
             began = time.perf_counter()
             store.create_run(f"s{index}", request_id, encode_message(UserMessage("go")))
             commits.append(time.perf_counter() - began)
-        answered: dict[str, float] = {}
-        ended: set[str] = set()
-        deadline = time.monotonic() + timeout
-        while len(ended) < runs:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{runs - len(ended)} runs did not end within {timeout:g} s")
-            reads += 1
-            for record in store.runs():
-                if record.final:
-                    ended.add(record.request_id)
-                elif record.status == "parked" and record.request_id not in answered:
-                    checkpoint = read(record.checkpoint)
-                    for wait in checkpoint.waiting if checkpoint else ():
-                        payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
-                        item = NewInboxItem(record.session_id, record.request_id, wait.response_event, payload)
-                        answered[record.request_id] = time.time()
-                        began = time.perf_counter()
-                        store.post(item)
-                        commits.append(time.perf_counter() - began)
-            feed.wait(0.5)  # woken by the workers' commits, as a web node is
+
+        def post(item: Any) -> None:
+            began = time.perf_counter()
+            store.post(item)
+            commits.append(time.perf_counter() - began)
+
+        # Woken by the workers' commits, as a web node is.
+        answered, looks = _answer_until_ended(store, feed, runs, timeout, post)
+        reads += looks
         seconds = time.perf_counter() - started
         latencies = _latencies(store, ids, answered)
         statuses = {record.status for record in store.runs()}
