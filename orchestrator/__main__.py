@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from typing import NoReturn
 
 INTERRUPTED_EXIT = 130
 """The exit code of a command Ctrl-C ended (128 + SIGINT, as a shell reports it)."""
@@ -131,5 +133,18 @@ def _command(command: str, args: list[str]) -> int:
     return 2
 
 
+def run_as_script() -> NoReturn:
+    """``main``, then exit with its status. Once ``main`` returns, a Ctrl-C has nothing left to stop: SIGINT is
+    ignored from then on, and one that arrives before (a signal delivered late, after the command had already
+    said why it ended) gives the same status, 130, instead of killing the interpreter on its way out."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = INTERRUPTED_EXIT
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_as_script()
