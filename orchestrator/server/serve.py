@@ -1,7 +1,11 @@
 """``python -m orchestrator serve``: the service on hypercorn's trio worker.
 
-Sessions are kept in SQLite (``--db``) unless ``--app`` brings the
-application's own agent. The server binds 127.0.0.1 unless ``--host`` says
+Without ``--app`` it serves the default agent from the run store of an SQLite
+file (``--db PATH``, by default the user data directory's) and carries its runs
+in this process, so a run interrupted by a stop resumes by itself when ``serve``
+starts again on the file. A run store URL makes it a web node (with ``--app``,
+one that carries runs too); ``--app`` alone serves the application's agent in
+memory. The server binds 127.0.0.1 unless ``--host`` says
 otherwise, answers only to the bound name and the loopback names (plus
 ``--allow-host``), refuses state changes from other web origins (but
 ``--allow-origin``), and without ``--token`` generates one, printed once in the
@@ -39,8 +43,10 @@ from orchestrator.store.retention import Retention
 if TYPE_CHECKING:
     from hypercorn.config import Config
 
+    from orchestrator.agent import AgentClient
     from orchestrator.cluster.worker import Worker
     from orchestrator.project.config import ProjectConfig
+    from orchestrator.store.runs_sql import SQLRunStore
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -83,9 +89,9 @@ def parse(argv: Sequence[str]) -> ServeOptions:
     parser.add_argument("--model", help=f"scripted (default), {MODEL_SPECS}")
     parser.add_argument(
         "--db",
-        help="session database (default: the user data directory); a run store URL (postgresql://... or"
-        " sqlite:///PATH) makes this a web node that serves the runs workers carry (with --app, it carries"
-        " runs itself too)",
+        help="SQLite file whose run store keeps the default agent's runs and sessions, carried by this process"
+        " (default: the user data directory); a run store URL (postgresql://... or sqlite:///PATH) makes this a"
+        " web node that serves the runs workers carry (with --app, it carries runs itself too)",
     )
     parser.add_argument("--root", default=".", help="workspace of the filesystem tools")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
@@ -143,8 +149,8 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         "--retained-runs",
         type=_positive,
         default=DEFAULT_RETAINED_RUNS,
-        help=f"finished runs that stay reachable (events, state, trace) before the oldest answer 404"
-        f" (default {DEFAULT_RETAINED_RUNS}; a web node keeps runs in its run store instead)",
+        help=f"with --app alone: finished runs that stay reachable (events, state, trace) before the oldest answer"
+        f" 404 (default {DEFAULT_RETAINED_RUNS}; otherwise runs are kept in the run store)",
     )
     parser.add_argument(
         "--grace-seconds",
@@ -181,7 +187,7 @@ def parse(argv: Sequence[str]) -> ServeOptions:
 
     web_node = bool(args.db) and is_run_store_url(args.db)
     if args.app and (args.model or (args.db and not web_node)):
-        parser.error("--app brings its own agent: --model and a session --db do not apply")
+        parser.error("--app brings its own agent: --model and a --db path do not apply (a run store URL does)")
     if (args.app or web_node) and (args.project or args.trust_project):
         parser.error("--project and --trust-project configure the default agent: not with --app or a run store")
     if args.trust_project and not args.project:
@@ -190,6 +196,8 @@ def parse(argv: Sequence[str]) -> ServeOptions:
         parser.error("a web node runs no model: the workers do (python -m orchestrator worker)")
     if web_node and args.retained_runs != DEFAULT_RETAINED_RUNS:
         parser.error("a web node keeps runs in its run store: --retained-runs does not apply")
+    if not args.app and args.retained_runs != DEFAULT_RETAINED_RUNS:
+        parser.error("the default agent keeps runs in the run store of its --db file: --retained-runs does not apply")
     for name in args.allow_host:
         if name.strip() != "*":
             try:
@@ -275,40 +283,39 @@ async def _serve(
     from orchestrator.server.app import create_app
     from orchestrator.server.backend import Backend, LocalBackend
     from orchestrator.server.drain import Drain, busy_runs
-    from orchestrator.store.runs_sql import is_run_store_url, open_run_store
+    from orchestrator.store.runs_sql import is_run_store_url
 
     backend: Backend
     worker: Worker | None = None
     if options.db and is_run_store_url(options.db):
         from orchestrator.cluster.webnode import StoreBackend
 
-        backend = StoreBackend(await trio.to_thread.run_sync(open_run_store, options.db))
+        backend = StoreBackend(await _opened(stack, options.db))
         if options.app:
             # A web node with the application's agent carries runs from the store too, as a worker does.
             from orchestrator.cli.apploader import load_agent
-            from orchestrator.cluster.worker import Worker
 
-            carried = await trio.to_thread.run_sync(open_run_store, options.db)
-            worker = Worker(await load_agent(options.app), carried)
+            worker = await _carrier(stack, options.db, await load_agent(options.app))
     elif options.app:
         from orchestrator.cli.apploader import load_agent
 
         backend = LocalBackend(await load_agent(options.app), retained_runs=options.retained_runs)
     else:
-        from pathlib import Path
-
-        from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+        # The default agent keeps its runs in the run store of the SQLite file, served and carried here:
+        # a run interrupted by a stop resumes by itself when serve starts again on the file.
+        from orchestrator.cluster.webnode import StoreBackend
         from orchestrator.project.agent import open_default_agent, service_model
         from orchestrator.providers.choice import default_db
 
+        path = options.db or default_db()
         agent_config = project if project is not None else project_config(options)
-        store = SQLiteSessionStore(Path(options.db or default_db()))
         built = await stack.enter_async_context(
             open_default_agent(
-                agent_config, service_model(agent_config.model.value), root=options.root, surface="service", store=store
+                agent_config, service_model(agent_config.model.value), root=options.root, surface="service"
             )
         )
-        backend = LocalBackend(built.client, retained_runs=options.retained_runs)
+        backend = StoreBackend(await _opened(stack, path))
+        worker = await _carrier(stack, path, built.client)
     config = hypercorn_config(options)
     stopped = options.stopped
     drain = Drain()
@@ -365,6 +372,26 @@ async def _serve(
         carrying = f", carrying runs as worker {worker.name}" if worker is not None else ""
         print(f"serving on {', '.join(binds)} (console at {console}){carrying}", file=sys.stderr, flush=True)
         task_status.started(binds)
+
+
+async def _opened(stack: contextlib.AsyncExitStack, where: str) -> SQLRunStore:
+    """The run store ``where`` names (a URL, or an SQLite file's path), closed when ``stack`` is."""
+    from orchestrator.cluster.one_process import run_store_for
+
+    store = await trio.to_thread.run_sync(run_store_for, where)
+    stack.callback(store.close)
+    return store
+
+
+async def _carrier(stack: contextlib.AsyncExitStack, where: str, client: AgentClient) -> Worker:
+    """A worker carrying the runs of ``where`` with ``client``'s agent; on an SQLite file the runs of a carrier of
+    this machine that is gone (a serve killed) are taken over at once instead of once their leases expire."""
+    from orchestrator.cluster.one_process import take_over_local
+    from orchestrator.cluster.worker import Worker
+
+    carried = await _opened(stack, where)
+    await trio.to_thread.run_sync(take_over_local, carried)
+    return Worker(client, carried)
 
 
 def console_url(base: str, options: ServeOptions) -> str:

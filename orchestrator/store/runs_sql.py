@@ -61,7 +61,7 @@ from orchestrator.store.runs import (
     StoredEvent,
     UnknownRunRow,
 )
-from orchestrator.store.sqlite import open_sqlite
+from orchestrator.store.sqlite import open_sqlite, refuse_newer_sessions
 from orchestrator.text import clean_text
 
 __all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_run_store"]
@@ -1369,6 +1369,7 @@ def sqlite_run_store(path: str) -> SQLRunStore:
     def prepare(db: sqlite3.Connection) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA busy_timeout=30000")
+        refuse_newer_sessions(db, path)
         db.execute(
             "CREATE TABLE IF NOT EXISTS messages (session_id TEXT NOT NULL, position INTEGER NOT NULL,"
             " role TEXT NOT NULL, body TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (session_id, position))"

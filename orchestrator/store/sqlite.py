@@ -35,7 +35,7 @@ from orchestrator.store.locks import FileLocks, ProcessLocks
 from orchestrator.store.metrics import measured
 from orchestrator.text import clean_text
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "open_sqlite"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "open_sqlite", "refuse_newer_sessions"]
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -122,6 +122,16 @@ def open_sqlite(path: str, prepare: Callable[[sqlite3.Connection], None], **conn
             db.close()
         raise
     return db
+
+
+def refuse_newer_sessions(db: sqlite3.Connection, path: str) -> None:
+    """SchemaTooNew when the session tables of the file ``path`` were written by a newer version of this library:
+    a run store on the file shares their ``messages`` table, so it refuses the file as the session store does."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone() is None:
+        return
+    rows = db.execute("SELECT version FROM schema_version").fetchall()
+    if len(rows) == 1 and isinstance(rows[0][0], int) and rows[0][0] > SCHEMA_VERSION:
+        raise SchemaTooNew(path, int(rows[0][0]), SCHEMA_VERSION)
 
 
 def _os_reason(path: str, failed: sqlite3.Error) -> str:
@@ -355,3 +365,4 @@ class SQLiteStore(SessionStore):
 
     def lock_session(self, session_id: str) -> SessionLock:
         return self._locks.acquire(session_id)
+

@@ -160,10 +160,11 @@ def test_serve_retained_runs_bounds_the_finished_runs_still_reachable() -> None:
     assert kept.status_code == 200, kept.text
 
 
-def test_serve_refuses_retained_runs_below_one_and_on_a_web_node() -> None:
+def test_serve_refuses_retained_runs_below_one_and_wherever_the_run_store_keeps_the_runs() -> None:
     for args, reason in (
         (["--retained-runs", "0"], "not at least 1"),
         (["--retained-runs", "5", "--db", "sqlite:///nowhere.db"], "--retained-runs does not apply"),
+        (["--retained-runs", "5", "--db", "nowhere.db"], "keeps runs in the run store of its --db file"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "orchestrator", "serve", "--port", "0", *args],
