@@ -48,7 +48,7 @@ from orchestrator.model import UnsupportedSetting
 from orchestrator.observe.trace_context import TraceAnchor, traced_under
 from orchestrator.runtime.restored import Restored
 from orchestrator.store.changes import INBOX, WORK
-from orchestrator.store.errors import StoreError, StoreUnavailable
+from orchestrator.store.errors import SessionLocked, StoreError, StoreUnavailable
 from orchestrator.store.retention import TOMBSTONE_SECONDS
 from orchestrator.store.runs import Claimed, Lease, LeaseLost, RunCommit, RunRecord, RunStore, StoredEvent
 from orchestrator.wire.format import WireFormatError, decode_message, encode_event
@@ -64,7 +64,8 @@ INBOX_SECONDS = 5.0
 CAPACITY = 64
 """Runs a worker carries at once by default: runs mostly wait on a model or a tool, not on this process."""
 BUSY_RETRY_SECONDS = 1.0
-"""How long a run its worker could not run (its session runs here already) waits before it may be claimed again."""
+"""How long a run its worker could not run (its session runs here already, or in ``chat`` on the same SQLite file)
+waits before it may be claimed again."""
 RETENTION_SECONDS = 7 * 24 * 3600.0
 """Ended runs, with their events and inbox, are pruned this long after their last change (7 days)."""
 WAKE_FLOOR_SECONDS = 0.05
@@ -335,16 +336,41 @@ class Worker:
         message: UserMessage | None,
         resume: Restored | None,
     ) -> None:
+        """Carry the run holding its session's lock (``RunStore.lock_session``); a session a session store's
+        runner holds (``chat`` on the same SQLite file) gives the run back, to be claimed again shortly."""
+        try:
+            held = await trio.to_thread.run_sync(self.store.lock_session, lease.session_id)
+        except SessionLocked as locked:
+            log.warning("%s; run %s given back", locked, lease.request_id)
+            await self._give_back_busy(lease)
+            return
+        try:
+            await self._carry_held(lease, durable, config, message, resume)
+        finally:
+            if held is not None:
+                held.release()
+
+    async def _give_back_busy(self, lease: Lease) -> None:
+        """Give a run back as it was (no checkpoint: the stored one is kept), not to be claimed again at once."""
+        give_back = RunCommit(status="queued", retry_after=BUSY_RETRY_SECONDS)
+        await trio.to_thread.run_sync(self.store.commit, lease, give_back)
+
+    async def _carry_held(
+        self,
+        lease: Lease,
+        durable: DurableRun,
+        config: AgentRunConfig,
+        message: UserMessage | None,
+        resume: Restored | None,
+    ) -> None:
         try:
             run = await self.agent._open_run(config, message, durable, resume)
         except UnsupportedSetting as refused:
             await self._fail_unreadable(lease, UnreadableCheckpoint(f"its model settings are refused ({refused})"))
             return
         except SessionBusy:
-            # Given back as it was (no checkpoint: the stored one is kept), not to be claimed again at once.
             log.warning("session %s already runs here; run %s given back", lease.session_id, lease.request_id)
-            give_back = RunCommit(status="queued", retry_after=BUSY_RETRY_SECONDS)
-            await trio.to_thread.run_sync(self.store.commit, lease, give_back)
+            await self._give_back_busy(lease)
             return
         durable.run = run
         self.durable.attach(durable)

@@ -14,6 +14,7 @@ from orchestrator.store.codec import UndecodableMessage, decode_message, encode_
 from orchestrator.store.errors import (
     SchemaTooNew,
     SchemaUnrecognised,
+    SessionCarried,
     SessionLocked,
     SessionLost,
     StoreError,
@@ -43,6 +44,7 @@ __all__ = [
     "SQLiteStore",
     "SchemaTooNew",
     "SchemaUnrecognised",
+    "SessionCarried",
     "SessionChange",
     "SessionHistory",
     "SessionLock",

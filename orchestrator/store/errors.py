@@ -46,6 +46,23 @@ class SessionLocked(StoreError):
         super().__init__(f"session {session_id!r} is already being run{by} on {where}; refusing to run it twice")
 
 
+class SessionCarried(SessionLocked):
+    """The run store of the same file has a run of this session that has not ended (queued, running, or parked
+    waiting for an answer): the run store's carrier (``serve``, a worker) owns the session until the run ends."""
+
+    def __init__(self, session_id: str, where: str, request_id: str, status: str) -> None:
+        self.session_id = session_id
+        self.where = where
+        self.holder = f"run {request_id}"
+        self.request_id = request_id
+        self.status = status
+        StoreError.__init__(
+            self,
+            f"session {session_id!r} has run {request_id!r} {status} in the run store of {where}: answer or cancel"
+            " it where it is served (python -m orchestrator serve); refusing to run the session here too",
+        )
+
+
 class SessionLost(StoreError):
     """The store's lock on this session went with its broken connection, and another holder took it.
 

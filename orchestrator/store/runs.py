@@ -30,6 +30,7 @@ import attrs
 from orchestrator.messages import Message
 from orchestrator.store.changes import ChangeFeed, PollingFeed
 from orchestrator.store.errors import StoreError
+from orchestrator.store.interface import SessionLock
 
 __all__ = [
     "ACTIVE",
@@ -393,6 +394,11 @@ class RunStore(abc.ABC):
     def watch(self) -> ChangeFeed:
         """A feed of this store's changes for one consumer (close it when done); this default one polls."""
         return PollingFeed()
+
+    def lock_session(self, session_id: str) -> SessionLock | None:
+        """Hold the session while a carrier runs it, excluding the session stores of the same database (``chat``):
+        SessionLocked while one of them holds it. None when this store shares no session lock with them."""
+        return None
 
     def wait_for_work(self, timeout: float) -> None:
         """Block until work may be there (a hint, never the truth) or ``timeout`` passes."""

@@ -40,6 +40,8 @@ from orchestrator.store.errors import (
     StoreUnavailable,
     one_line,
 )
+from orchestrator.store.interface import SessionLock
+from orchestrator.store.locks import FileLocks
 from orchestrator.store.metrics import claimed, measured
 from orchestrator.store.runs import (
     ACTIVE,
@@ -448,6 +450,9 @@ class SQLRunStore(RunStore):
         self._watching: threading.Thread | None = None
         self._closed = threading.Event()
         self._local_key = os.path.realpath(where) if dialect.name == "sqlite" else ""
+        in_memory = where == ":memory:" or where.startswith("file:")
+        # On an SQLite file, the session store's lock files: a session runs in one carrier or one chat at a time.
+        self._session_locks = FileLocks(where + ".locks", where) if dialect.name == "sqlite" and not in_memory else None
         try:
             self._db = connect()
         except StoreError:
@@ -1279,6 +1284,9 @@ class SQLRunStore(RunStore):
             db.execute("DELETE FROM orchestrator_pruned_runs WHERE pruned < ? RETURNING 1", (before,))
             return len(db.fetchall())
 
+    def lock_session(self, session_id: str) -> SessionLock | None:
+        return None if self._session_locks is None else self._session_locks.acquire(session_id)
+
     def wait_for_work(self, timeout: float) -> None:
         if self._listen is None:
             time.sleep(min(timeout, 0.1))
@@ -1299,6 +1307,8 @@ class SQLRunStore(RunStore):
 
     def close(self) -> None:
         self._closed.set()
+        if self._session_locks is not None:
+            self._session_locks.release_all()
         for feed in list(self._feeds):
             feed.close()
         with self._lock:

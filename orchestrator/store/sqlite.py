@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from orchestrator.store.codec import change_rows, json_default, json_object
-from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, StoreError, UnusableLocation
+from orchestrator.store.errors import SchemaTooNew, SchemaUnrecognised, SessionCarried, StoreError, UnusableLocation
 from orchestrator.store.interface import (
     PendingApproval,
     Quarantined,
@@ -364,5 +364,30 @@ class SQLiteStore(SessionStore):
         return str(row[0]) if row else "normal"
 
     def lock_session(self, session_id: str) -> SessionLock:
-        return self._locks.acquire(session_id)
+        """Hold the session: SessionLocked while another holder has its lock file, SessionCarried while the run
+        store of this file has a run of it that has not ended (a parked run holds no lock, yet owns the session)."""
+        lock = self._locks.acquire(session_id)
+        try:
+            carried = self._unended_run(session_id)
+        except BaseException:
+            lock.release()
+            raise
+        if carried is not None:
+            lock.release()
+            raise SessionCarried(session_id, self.path, *carried)
+        return lock
+
+    def _unended_run(self, session_id: str) -> tuple[str, str] | None:
+        """The request id and status of the run store's run of ``session_id`` that has not ended, if any."""
+        with self._lock:
+            if not self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'orchestrator_runs'"
+            ).fetchone():
+                return None
+            row = self._db.execute(
+                "SELECT request_id, status FROM orchestrator_runs WHERE session_id = ?"
+                " AND status IN ('queued', 'running', 'parked') LIMIT 1",
+                (session_id,),
+            ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
 
