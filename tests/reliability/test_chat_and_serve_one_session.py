@@ -105,7 +105,9 @@ async def test_the_cli_refuses_a_session_whose_run_is_parked_in_the_run_store_of
         assert one_shot.returncode == 1, one_shot.stdout + one_shot.stderr
         assert reason in one_shot.stdout + one_shot.stderr
 
-        chat = subprocess.run(cli(cluster, "chat"), input="hello\n", cwd=ROOT, capture_output=True, text=True, timeout=60)
+        chat = subprocess.run(
+            cli(cluster, "chat"), input="hello\n", cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
         assert reason in chat.stdout + chat.stderr, chat.stdout + chat.stderr
 
         session = (await http.get(f"{served.url}/sessions/s1")).json()

@@ -24,7 +24,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 def serve_default(cluster: Cluster, name: str, *extra: str) -> Node:
     """``python -m orchestrator serve`` of the default agent (the scripted model) on the cluster's SQLite file."""
     db = cluster.dsn.removeprefix("sqlite:///")
-    node = cluster._spawn(name, "serve", "--db", db, "--root", str(cluster.directory), "--port", "0", "--no-token", *extra)
+    root = str(cluster.directory)
+    node = cluster._spawn(name, "serve", "--db", db, "--root", root, "--port", "0", "--no-token", *extra)
     node.url = cluster._wait_for(node, SERVING).group(1)
     return node
 
@@ -32,14 +33,18 @@ def serve_default(cluster: Cluster, name: str, *extra: str) -> Node:
 async def approve(http: httpx.AsyncClient, base: str, waiting: dict[str, object]) -> None:
     answered = await http.post(
         f"{base}/sessions/s1/events",
-        json={"name": waiting["response_event"], "payload": {"tool_call_id": waiting["tool_call_id"], "approved": True}},
+        json={
+            "name": waiting["response_event"],
+            "payload": {"tool_call_id": waiting["tool_call_id"], "approved": True},
+        },
     )
     assert answered.status_code == 202, answered.text
 
 
 async def parked_on(http: httpx.AsyncClient, base: str, request_id: str, after: int) -> tuple[int, dict[str, object]]:
     """Follow the run from ``after`` until it parks; its last seq and the one call it waits for."""
-    got = await read_sse(http, f"{base}/runs/{request_id}/events", last_event_id=after, stop=lambda e: e["type"] == "run_parked")
+    url = f"{base}/runs/{request_id}/events"
+    got = await read_sse(http, url, last_event_id=after, stop=lambda e: e["type"] == "run_parked")
     assert got.types[-1] == "run_parked", got.types
     pending = (await http.get(f"{base}/sessions/s1")).json()["pending"]
     assert len(pending) == 1 and pending[0]["request_id"] == request_id, pending
