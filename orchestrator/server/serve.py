@@ -306,6 +306,7 @@ async def _serve(
         from orchestrator.cluster.webnode import StoreBackend
         from orchestrator.project.agent import open_default_agent, service_model
         from orchestrator.providers.choice import default_db
+        from orchestrator.store.sqlite import sessions_with_recorded_waits
 
         path = options.db or default_db()
         agent_config = project if project is not None else project_config(options)
@@ -316,6 +317,9 @@ async def _serve(
         )
         backend = StoreBackend(await _opened(stack, path))
         worker = await _carrier(stack, path, built.client)
+        left = await trio.to_thread.run_sync(sessions_with_recorded_waits, path)
+        if left:  # the run store does not take answers to the session store's waits: chat does
+            print(_left_waiting(left), file=sys.stderr, flush=True)
     config = hypercorn_config(options)
     stopped = options.stopped
     drain = Drain()
@@ -392,6 +396,15 @@ async def _carrier(stack: contextlib.AsyncExitStack, where: str, client: AgentCl
     carried = await _opened(stack, where)
     await trio.to_thread.run_sync(take_over_local, carried)
     return Worker(client, carried)
+
+
+def _left_waiting(session_ids: Sequence[str]) -> str:
+    """The one line naming the sessions with waits the session store recorded, which ``chat`` answers."""
+    shown = ", ".join(session_ids[:5]) + (f" and {len(session_ids) - 5} more" if len(session_ids) > 5 else "")
+    return (
+        f"serve: {len(session_ids)} session(s) wait for answers recorded by chat or an earlier serve ({shown}):"
+        " answer them with python -m orchestrator chat --session ID"
+    )
 
 
 def console_url(base: str, options: ServeOptions) -> str:

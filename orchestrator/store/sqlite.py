@@ -12,6 +12,7 @@ refused and a killed one blocks nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -35,7 +36,7 @@ from orchestrator.store.locks import FileLocks, ProcessLocks
 from orchestrator.store.metrics import measured
 from orchestrator.text import clean_text
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "open_sqlite", "refuse_newer_sessions"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "open_sqlite", "refuse_newer_sessions", "sessions_with_recorded_waits"]
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -391,3 +392,14 @@ class SQLiteStore(SessionStore):
             ).fetchone()
         return None if row is None else (str(row[0]), str(row[1]))
 
+
+def sessions_with_recorded_waits(path: str) -> list[str]:
+    """The sessions of the SQLite file ``path`` with a wait the session store recorded (``pending_approvals``),
+    oldest first; none when the file has no such table. Only a session store (``chat``) takes those answers."""
+    with contextlib.closing(open_sqlite(path, lambda db: None, timeout=10)) as db:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pending_approvals'").fetchone():
+            return []
+        rows = db.execute(
+            "SELECT session_id FROM pending_approvals GROUP BY session_id ORDER BY MIN(created), session_id"
+        ).fetchall()
+    return [str(session_id) for (session_id,) in rows]
