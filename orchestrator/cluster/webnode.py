@@ -54,7 +54,6 @@ from orchestrator.store.changes import RUN
 from orchestrator.store.errors import SessionOwned, StoreError, StoreUnavailable
 from orchestrator.store.retention import PrunedRun, PruneReport, Retention, prune_run_store
 from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
-from orchestrator.store.titles import first_input_title
 
 POLL_SECONDS = 0.1
 """How often a web node asks again for a run's events while the store cannot be reached."""
@@ -371,6 +370,7 @@ class StoreBackend:
     async def sessions(self) -> list[dict[str, Any]]:
         ids: list[str] = await self._call(self.store.sessions)
         active: list[RunRecord] = await self._call(lambda: self.store.runs(active=True))
+        titles: dict[str, str] = await self._call(self.store.titles, ids)
         by_session = {record.session_id: record for record in active}
         listed = []
         for session_id in ids:
@@ -379,7 +379,7 @@ class StoreBackend:
             listed.append(
                 {
                     "session_id": session_id,
-                    "title": None,  # a web node does not read every history to list sessions
+                    "title": titles.get(session_id, ""),
                     "request_id": record.request_id if record else None,
                     "state": view.state if view else None,
                     "states": view.states if view else None,
@@ -395,9 +395,10 @@ class StoreBackend:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
         record = active[0] if active else None
         checkpoint = read(record.checkpoint) if record else None
+        titles: dict[str, str] = await self._call(self.store.titles, [session_id])
         return {
             "session_id": session_id,
-            "title": first_input_title(messages),
+            "title": titles.get(session_id, ""),
             "request_id": record.request_id if record else None,
             "messages": [wire.encode_message(m) for m in messages],
             "states": self._view(record).states if record else None,

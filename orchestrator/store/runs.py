@@ -363,8 +363,18 @@ class RunStore(abc.ABC):
         """Ids of sessions with runs or stored messages, oldest first."""
 
     @abc.abstractmethod
+    def set_title(self, session_id: str, title: str) -> bool:
+        """Give the session the title ``title`` (in place of one set before); False, nothing written, when the
+        store knows no such session (it has no run and no stored message)."""
+
+    @abc.abstractmethod
+    def titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The title of each of ``session_ids`` that has one: the one set (``set_title``), else its first input on
+        one line, shortened (``orchestrator.store.titles.first_input_title``). A session with neither is left out."""
+
+    @abc.abstractmethod
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
-        """Remove the session's runs, their event logs and inbox, and its history, in one transaction;
+        """Remove the session's runs, their event logs and inbox, its history and its title, in one transaction;
         whether there was any. SessionBusy, nothing removed, while a run of it is ``running`` (held by a
         worker), unless ``cancel``: its worker's next write or heartbeat then finds it gone (LeaseLost)
         and stops without writing."""

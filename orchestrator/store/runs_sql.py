@@ -62,6 +62,7 @@ from orchestrator.store.runs import (
     UnknownRunRow,
 )
 from orchestrator.store.sqlite import open_sqlite
+from orchestrator.store.titles import first_input_title
 from orchestrator.text import clean_text
 
 __all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_run_store"]
@@ -71,6 +72,8 @@ CHANGE_CHANNEL = "orchestrator_runs"
 """Carries ``run:REQUEST_ID`` (its events or status moved) and ``inbox:REQUEST_ID`` (its inbox got an item)."""
 POOL_SIZE = 16
 """Most PostgreSQL connections a store opens for its calls (made as calls need them, kept while idle)."""
+_IN_LIST = 500
+"""Most ids one ``IN (...)`` list of a statement holds (a longer list is read in parts)."""
 DATA_VERSION_SECONDS = 0.25
 """How often a watched SQLite store asks whether another process wrote to its file (``PRAGMA data_version``)."""
 log = logging.getLogger("orchestrator.store")
@@ -153,6 +156,11 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             pruned {real} NOT NULL
         )""",
         "CREATE INDEX IF NOT EXISTS orchestrator_pruned_runs_age ON orchestrator_pruned_runs (pruned)",
+        # The titles set for sessions (a session without one is titled by its first input).
+        """CREATE TABLE IF NOT EXISTS orchestrator_session_titles (
+            session_id TEXT PRIMARY KEY,
+            title TEXT NOT NULL
+        )""",
     )
 
 
@@ -1188,6 +1196,54 @@ class SQLRunStore(RunStore):
             )
             return [row[0] for row in db.fetchall()]
 
+    def set_title(self, session_id: str, title: str) -> bool:
+        with self._transaction("set_title") as db:
+            if not self._known(db, session_id):
+                return False
+            db.execute(
+                "INSERT INTO orchestrator_session_titles (session_id, title) VALUES (?, ?)"
+                " ON CONFLICT (session_id) DO UPDATE SET title = excluded.title",
+                (session_id, clean_text(title)),
+            )
+        return True
+
+    def _known(self, db: _Cursor, session_id: str) -> bool:
+        """Whether the session has a run or a stored message."""
+        db.execute(
+            f"SELECT 1 WHERE EXISTS (SELECT 1 FROM orchestrator_runs WHERE session_id = ?)"
+            f" OR EXISTS (SELECT 1 FROM {self.dialect.messages_table} WHERE session_id = ?)",
+            (session_id, session_id),
+        )
+        return db.fetchone() is not None
+
+    def titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(session_ids))
+        found: dict[str, str] = {}
+        table = self.dialect.messages_table
+        with self._transaction("titles") as db:
+            for start in range(0, len(wanted), _IN_LIST):
+                chunk = wanted[start : start + _IN_LIST]
+                marks = ", ".join("?" for _ in chunk)
+                # Each session's first user message: one row per session, read through the primary key.
+                db.execute(
+                    f"SELECT first.session_id, first.position, first.body FROM {table} AS first"
+                    f" WHERE first.session_id IN ({marks}) AND first.role = 'user' AND first.position ="
+                    f" (SELECT MIN(earlier.position) FROM {table} AS earlier"
+                    f" WHERE earlier.session_id = first.session_id AND earlier.role = 'user')",
+                    chunk,
+                )
+                for session_id, position, body in db.fetchall():
+                    try:
+                        message: Message = decode_message(body)
+                    except UndecodableMessage as problem:
+                        message = placeholder(int(position), str(problem))
+                    found[session_id] = first_input_title([message])
+                db.execute(
+                    f"SELECT session_id, title FROM orchestrator_session_titles WHERE session_id IN ({marks})", chunk
+                )
+                found.update((session_id, title) for session_id, title in db.fetchall())
+        return found
+
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
         found = 0
         with self._transaction("delete_session") as db:
@@ -1201,6 +1257,7 @@ class SQLRunStore(RunStore):
             for table in ("orchestrator_inbox", "orchestrator_runs", self.dialect.messages_table):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ? RETURNING 1", (session_id,))
                 found += len(db.fetchall())
+            db.execute("DELETE FROM orchestrator_session_titles WHERE session_id = ?", (session_id,))
         return found > 0 or bool(runs)
 
     def prune_sessions(self, idle_before: float) -> list[str]:
@@ -1229,6 +1286,7 @@ class SQLRunStore(RunStore):
                 ended = [row[0] for row in db.fetchall()]
                 self._bury(db, ended, "idle_session", now)
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+                db.execute("DELETE FROM orchestrator_session_titles WHERE session_id = ?", (session_id,))
                 gone.append(session_id)
         return gone
 

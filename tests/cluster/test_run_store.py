@@ -233,3 +233,48 @@ def test_claim_runs_returns_each_run_with_its_row_and_history_and_the_next_wake(
     assert by_id["r3"].history == ()
     assert claim.wake_in is None  # fewer than asked, and no parked run waits for a time
     assert store.claim_runs("w1", 30.0, 0).runs == ()
+
+
+def finished(store: RunStore, session_id: str, request_id: str, *messages: UserMessage | AssistantMessage) -> None:
+    """A run of ``session_id`` that stored ``messages`` and completed."""
+    store.create_run(session_id, request_id, INPUT)
+    (lease,) = store.claim("w0", 30.0)
+    store.commit(lease, RunCommit(messages=messages, status="completed"))
+
+
+def test_a_session_is_titled_by_its_first_input_until_a_title_is_set(store: RunStore) -> None:
+    long_input = "plan   a\ntrip " + "x" * 80
+    finished(store, "s1", "r1", UserMessage(long_input), AssistantMessage("ok"), UserMessage("second"))
+    finished(store, "s2", "r2", AssistantMessage("no input yet"))
+    store.create_run("s3", "r3", INPUT)  # a session with a run and no message yet
+    assert store.titles(["s1", "s2", "s3", "nobody"]) == {"s1": "plan a trip " + "x" * 47 + "…"}
+    assert store.set_title("s1", "Trip plans") is True
+    assert store.set_title("s3", "Queued one") is True
+    assert store.set_title("s1", "Trip plans, again") is True  # a second title replaces the first
+    assert store.set_title("nobody", "Nobody's") is False
+    assert store.titles(["s1", "s2", "s3", "nobody"]) == {"s1": "Trip plans, again", "s3": "Queued one"}
+    assert store.titles([]) == {}
+
+
+def test_many_sessions_are_titled_in_one_call(store: RunStore) -> None:
+    for n in range(1200):
+        store.create_run(f"s{n}", f"r{n}", INPUT)
+    (lease,) = store.claim("w0", 30.0)
+    store.commit(lease, RunCommit(messages=(UserMessage("first one"),), status="completed"))
+    store.set_title("s1199", "last one")
+    titles = store.titles([f"s{n}" for n in range(1200)])
+    assert titles == {lease.session_id: "first one", "s1199": "last one"}
+
+
+def test_deleting_or_pruning_a_session_deletes_its_title(store: RunStore) -> None:
+    finished(store, "s1", "r1", UserMessage("one"))
+    finished(store, "s2", "r2", UserMessage("two"))
+    store.set_title("s1", "First")
+    store.set_title("s2", "Second")
+    assert store.delete_session("s1")
+    assert store.pruned("r1") is None and store.titles(["s1"]) == {}
+    assert store.prune_sessions(time.time() + 1) == ["s2"]
+    assert store.titles(["s2"]) == {}
+    # The id is free again: a new session under it starts untitled.
+    finished(store, "s1", "r3", UserMessage("anew"))
+    assert store.titles(["s1", "s2"]) == {"s1": "anew"}
