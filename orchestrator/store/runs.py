@@ -266,7 +266,8 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def owners(self, session_ids: Sequence[str]) -> dict[str, str]:
         """The owner of each of ``session_ids`` the store knows (its runs or its history): the principal its
-        first run was started for, else ``LOCAL_PRINCIPAL`` (sessions kept before owners were recorded)."""
+        first run was started for, else the one it was forked for (``fork``), else ``LOCAL_PRINCIPAL`` (sessions
+        kept before owners were recorded)."""
 
     @abc.abstractmethod
     def run(self, request_id: str) -> RunRecord | None:
@@ -361,6 +362,17 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def sessions(self) -> list[str]:
         """Ids of sessions with runs or stored messages, oldest first."""
+
+    @abc.abstractmethod
+    def fork(self, source: str, target: str, *, turns: int | None = None, owner: str | None = None) -> int:
+        """Copy ``source``'s messages (with ``turns``, up to the end of that turn: ``orchestrator.store.fork``'s
+        ``first_turns``) into the new session ``target``, in one transaction; how many were copied. The fork is
+        ``owner``'s (None: nobody's in particular, as a session kept before owners were) and has ``source``'s set
+        title, marked as a fork (``forked_title``); a fork of no message leaves nothing stored.
+
+        ForkRefused (``kind`` ``unknown``, ``exists`` or ``turn``) when the store knows no ``source``, knows
+        ``target`` already, or ``source`` has no such turn; SessionBusy while a run of ``source`` has not ended.
+        Nothing is written when it is refused."""
 
     @abc.abstractmethod
     def set_title(self, session_id: str, title: str) -> bool:

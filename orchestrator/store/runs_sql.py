@@ -40,6 +40,7 @@ from orchestrator.store.errors import (
     StoreUnavailable,
     one_line,
 )
+from orchestrator.store.fork import ForkRefused, first_turns
 from orchestrator.store.metrics import claimed, measured
 from orchestrator.store.runs import (
     ACTIVE,
@@ -62,7 +63,7 @@ from orchestrator.store.runs import (
     UnknownRunRow,
 )
 from orchestrator.store.sqlite import open_sqlite
-from orchestrator.store.titles import first_input_title
+from orchestrator.store.titles import first_input_title, forked_title
 from orchestrator.text import clean_text
 
 __all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_run_store"]
@@ -156,6 +157,11 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             pruned {real} NOT NULL
         )""",
         "CREATE INDEX IF NOT EXISTS orchestrator_pruned_runs_age ON orchestrator_pruned_runs (pruned)",
+        # The owners of forks, until a run of theirs records one (a session's runs carry its owner).
+        """CREATE TABLE IF NOT EXISTS orchestrator_session_owners (
+            session_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL
+        )""",
         # The titles set for sessions (a session without one is titled by its first input).
         """CREATE TABLE IF NOT EXISTS orchestrator_session_titles (
             session_id TEXT PRIMARY KEY,
@@ -752,6 +758,11 @@ class SQLRunStore(RunStore):
         rest = [session_id for session_id in session_ids if session_id not in found]
         if rest:
             marks = ", ".join("?" for _ in rest)
+            db.execute(f"SELECT session_id, owner FROM orchestrator_session_owners WHERE session_id IN ({marks})", rest)
+            found.update((row[0], row[1]) for row in db.fetchall())
+            rest = [session_id for session_id in rest if session_id not in found]
+        if rest:
+            marks = ", ".join("?" for _ in rest)
             table = self.dialect.messages_table
             db.execute(f"SELECT DISTINCT session_id FROM {table} WHERE session_id IN ({marks})", rest)
             found.update((row[0], LOCAL_PRINCIPAL) for row in db.fetchall())
@@ -1196,6 +1207,42 @@ class SQLRunStore(RunStore):
             )
             return [row[0] for row in db.fetchall()]
 
+    def fork(self, source: str, target: str, *, turns: int | None = None, owner: str | None = None) -> int:
+        try:
+            with self._transaction("fork") as db:
+                if self.dialect.name == "postgresql":
+                    # One snapshot for the whole copy: no run of the source may end or start between the check
+                    # that none runs and the read of its messages.
+                    db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                if not self._known(db, source):
+                    raise ForkRefused(f"no stored session {source!r} to fork")
+                if self._known(db, target):
+                    raise ForkRefused(f"the session {target!r} exists already", "exists")
+                db.execute(
+                    f"SELECT 1 FROM orchestrator_runs WHERE session_id = ? AND status IN {_ACTIVE_SQL}", (source,)
+                )
+                if db.fetchone() is not None:
+                    raise SessionBusy(source)
+                messages = first_turns(source, self._history(db, source), turns)
+                if not messages:
+                    return 0
+                self._insert_messages(db, target, messages, -1, time.time())
+                if owner is not None and owner != LOCAL_PRINCIPAL:
+                    db.execute(
+                        "INSERT INTO orchestrator_session_owners (session_id, owner) VALUES (?, ?)", (target, owner)
+                    )
+                db.execute("SELECT title FROM orchestrator_session_titles WHERE session_id = ?", (source,))
+                titled = db.fetchone()
+                if titled is not None:
+                    db.execute(
+                        "INSERT INTO orchestrator_session_titles (session_id, title) VALUES (?, ?)",
+                        (target, forked_title(titled[0])),
+                    )
+        except (sqlite3.IntegrityError, _pg_integrity_error()) as clash:
+            # Another fork (or a run's first messages) took the target between the check and the copy.
+            raise ForkRefused(f"the session {target!r} exists already", "exists") from clash
+        return len(messages)
+
     def set_title(self, session_id: str, title: str) -> bool:
         with self._transaction("set_title") as db:
             if not self._known(db, session_id):
@@ -1258,6 +1305,7 @@ class SQLRunStore(RunStore):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ? RETURNING 1", (session_id,))
                 found += len(db.fetchall())
             db.execute("DELETE FROM orchestrator_session_titles WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM orchestrator_session_owners WHERE session_id = ?", (session_id,))
         return found > 0 or bool(runs)
 
     def prune_sessions(self, idle_before: float) -> list[str]:
@@ -1287,6 +1335,7 @@ class SQLRunStore(RunStore):
                 self._bury(db, ended, "idle_session", now)
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
                 db.execute("DELETE FROM orchestrator_session_titles WHERE session_id = ?", (session_id,))
+                db.execute("DELETE FROM orchestrator_session_owners WHERE session_id = ?", (session_id,))
                 gone.append(session_id)
         return gone
 
