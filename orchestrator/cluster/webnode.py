@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -48,7 +49,7 @@ from orchestrator.observe.trace_context import current_trace_context
 from orchestrator.output import StructuredAnswer
 from orchestrator.runtime.handle import RunPruned, UnknownRun
 from orchestrator.runtime.pending import WaitRule
-from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunStart, RunView
+from orchestrator.server.backend import IdempotencyKeyReused, RunExists, RunStart, RunView
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.changes import RUN
 from orchestrator.store.errors import SessionOwned, StoreError, StoreUnavailable
@@ -413,10 +414,15 @@ class StoreBackend:
     async def fork(
         self, session_id: str, target: str | None, turns: int | None, *, owner: str | None = None
     ) -> tuple[str, int]:
-        raise NotSupported("a web node cannot fork sessions: the run store keeps no way to copy a session's history")
+        """The run store's fork (``RunStore.fork``) into ``target``, or a new id when None: the new id and how many
+        messages it holds. ForkRefused, or SessionBusy while a run of the session has not ended."""
+        new = target or f"{session_id}-fork-{os.urandom(3).hex()}"
+        copied: int = await self._call(lambda: self.store.fork(session_id, new, turns=turns, owner=owner))
+        return new, copied
 
     async def set_title(self, session_id: str, title: str) -> bool:
-        raise NotSupported("a web node cannot set titles: the run store has nowhere to keep them")
+        found: bool = await self._call(self.store.set_title, session_id, title)
+        return found
 
     def running(self) -> int | None:
         return None

@@ -130,7 +130,7 @@ class Backend(Protocol):
         or NotSupported."""
 
     async def set_title(self, session_id: str, title: str) -> bool:
-        """Give the session a title; False when there is no such session. NotSupported where titles cannot be kept."""
+        """Give the session a title; False when there is no such session."""
 
     async def transitions(self, request_id: str) -> list[Step]: ...
 

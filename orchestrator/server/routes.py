@@ -159,10 +159,7 @@ class Service:
         """Set the session's title; 200 with it."""
         session_id = _path_id(request, "session_id")
         title = title_input(await read_object(request, self.max_body_bytes))
-        try:
-            found = await self.backend.set_title(session_id, title)
-        except NotSupported as unsupported:
-            raise HTTPRefusal(501, "NotSupported", unsupported.reason) from None
+        found = await self.backend.set_title(session_id, title)
         if not found:
             raise not_found(f"no session {session_id!r}")
         return JSONResponse({"session_id": session_id, "title": title})
