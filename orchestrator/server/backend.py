@@ -34,7 +34,7 @@ from orchestrator.store.fork import ForkRefused, first_turns, fork_session
 from orchestrator.store.owners import read_owners, write_owners
 from orchestrator.store.retention import PruneReport, Retention
 from orchestrator.store.runs import LOCAL_PRINCIPAL
-from orchestrator.store.titles import first_input_title, forget_titles, set_title, set_titles
+from orchestrator.store.titles import first_input_title, forget_titles, forked_title, set_title, set_titles
 from orchestrator.wire.sse import encode_pending
 
 
@@ -341,7 +341,7 @@ class LocalBackend:
             await self._keep_owners()
         source_title = (await self._title_book()).get(session_id)
         if source_title is not None:
-            await self.set_title(new, f"{source_title} (fork)")
+            await self.set_title(new, forked_title(source_title))
         return new, copied
 
     async def set_title(self, session_id: str, title: str) -> bool:
