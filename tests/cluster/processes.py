@@ -89,7 +89,11 @@ class Cluster:
             time.sleep(0.05)
         raise RuntimeError(f"{node.name} did not start in {START_SECONDS:g} s:\n{node.output()}")
 
-    def worker(self, name: str, *, lease_seconds: float = 2.0, app: str = APP, capacity: int = 16) -> Node:
+    def worker(
+        self, name: str, *, lease_seconds: float = 2.0, app: str = APP, capacity: int = 16, named: bool = True
+    ) -> Node:
+        """A ``worker`` process, ready once it carries runs; its leases name it ``name``, or with ``named=False``
+        its default name (``host:pid:random``)."""
         node = self._spawn(
             name,
             "worker",
@@ -97,8 +101,7 @@ class Cluster:
             app,
             "--db",
             self.dsn,
-            "--name",
-            name,
+            *(("--name", name) if named else ()),
             "--lease-seconds",
             str(lease_seconds),
             "--capacity",
