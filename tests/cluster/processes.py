@@ -117,10 +117,18 @@ class Cluster:
         node.url = self._wait_for(node, SERVING).group(1)
         return node
 
-    def uvicorn_web(self, name: str, *, workers: int = 1, app: str | None = None, lifespan: bool = True) -> Node:
-        """A web node under uvicorn on asyncio (``workers`` processes on one port), from the ``web_node`` factory;
-        with ``app`` (``ORCHESTRATOR_APP``) each of its processes carries runs with that agent too. Without
-        ``lifespan`` uvicorn runs none (``--lifespan off``)."""
+    def uvicorn_web(
+        self,
+        name: str,
+        *,
+        workers: int = 1,
+        app: str | None = None,
+        lifespan: bool = True,
+        factory: str = "orchestrator.cluster.asgi:web_node",
+    ) -> Node:
+        """A web node under uvicorn on asyncio (``workers`` processes on one port), from the ``web_node`` factory
+        (or another ``factory`` reading the same environment); with ``app`` (``ORCHESTRATOR_APP``) each of its
+        processes carries runs with that agent too. Without ``lifespan`` uvicorn runs none (``--lifespan off``)."""
         carrying = {"ORCHESTRATOR_APP": app} if app else {}
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -128,7 +136,7 @@ class Cluster:
         node = self._spawn(
             name,
             "--factory",
-            "orchestrator.cluster.asgi:web_node",
+            factory,
             "--host",
             "127.0.0.1",
             "--port",

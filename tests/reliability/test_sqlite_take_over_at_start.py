@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,6 @@ APP = "tests.reliability.durable_apps:charge_agent"
 LEASE = 60.0
 """Far longer than the bound: a run resumed within RESUMED_WITHIN was taken over, not left to its lease."""
 RESUMED_WITHIN = 10.0
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(f"sqlite:///{tmp_path / 'runs.db'}", tmp_path, tmp_path / "marks") as running:
-        yield running
 
 
 async def approved_and_charging(store: SQLRunStore, ledger: Path, session_id: str, order: str) -> str:
@@ -60,8 +53,9 @@ def resumed_by(store: SQLRunStore, request_id: str) -> list[int]:
 
 @pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
 async def test_a_new_worker_takes_over_the_runs_of_a_killed_one_and_leaves_a_live_ones_alone(
-    cluster: Cluster, reaped: bool
+    sqlite_cluster: Cluster, reaped: bool
 ) -> None:
+    cluster = sqlite_cluster
     store = sqlite_run_store(cluster.dsn.removeprefix("sqlite:///"))
     ledger = cluster.marks / durable_apps.LEDGER.name
     try:
