@@ -13,13 +13,15 @@ from __future__ import annotations
 import signal
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import trio
 
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.config import ExternalEvent
-from orchestrator.store.runs_sql import sqlite_run_store
+from orchestrator.store.runs_sql import SQLRunStore, sqlite_run_store
 from tests.cluster.apps import LONG_LEASE_SECONDS
 from tests.cluster.processes import APP, Cluster, Node
 from tests.cluster.waits import until, until_final, until_parked
@@ -49,6 +51,14 @@ async def holding_a_slow_call(cluster: Cluster, session_id: str) -> Node:
     return web
 
 
+async def answered_and_completed(store: SQLRunStore, session_id: str, request_id: str, question: str) -> None:
+    """Answer "yes" to the run's ``question`` through the store; the worker that carries it completes it."""
+    with trio.fail_after(30):
+        answer = ExternalEvent("ask_user_response", {"tool_call_id": question, "answer": "yes"})
+        assert await StoreBackend(store).deliver(session_id, request_id, answer, None)
+        assert await until_final(store, request_id) == "completed"
+
+
 def exited_as_uvicorn_does(web: Node, signalled: int) -> None:
     """The node's process ended (by the signal it got, re-raised by uvicorn once it shut down), saying so."""
     code = web.process.wait(45)
@@ -59,37 +69,28 @@ def exited_as_uvicorn_does(web: Node, signalled: int) -> None:
 
 async def test_sigterm_lets_the_call_finish_and_leaves_the_run_held_by_nobody(sqlite_cluster: Cluster) -> None:
     cluster = sqlite_cluster
-    try:
+    with store_of(cluster) as store:
         web = await holding_a_slow_call(cluster, "drain")
         web.process.send_signal(signal.SIGTERM)
         exited_as_uvicorn_does(web, signal.SIGTERM)
         status, owner, request_id = row(cluster, "drain")
         assert owner is None, f"the run is still held by the stopped process ({status}, {owner})"
         assert status in ("parked", "queued"), status
-        store = sqlite_run_store(cluster.dsn.removeprefix("sqlite:///"))
-        try:
-            done = [e.body["result"]["content"] for e in store.events(request_id) if e.type == "tool_completed"]
-            assert "recorded slow job" in done, done  # the step running at the signal finished
-            # A worker (its own lease 60 s) finishes the run once its question is answered.
-            cluster.worker("next", lease_seconds=LONG_LEASE_SECONDS)
-            with trio.fail_after(30):
-                question = await until_parked(store, request_id)
-                answer = ExternalEvent("ask_user_response", {"tool_call_id": question, "answer": "yes"})
-                assert await StoreBackend(store).deliver("drain", request_id, answer, None)
-                assert await until_final(store, request_id) == "completed"
-        finally:
-            store.close()
-        assert cluster.records() == ["slow job"]
-    except BaseException:
-        print(_outputs(cluster))
-        raise
+        done = [e.body["result"]["content"] for e in store.events(request_id) if e.type == "tool_completed"]
+        assert "recorded slow job" in done, done  # the step running at the signal finished
+        # A worker (its own lease 60 s) finishes the run once its question is answered.
+        cluster.worker("next", lease_seconds=LONG_LEASE_SECONDS)
+        with trio.fail_after(30):
+            question = await until_parked(store, request_id)
+        await answered_and_completed(store, "drain", request_id, question)
+    assert cluster.records() == ["slow job"]
 
 
 async def test_ctrl_c_during_the_drain_hands_the_run_back_at_once_and_a_worker_resumes_it(
     sqlite_cluster: Cluster,
 ) -> None:
     cluster = sqlite_cluster
-    try:
+    with store_of(cluster) as store:
         web = await holding_a_slow_call(cluster, "hurry")
         web.process.send_signal(signal.SIGTERM)
         until("the carrier drains", lambda: "the run carrier drains" in web.output(), 10.0)
@@ -97,28 +98,27 @@ async def test_ctrl_c_during_the_drain_hands_the_run_back_at_once_and_a_worker_r
         exited_as_uvicorn_does(web, signal.SIGTERM)
         status, owner, request_id = row(cluster, "hurry")
         assert owner is None, f"the run is still held by the stopped process ({status}, {owner})"
-        store = sqlite_run_store(cluster.dsn.removeprefix("sqlite:///"))
-        try:
-            named = cluster.worker("next", lease_seconds=LONG_LEASE_SECONDS)  # named: it takes over no lease
-            ready = time.monotonic()
-            with trio.fail_after(30):
-                question = await until_parked(store, request_id)
-            assert time.monotonic() - ready < 2.0, "the run waited before it was resumed"
-            resumed = [e.body["worker"] for e in store.events(request_id) if e.type == "run_resumed"]
-            assert resumed[-1] == named.name, resumed
-            failed = [e.body["result"]["content"] for e in store.events(request_id) if e.type == "tool_failed"]
-            assert failed and CUT_OFF in failed[-1], failed  # cut off at the signal: not run again
-            with trio.fail_after(30):
-                answer = ExternalEvent("ask_user_response", {"tool_call_id": question, "answer": "yes"})
-                assert await StoreBackend(store).deliver("hurry", request_id, answer, None)
-                assert await until_final(store, request_id) == "completed"
-        finally:
-            store.close()
-        assert cluster.records() == ["slow job"]
+        named = cluster.worker("next", lease_seconds=LONG_LEASE_SECONDS)  # named: it takes over no lease
+        ready = time.monotonic()
+        with trio.fail_after(30):
+            question = await until_parked(store, request_id)
+        assert time.monotonic() - ready < 2.0, "the run waited before it was resumed"
+        resumed = [e.body["worker"] for e in store.events(request_id) if e.type == "run_resumed"]
+        assert resumed[-1] == named.name, resumed
+        failed = [e.body["result"]["content"] for e in store.events(request_id) if e.type == "tool_failed"]
+        assert failed and CUT_OFF in failed[-1], failed  # cut off at the signal: not run again
+        await answered_and_completed(store, "hurry", request_id, question)
+    assert cluster.records() == ["slow job"]
+
+
+@contextmanager
+def store_of(cluster: Cluster) -> Iterator[SQLRunStore]:
+    """The cluster's run store, open for the block; the processes' output is printed when the block fails."""
+    store = sqlite_run_store(cluster.dsn.removeprefix("sqlite:///"))
+    try:
+        yield store
     except BaseException:
-        print(_outputs(cluster))
+        print("\n".join(f"--- {node.name}\n{node.output()[-3000:]}" for node in cluster.nodes))
         raise
-
-
-def _outputs(cluster: Cluster) -> str:
-    return "\n".join(f"--- {node.name}\n{node.output()[-3000:]}" for node in cluster.nodes)
+    finally:
+        store.close()
