@@ -177,8 +177,9 @@ class RunCarrier:
         try:
             self.stop()
         finally:
-            self._resending = True
-            signal.pthread_kill(threading.main_thread().ident or 0, number)
+            if not self._passed_on:  # else the server has its signal already, and may have put its handlers back
+                self._resending = True
+                signal.pthread_kill(threading.main_thread().ident or 0, number)
 
     async def _main(self) -> None:
         from orchestrator.cli.apploader import load_agent
