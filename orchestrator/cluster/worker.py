@@ -13,7 +13,8 @@ one timer on the earliest ``wake_at`` of the store (``next_wake``; a run parked 
 wakes the workers to look again) and claims the run once it passes, so the resumed wait takes its
 default. A worker claims again the moment a run ends or a new one is queued.
 A worker that stops (killed, or its lease lost) leaves its runs to
-be claimed again once their leases expire. A worker that drains (``drain``:
+be claimed again once their leases expire; on SQLite, a worker that starts takes
+over at once the runs of this machine's workers whose processes are gone. A worker that drains (``drain``:
 SIGTERM to ``python -m orchestrator worker``) stops claiming, lets each run
 finish the step it is in, and hands every run it holds back at its last commit
 with the lease ended at once, so another worker resumes it without waiting for
@@ -38,6 +39,7 @@ from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, ca
 from orchestrator.cluster.durable import DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.cluster.run_settings import decode_run_settings
+from orchestrator.cluster.takeover import take_over_local
 from orchestrator.cluster.wakeups import Wakeup, Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
@@ -127,7 +129,9 @@ class Worker:
             self.agent.hooks[hook].insert(0, self.durable)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Claim and carry runs until cancelled, or until a drain has handed back every run held."""
+        """Claim and carry runs until cancelled, or until a drain has handed back every run held. On SQLite it
+        first takes over the runs of this machine's carriers that are gone (``take_over_local``)."""
+        await self._take_over_local()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._prune)
             task_status.started()
@@ -165,6 +169,17 @@ class Worker:
                         backlog = True  # a new run left for the reserve may take the slot that freed
             await self._until_idle()
             nursery.cancel_scope.cancel()
+
+    async def _take_over_local(self) -> None:
+        """End the leases that killed carriers of this machine hold on an SQLite store, so that the first claim
+        resumes their runs; a store that cannot be reached leaves them to expire."""
+        try:
+            taken = await trio.to_thread.run_sync(take_over_local, self.store)
+        except StoreUnavailable as down:
+            log.warning("worker %s: the runs of stopped carriers are not taken over at once: %s", self.name, down)
+            return
+        if taken:
+            log.warning("worker %s takes over %d runs of stopped carriers of this machine", self.name, len(taken))
 
     async def _until_work(self, work: Wakeup | None, wake_in: float | None = None) -> bool:
         """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds, or ``wake_in``
