@@ -255,6 +255,10 @@ class LocalBackend:
         return handle.request_id
 
     async def run(self, request_id: str) -> RunView:
+        return self.view(request_id)
+
+    def view(self, request_id: str) -> RunView:
+        """``run`` without waiting (UnknownRun when there is no such run)."""
         return self._view(self._handle(request_id))
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
