@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -44,15 +45,33 @@ StopReason = Callable[[], "str | None"]
 def asgi_server_stopping() -> str | None:
     """The serving process's ASGI server is shutting down (uvicorn, seen through the signal handlers it installs).
 
-    uvicorn installs them when it runs in the main thread, as its command does.
+    uvicorn installs them when it runs in the main thread, as its command does. Every open stream asks this
+    four times a second, so it reads the handlers as they are stored (``signal.getsignal`` turns each into an
+    enum member, or fails to at the cost of an exception) and remembers which classes are uvicorn's.
     """
-    for number in (signal.SIGINT, signal.SIGTERM):
-        owner = getattr(signal.getsignal(number), "__self__", None)
-        if owner is None or not any(kind.__module__.startswith("uvicorn") for kind in type(owner).__mro__):
+    for number in _STOP_SIGNALS:
+        owner = getattr(_raw_handler(number), "__self__", None)
+        if owner is None or not _is_uvicorns(type(owner)):
             continue
         if getattr(owner, "should_exit", False) or getattr(owner, "force_exit", False):
             return "the server is shutting down"
     return None
+
+
+_STOP_SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM))
+#: ``signal.getsignal`` without its conversion to enum members (``_signal`` is the module ``signal`` wraps).
+_raw_handler: Callable[[int], object] = getattr(sys.modules.get("_signal"), "getsignal", signal.getsignal)
+
+
+_UVICORNS: dict[type, bool] = {}
+
+
+def _is_uvicorns(kind: type) -> bool:
+    """Whether ``kind`` or a class it derives from is defined in uvicorn."""
+    found = _UVICORNS.get(kind)
+    if found is None:
+        found = _UVICORNS[kind] = any(base.__module__.startswith("uvicorn") for base in kind.__mro__)
+    return found
 
 
 def first_reason(reasons: Iterable[StopReason]) -> str | None:
