@@ -49,6 +49,7 @@ def test_call_now_runs_a_plain_function_in_the_hosts_thread_and_gives_back_its_v
 
 
 def test_a_stream_opened_in_one_crossing_reads_its_run_and_an_unread_one_stops_its_reader() -> None:
+    """``HostBackend.events`` and ``follow`` (whether the run had ended, and its stream) open in one crossing."""
     def ask_then_answer(request: ModelRequest) -> AssistantMessage:
         if isinstance(request.messages[-1], UserMessage):
             return asks(call("q1", "ask_user", question="Deploy?", options=["yes", "no"]))
@@ -84,10 +85,15 @@ def test_a_stream_opened_in_one_crossing_reads_its_run_and_an_unread_one_stops_i
         while await host.call(readers) != before:
             await asyncio.sleep(0.01)
 
-        follower = await backend.events(run.request_id, last)
+        with pytest.raises(UnknownRun):
+            await backend.follow("no-such-run", 0)
+        ended, follower = await backend.follow(run.request_id, last)
+        assert not ended
         await host.deliver(_answer(), config=AgentRunConfig("s1"))
         kinds = [event["type"] async for batch in follower for event in batch]
         assert kinds[-1] == "run_completed" and (await backend.run(run.request_id)).done
+        ended, rest = await backend.follow(run.request_id, last)
+        assert ended and [event["type"] async for batch in rest for event in batch] == kinds
 
     try:
         asyncio.run(asyncio.wait_for(main(), LIMIT))

@@ -58,6 +58,17 @@ class HostBackend:
         follower = self.local.client.attach(request_id).events(after)
         return self.host.open_batches(follower, _encoded_batch, loop)
 
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        loop = asyncio.get_running_loop()
+        return await self.host.call_now(self._follow, request_id, after, loop, abandon=_stop_following)
+
+    def _follow(
+        self, request_id: str, after: int, loop: asyncio.AbstractEventLoop
+    ) -> tuple[bool, HostBatches[dict[str, Any]]]:
+        """In the host's thread: whether the run had ended, and its reader (``_open_events``)."""
+        ended = self.local.view(request_id).done
+        return ended, self._open_events(request_id, after, loop)
+
     async def deliver(
         self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
     ) -> Delivery:
@@ -105,6 +116,11 @@ class HostBackend:
 def host_closing(host: AgentHost) -> str | None:
     """Why streams of ``host``'s runs must end now (it is closing or closed), else None."""
     return None if host.state == "serving" else f"the agent host is {host.state}"
+
+
+def _stop_following(opened: tuple[bool, HostBatches[dict[str, Any]]]) -> None:
+    """Stop the reader of a stream whose caller left before it got it."""
+    opened[1].stop()
 
 
 def _encoded_batch(batch: list[AgentEvent]) -> list[dict[str, Any]]:

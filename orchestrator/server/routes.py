@@ -216,8 +216,7 @@ class Service:
         request_id = _path_id(request, "request_id")
         after = _after(request)
         try:
-            ended = (await self.backend.run(request_id)).done
-            batches = await self.backend.events(request_id, after)
+            ended, batches = await self.backend.follow(request_id, after)
             if ended:
                 first = await anext(batches, None)
                 if first is None:
