@@ -190,6 +190,10 @@ class StoreBackend:
             return answer
         return StructuredAnswer.of(answer, spec.parse(answer.content))
 
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        ended = (await self.run(request_id)).done
+        return ended, await self.events(request_id, after)
+
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
         session_id = (await self._record(request_id)).session_id
 

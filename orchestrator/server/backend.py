@@ -107,6 +107,10 @@ class Backend(Protocol):
 
         Raises UnknownRun or EventsExpired before the first batch."""
 
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        """Whether the run had ended, and ``events(request_id, after)``: what a stream's route asks first, in
+        one call. Raises UnknownRun, then EventsExpired, before the first batch."""
+
     async def deliver(
         self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
     ) -> Delivery: ...
@@ -255,7 +259,15 @@ class LocalBackend:
         return handle.request_id
 
     async def run(self, request_id: str) -> RunView:
+        return self.view(request_id)
+
+    def view(self, request_id: str) -> RunView:
+        """``run`` without waiting (UnknownRun when there is no such run)."""
         return self._view(self._handle(request_id))
+
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        ended = self.view(request_id).done
+        return ended, await self.events(request_id, after)
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
         follower = self._handle(request_id).events(after=after)
