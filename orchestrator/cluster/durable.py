@@ -4,7 +4,8 @@ Everything the run does reaches the store through ``commit``, fenced by the
 worker's lease and serialised by a lock: messages (appended to the session's
 history), the streamed events (numbered, in order), the checkpoint, the inbox
 items consumed. A commit happens before the request goes on whenever a message
-is appended (the input, each model response, each tool result, steering),
+is appended (the input, each tool result, steering; a model response goes with
+the commit that follows it, made before anything it asks for is done),
 before a tool body is entered (recording the call's intent with it), when a
 call starts to wait for an answer while the run goes on, and when the run ends
 or parks (a run that parks as its only call starts to wait records the wait in
@@ -39,7 +40,7 @@ from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.steering import STEERING_EVENT
-from orchestrator.messages import Message, ToolCall, ToolMessage, UserMessage
+from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import InboxItem, Lease, LeaseLost, RunCommit, RunStore, StoredEvent
@@ -506,6 +507,10 @@ class DurableExtension(AgentExtension):
                 durable.settled(message.tool_call_id)
             if context.states.get("phase") == "setup":
                 durable.input_recorded = True
+            if isinstance(message, AssistantMessage) and not durable.draining:
+                # Taken along by the next commit, which comes before anything the response asks for is done
+                # (a call's body, a question, the run's end): a run stopped before that asks the model again.
+                return
             await durable.commit()
         elif name == "tool_started":
             # Recorded by the next commit: the one made before its body is entered (or its question, or its
@@ -575,7 +580,10 @@ class DurableExtension(AgentExtension):
             if definition is None or not getattr(definition, "idempotent", False):
                 return ToolResult(STOPPED_MID_CALL, "failed")
         if durable.draining and not durable.unrecorded:
-            # A drain starts no new step (calls of the step running go on): the process resuming the run runs it.
+            # A drain starts no new step (calls of the step running go on): the process resuming the run runs it,
+            # from the model's response when one waits to be committed (that commit hands the run back).
+            if durable.messages:
+                await durable.commit()
             durable.hand_back()
             await trio.lowlevel.checkpoint()
             return ToolResult(STOPPED_MID_CALL, "failed")
