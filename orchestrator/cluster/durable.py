@@ -18,7 +18,8 @@ marked consumed, so every commit that consumes it records the phase too; the
 commit made before a tool body is entered records ``executing``. A resumed run
 therefore never asks a person again for an answer it consumed, and never runs
 again a call whose body was entered: that call gets ``STOPPED_MID_CALL``
-unless its tool is idempotent.
+unless its tool is idempotent. A call of an idempotent tool that consumed no
+answer makes no commit before its body: a run stopped in it runs it again.
 
 A lost lease (another worker took the run) makes every later commit a no-op
 and cancels the run: nothing of it is written twice.
@@ -588,10 +589,13 @@ class DurableExtension(AgentExtension):
             await trio.lowlevel.checkpoint()
             return ToolResult(STOPPED_MID_CALL, "failed")
         # The body is entered only once the ledger says so (with any answer it consumed): a run resumed
-        # after this commit never runs the call again.
+        # after this commit never runs the call again. An idempotent tool may run again, so its body needs no
+        # commit of its own unless an answer was consumed for it: the call's next commit records it.
         durable.phases[call.id] = "executing"
         durable.unrecorded.add(call.id)
-        await durable.commit()
+        definition = context.tools.get(call.name)
+        if durable.consumed or not getattr(definition, "idempotent", False):
+            await durable.commit()
         if durable.lost:
             await trio.lowlevel.checkpoint()  # the run is being cancelled: the body is not entered
             return ToolResult(STOPPED_MID_CALL, "failed")
