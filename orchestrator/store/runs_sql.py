@@ -769,14 +769,26 @@ class SQLRunStore(RunStore):
             return self._claim(db, owner, lease_seconds, limit)[0]
 
     def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1, fresh: int | None = None) -> Claim:
-        """One transaction: the claim, each claimed run's row and history, and ``next_wake`` if it took fewer."""
+        """One transaction: the claim, each claimed run's row, history and unconsumed inbox items, and ``next_wake``
+        if it took fewer."""
         with self._transaction("claim") as db:
             leases, fresh_left = self._claim(db, owner, lease_seconds, limit, fresh)
+            inboxes: dict[str, list[InboxItem]] = {lease.request_id: [] for lease in leases}
+            if leases:
+                marks = ", ".join("?" for _ in leases)
+                db.execute(
+                    "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
+                    f" WHERE consumed = 0 AND request_id IN ({marks}) ORDER BY id",
+                    [lease.request_id for lease in leases],
+                )
+                for row in db.fetchall():
+                    inboxes[row[2]].append(_inbox_item(row))
             taken = []
             for lease in leases:
                 record = self._row(db, lease.request_id)
                 assert record is not None  # claimed in this transaction
-                taken.append(Claimed(lease, record, tuple(self._history(db, lease.session_id))))
+                history = tuple(self._history(db, lease.session_id))
+                taken.append(Claimed(lease, record, history, tuple(inboxes[lease.request_id])))
             return Claim(tuple(taken), self._next_wake(db) if len(leases) < limit else None, fresh_left)
 
     def _claim(
