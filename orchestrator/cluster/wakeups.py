@@ -23,7 +23,7 @@ from typing import Protocol
 import sniffio
 import trio
 
-from orchestrator.store.changes import ChangeFeed, Changes
+from orchestrator.store.changes import RUN, ChangeFeed, Changes
 from orchestrator.store.runs import RunStore
 
 log = logging.getLogger("orchestrator.cluster")
@@ -100,11 +100,18 @@ class Wakeups:
         self._waiting = {}
         self._record(Changes(everything=True))  # what the earlier feed may have missed
         self._feed = feed = self.store.watch()
+        feed.wanted = self._wanted
         if on_trio:
             trio.lowlevel.spawn_system_task(self._trio_pump, feed, name=f"wake-ups of {self.store.where}")
         else:
             assert isinstance(loop, asyncio.AbstractEventLoop)
             self._asyncio_pump = loop.create_task(self._asyncio_feed(feed), name=f"wake-ups of {self.store.where}")
+
+    def _wanted(self, key: tuple[str, str]) -> bool:
+        """Whether a change of ``key`` may matter here (called in the store's threads): a run's log only while
+        someone waits for it (a worker's commits move every log; the process's waits are on few), every inbox
+        (``changed_since``) and work."""
+        return key[0] != RUN or key in self._waiting
 
     def _woken(self, feed: ChangeFeed, changes: Changes) -> bool:
         """Set the events of the pairs that changed; False once ``feed`` is no longer this process's."""
