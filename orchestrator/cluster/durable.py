@@ -468,9 +468,16 @@ class DurableRun:
         self.scope.cancel()
 
 
+_FIELDS_PAYLOAD = AgentEvent.__dict__["payload"]  # the payload of an event whose payload is its fields
+
+
 def _is_question(event: AgentEvent) -> bool:
-    payload = event.payload
-    return isinstance(payload.get("tool_call_id"), str) and isinstance(payload.get("response_event"), str)
+    if type(event).payload is not _FIELDS_PAYLOAD:
+        payload = event.payload
+        return isinstance(payload.get("tool_call_id"), str) and isinstance(payload.get("response_event"), str)
+    # An event's payload is its fields: read the two without building the payload of every event.
+    call_id, response = getattr(event, "tool_call_id", None), getattr(event, "response_event", None)
+    return isinstance(call_id, str) and isinstance(response, str)
 
 
 class DurableExtension(AgentExtension):

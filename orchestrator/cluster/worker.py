@@ -327,6 +327,8 @@ class Worker:
     async def _anchor_trace(self, lease: Lease) -> dict[str, str] | None:
         """A trace for a run started with no span current, from the first extension that makes one (None if none)."""
         for extension in self.agent.extensions:
+            if getattr(extension, "anchor_trace", None) is None:
+                continue  # looked at first: a check against the protocol reads every member of the class
             if isinstance(extension, TraceAnchor):
                 made = await trio.to_thread.run_sync(extension.anchor_trace, lease.session_id, lease.request_id)
                 if made:
