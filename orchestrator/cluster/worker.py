@@ -145,6 +145,7 @@ class Worker:
                     if free > 0 and (backlog or work.is_set()):
                         # Armed before the claim: work queued after it still wakes the loop.
                         work = self.wakeups.arm(WORK)
+                        told = self.wakeups.mark()  # the claim reads the runs' inboxes: what was told after may be new
                         fresh = max(0, free - self.resume_reserve)
                         try:
                             claim = await trio.to_thread.run_sync(
@@ -157,7 +158,7 @@ class Worker:
                         self._note_recovery()
                         for claimed in claim.runs:
                             self.active[claimed.lease.request_id] = None
-                            nursery.start_soon(self._carry, claimed, name=f"run {claimed.lease.request_id}")
+                            nursery.start_soon(self._carry, claimed, told, name=f"run {claimed.lease.request_id}")
                         backlog, wake_in = len(claim.runs) == free, claim.wake_in
                         fresh_waiting = claim.fresh_left
                         continue
@@ -267,10 +268,10 @@ class Worker:
                     log.info("pruned %d ended runs", gone)
             await trio.sleep(min(self.retention_seconds / 10, 3600.0))
 
-    async def _carry(self, claimed: Claimed) -> None:
+    async def _carry(self, claimed: Claimed, told: int | None = None) -> None:
         lease = claimed.lease
         try:
-            await self._carry_leased(claimed)
+            await self._carry_leased(claimed, told)
         except StoreUnavailable as down:
             log.warning("run %s: %s; it is resumed once its lease expires", lease.request_id, down)
         except Exception:
@@ -279,8 +280,9 @@ class Worker:
             self.active.pop(lease.request_id, None)
             self._slot_freed.set()
 
-    async def _carry_leased(self, claimed: Claimed) -> None:
-        """Carry a run from its row and history as the claim read them (its lease is the claim's)."""
+    async def _carry_leased(self, claimed: Claimed, told: int | None = None) -> None:
+        """Carry a run from its row, history and inbox as the claim read them (its lease is the claim's; ``told``:
+        the ``Wakeups.mark`` taken before the claim)."""
         lease, record, history = claimed.lease, claimed.record, list(claimed.history)
         try:
             checkpoint, message = _starting_point(record)
@@ -319,6 +321,10 @@ class Worker:
             durable.drain()
         if self._hurried:
             durable.hand_back()
+        inbox_read = None  # the mark after which a change of the run's inbox is not in what the claim read
+        if claimed.inbox is not None and told is not None:
+            durable.hold(list(claimed.inbox))
+            inbox_read = told
         resume = None
         if checkpoint is not None and checkpoint.input_recorded:
             resume = restored(
@@ -331,11 +337,13 @@ class Worker:
         if trace_context is None:
             trace_context = durable.trace_context = await self._anchor_trace(lease)
         with traced_under(trace_context):  # this segment's spans go under the run's trace
-            await self._carry_run(lease, durable, config, message, resume)
+            await self._carry_run(lease, durable, config, message, resume, inbox_read)
 
     async def _anchor_trace(self, lease: Lease) -> dict[str, str] | None:
         """A trace for a run started with no span current, from the first extension that makes one (None if none)."""
         for extension in self.agent.extensions:
+            if getattr(extension, "anchor_trace", None) is None:
+                continue  # looked at first: a check against the protocol reads every member of the class
             if isinstance(extension, TraceAnchor):
                 made = await trio.to_thread.run_sync(extension.anchor_trace, lease.session_id, lease.request_id)
                 if made:
@@ -349,6 +357,7 @@ class Worker:
         config: AgentRunConfig,
         message: UserMessage | None,
         resume: Restored | None,
+        inbox_read: int | None = None,
     ) -> None:
         try:
             run = await self.agent._open_run(config, message, durable, resume)
@@ -366,7 +375,7 @@ class Worker:
         try:
             async with trio.open_nursery() as helpers:
                 helpers.start_soon(self._heartbeat, durable)
-                helpers.start_soon(self._poll_inbox, durable)
+                helpers.start_soon(self._poll_inbox, durable, inbox_read)
                 helpers.start_soon(self._flush, durable)
                 helpers.start_soon(self._release_when_handed_back, durable)
                 with durable.scope:
@@ -453,12 +462,21 @@ class Worker:
                 # The run ends cancelled; the lease is kept renewed until it has (a thread tool may outlast it).
                 durable.scope.cancel()
 
-    async def _poll_inbox(self, durable: DurableRun) -> None:
+    async def _poll_inbox(self, durable: DurableRun, read_since: int | None = None) -> None:
         """Read the run's inbox when it changes (or every INBOX_SECONDS) and offer what is new; an answer held
-        back (for a resumed call that has not asked again) is offered again from memory every 0.1 s."""
+        back (for a resumed call that has not asked again) is offered again from memory every 0.1 s.
+
+        ``read_since``: the claim read the inbox (its items are held), and a change told after this
+        ``Wakeups.mark`` may be missing from what it read: the first read is made only if one was.
+        """
         read_at: float | None = None  # when the inbox was last read (trio clock); None: read it now
+        if read_since is not None:
+            read_at = trio.current_time()
         while True:
             woken = self.wakeups.arm(INBOX, durable.lease.request_id)  # before the read: a later post wakes it
+            if read_since is not None and self.wakeups.changed_since(read_since, INBOX, durable.lease.request_id):
+                read_at = None
+            read_since = None
             if read_at is None or trio.current_time() - read_at >= INBOX_SECONDS:
                 read_at = trio.current_time()
                 try:

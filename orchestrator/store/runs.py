@@ -152,11 +152,13 @@ class Lease:
 
 @attrs.frozen
 class Claimed:
-    """A run as its claim took it: the lease, the run's row after the claim, and its session's history then."""
+    """A run as its claim took it: the lease, the run's row after the claim, and its session's history then; with
+    ``inbox``, the items of its inbox not consumed then (None: the claim did not read them)."""
 
     lease: Lease
     record: RunRecord
     history: tuple[Message, ...]
+    inbox: tuple[InboxItem, ...] | None = None
 
 
 @attrs.frozen

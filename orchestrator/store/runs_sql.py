@@ -93,6 +93,7 @@ class _Cursor(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
     def pipeline(self) -> AbstractContextManager[Any]: ...
+    def query(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
 
@@ -788,14 +789,26 @@ class SQLRunStore(RunStore):
             return self._claim(db, owner, lease_seconds, limit)[0]
 
     def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1, fresh: int | None = None) -> Claim:
-        """One transaction: the claim, each claimed run's row and history, and ``next_wake`` if it took fewer."""
+        """One transaction: the claim, each claimed run's row, history and unconsumed inbox items, and ``next_wake``
+        if it took fewer."""
         with self._transaction("claim") as db:
             leases, fresh_left = self._claim(db, owner, lease_seconds, limit, fresh)
+            inboxes: dict[str, list[InboxItem]] = {lease.request_id: [] for lease in leases}
+            if leases:
+                marks = ", ".join("?" for _ in leases)
+                db.execute(
+                    "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
+                    f" WHERE consumed = 0 AND request_id IN ({marks}) ORDER BY id",
+                    [lease.request_id for lease in leases],
+                )
+                for row in db.fetchall():
+                    inboxes[row[2]].append(_inbox_item(row))
             taken = []
             for lease in leases:
                 record = self._row(db, lease.request_id)
                 assert record is not None  # claimed in this transaction
-                taken.append(Claimed(lease, record, tuple(self._history(db, lease.session_id))))
+                history = tuple(self._history(db, lease.session_id))
+                taken.append(Claimed(lease, record, history, tuple(inboxes[lease.request_id])))
             return Claim(tuple(taken), self._next_wake(db) if len(leases) < limit else None, fresh_left)
 
     def _claim(
@@ -894,14 +907,36 @@ class SQLRunStore(RunStore):
         """The reads (the fence, the messages' next position, the inbox items consumed, an answer waiting for a
         run that parks) come first; the writes then go out together (on PostgreSQL one pipelined round trip)."""
         now = time.time()
+        trigger = _COMMIT_TRIGGERS.get(change.status)
+        if trigger is None:
+            raise StoreError(f"a commit cannot set the status {change.status!r}")
+        status = lease_step("running", trigger, held=True)
         with self._transaction("commit") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
-            db.execute(
-                f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested FROM orchestrator_runs"
-                f" WHERE request_id = ?{lock}",
-                (lease.request_id,),
-            )
-            held_row = db.fetchone()
+            # Sent together (on PostgreSQL one round trip): the fence first, which locks the row (a post to the
+            # run takes turns with it), then the items consumed and, for a run that parks, whether an answer
+            # waits. Undone with the rest when the fence says the lease is lost.
+            with db.pipeline() if change.consumed or status == "parked" else contextlib.nullcontext():
+                fence = db.query(
+                    f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested"
+                    f" FROM orchestrator_runs WHERE request_id = ?{lock}",
+                    (lease.request_id,),
+                )
+                consumed = None
+                if change.consumed:
+                    marks = ", ".join("?" for _ in change.consumed)
+                    consumed = db.query(
+                        "UPDATE orchestrator_inbox SET consumed = 1 WHERE request_id = ? AND consumed = 0"
+                        f" AND id IN ({marks}) RETURNING id",
+                        (lease.request_id, *change.consumed),
+                    )
+                waiting = None
+                if status == "parked":
+                    waiting = db.query(
+                        "SELECT 1 FROM orchestrator_inbox WHERE request_id = ? AND consumed = 0 LIMIT 1",
+                        (lease.request_id,),
+                    )
+            held_row = fence.fetchone()
             if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
                 raise self._lost(db, lease)
             session_id, last_seq = held_row[4], int(held_row[3])
@@ -911,34 +946,17 @@ class SQLRunStore(RunStore):
                     raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
                 events.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
                 last_seq = event.seq
-            trigger = _COMMIT_TRIGGERS.get(change.status)
-            if trigger is None:
-                raise StoreError(f"a commit cannot set the status {change.status!r}")
-            messages: list[Message] = []
-            position = -1  # the last position the session's history keeps after the commit's writes
-            if change.history is not None:
-                messages.extend(change.history)
-            elif change.messages:
-                position = self._last_position(db, session_id)
-            messages.extend(change.messages)
-            for item_id in change.consumed:
-                db.execute(
-                    "UPDATE orchestrator_inbox SET consumed = 1 WHERE id = ? AND request_id = ? AND consumed = 0"
-                    " RETURNING id",
-                    (item_id, lease.request_id),
-                )
-                if db.fetchone() is None:
-                    raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
-            status = lease_step("running", trigger, held=True)
-            if status == "parked":
-                # Queued at once instead when an answer already waits, or when it was asked to stop
-                # while it ran (the claim that follows ends it cancelled: a parked run is claimed by nothing else).
-                db.execute(
-                    "SELECT 1 FROM orchestrator_inbox WHERE request_id = ? AND consumed = 0 LIMIT 1",
-                    (lease.request_id,),
-                )
-                if db.fetchone() is not None or bool(held_row[5]):
-                    status = lease_step(status, "wake")
+            if consumed is not None:
+                taken = [int(row[0]) for row in consumed.fetchall()]
+                for item_id in change.consumed:
+                    if item_id in taken:
+                        taken.remove(item_id)
+                    else:
+                        raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
+            # Queued at once instead when an answer already waits, or when it was asked to stop
+            # while it ran (the claim that follows ends it cancelled: a parked run is claimed by nothing else).
+            if waiting is not None and (waiting.fetchone() is not None or bool(held_row[5])):
+                status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
             held = status == "running"
             back_off = change.retry_after if status == "queued" else None
@@ -946,7 +964,7 @@ class SQLRunStore(RunStore):
             with db.pipeline():
                 if change.history is not None:
                     db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
-                self._insert_messages(db, session_id, messages, position, now)
+                self._insert_messages_at_end(db, session_id, (*(change.history or ()), *change.messages), now)
                 if events:
                     db.executemany(
                         "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created)"
@@ -1023,6 +1041,17 @@ class SQLRunStore(RunStore):
         table = self.dialect.messages_table
         db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))
         return int(db.fetchone()[0])
+
+    def _insert_messages_at_end(self, db: _Cursor, session_id: str, messages: Sequence[Message], now: float) -> None:
+        """Append ``messages`` to the session's history, each after its last position as the insert finds it (no
+        read first: under a pipeline, no round trip of its own; the run's row lock keeps other writers out)."""
+        table = self.dialect.messages_table
+        if messages:
+            db.executemany(
+                f"INSERT INTO {table} (session_id, position, role, body, created)"
+                f" SELECT ?, COALESCE(MAX(position), -1) + 1, ?, ?, ? FROM {table} WHERE session_id = ?",
+                [(session_id, message.role, encode_message(message), now, session_id) for message in messages],
+            )
 
     def _insert_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], last: int, now: float) -> None:
         """Append ``messages`` to the session's history after position ``last``."""
@@ -1428,6 +1457,13 @@ class _Dialected:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._cursor.execute(self._dialect.sql(sql), tuple(params))
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """``sql`` on a cursor of its own, whose rows are read later (``fetchone``, ``fetchall``): statements sent
+        this way in a ``pipeline`` block share one round trip, and each keeps its rows."""
+        cursor = self._cursor.connection.cursor()
+        cursor.execute(self._dialect.sql(sql), tuple(params))
+        return cursor
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """``sql`` once per row (on PostgreSQL pipelined: one round trip for them all)."""

@@ -371,3 +371,16 @@ def test_forks_racing_for_one_target_make_one_session(store: RunStore) -> None:
     for thread in threads:
         thread.join(30)
     assert sorted(map(str, outcomes)) == sorted([str(len(store.history("raced")))] + ["exists"] * 5)
+
+
+def test_claim_runs_returns_each_runs_unconsumed_inbox_items(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [lease] = store.claim("w1", 30)
+    used, _ = store.post(NewInboxItem("s1", "r1", "steer", {"content": "first"}))
+    store.commit(lease, RunCommit(consumed=(used.id,), status="parked"))
+    answer, _ = store.post(NewInboxItem("s1", "r1", "ask_user_response", {"tool_call_id": "q1", "answer": "a"}))
+    store.create_run("s2", "r2", INPUT)
+    claim = store.claim_runs("w2", 30.0, 5)
+    by_id = {c.lease.request_id: c for c in claim.runs}
+    assert [(i.id, i.payload) for i in by_id["r1"].inbox or ()] == [(answer.id, {"tool_call_id": "q1", "answer": "a"})]
+    assert by_id["r2"].inbox == ()
