@@ -285,14 +285,14 @@ class AgentHost:
             fn(*args)
 
     def _refuse_inbox(self) -> None:
-        """The loop has ended with posts in the inbox: their calls get HostClosed (``_spawn`` says so), the rest
-        (cancellations, abandoned runs, a reader's credit) have nothing left to act on."""
+        """The loop has ended with posts in the inbox: their calls get HostClosed (``_spawn`` and ``_run_now`` say
+        so), the rest (cancellations, abandoned runs, a reader's credit) have nothing left to act on."""
         with self._inbox_lock:
             posted = list(self._inbox)
             self._inbox.clear()
             self._inbox_posted = False
         for fn, args in posted:
-            if fn == self._spawn:
+            if fn == self._spawn or fn == self._run_now:
                 fn(*args)
 
     # calling across ---------------------------------------------------------------
@@ -300,6 +300,38 @@ class AgentHost:
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Await ``fn(*args)`` in the host's thread, from asyncio; cancelling the caller cancels it there."""
         return await self._call(fn, args, None)
+
+    async def call_now(self, fn: Callable[..., T], *args: Any, abandon: Callable[[T], None] | None = None) -> T:
+        """``fn(*args)``, a plain function, run in the host's thread as soon as it wakes (no task is made for it):
+        for what reads or opens without waiting, such as a run's state. Its value or error comes back; a value
+        that comes after the caller was cancelled is given to ``abandon`` (on the caller's loop)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._post(self._run_now, fn, args, loop, future, abandon)
+        return await future
+
+    def _run_now(
+        self,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[T],
+        abandon: Callable[[T], None] | None,
+    ) -> None:
+        """In the host's thread (or in the poster's, once the loop has ended): ``call_now``'s call, reported."""
+        result: _Outcome[T] = _Outcome()
+        if not self._serving or threading.current_thread() is not self._thread:
+            result.error = HostClosed(f"the host is {self.state}")
+        else:
+            try:
+                result.value = fn(*args)
+            except Exception as error:
+                result.error = error
+        try:
+            loop.call_soon_threadsafe(_settle_now, future, result, abandon)
+        except RuntimeError:  # the caller's loop is gone: nobody will receive the value
+            if abandon is not None and result.error is None:
+                abandon(result.value)
 
     async def _call(
         self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], abandon: Callable[[T], None] | None
@@ -443,6 +475,19 @@ class AgentHost:
                 yield batch
         finally:
             pump.stop()
+
+    def open_batches(
+        self,
+        follower: EventFollower,
+        transform: Callable[[list[AgentEvent]], list[T]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> HostBatches[T]:
+        """In the host's thread (from a ``call_now`` function): ``batches`` of ``follower`` for a consumer on
+        ``loop``, its reader started now rather than at the first batch. Its ``aclose`` (or reaching its end)
+        stops that reader, even before anything was read."""
+        pump = _Pump(self, follower, transform, loop)
+        self._launch(pump)
+        return HostBatches(pump)
 
     def _launch(self, pump: _Pump[Any]) -> None:
         """In the host's thread: start ``pump``'s reader, unless the host no longer serves."""
@@ -661,6 +706,42 @@ def _settle(future: asyncio.Future[T], result: _Outcome[T]) -> None:
         future.set_exception(result.error)
     else:
         future.set_result(result.value)
+
+
+def _settle_now(future: asyncio.Future[T], result: _Outcome[T], abandon: Callable[[T], None] | None) -> None:
+    """On the caller's loop: ``call_now``'s outcome; a value its cancelled caller will never take goes to
+    ``abandon``."""
+    if not future.done():
+        _settle(future, result)
+    elif abandon is not None and result.error is None:
+        abandon(result.value)
+
+
+class HostBatches(Generic[T]):
+    """The batches of one reader in the host's thread, for a consumer on an asyncio loop (``open_batches``)."""
+
+    def __init__(self, pump: _Pump[T]) -> None:
+        self._pump = pump
+        self._closed = False
+
+    def __aiter__(self) -> HostBatches[T]:
+        return self
+
+    async def __anext__(self) -> list[T]:
+        if self._closed or (self._pump.finished and not self._pump.ready):
+            raise StopAsyncIteration
+        batch = (await self._pump.next()).unwrap()
+        if not batch:
+            raise StopAsyncIteration
+        return batch
+
+    def stop(self) -> None:
+        """Stop reading: the reader in the host's thread stops (nothing else does). From any thread."""
+        self._closed = True
+        self._pump.stop()
+
+    async def aclose(self) -> None:
+        self.stop()
 
 
 @attrs.frozen

@@ -15,7 +15,7 @@ from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.host import AgentHost
 from orchestrator.runtime.handle import EventsExpired, UnknownRun
-from orchestrator.wire.sse import encode_delivery, encode_pending, sse_closing_frame, sse_frame
+from orchestrator.wire.sse import encode_delivery, encode_pending, sse_closing_frame, sse_frame, sse_frames
 from tests.support import asks, call
 
 
@@ -32,6 +32,16 @@ async def test_an_sse_frame_carries_seq_type_and_wire_json() -> None:
     closing = sse_closing_frame("the server is shutting down").split("\n")
     assert closing[0] == "event: closing" and not any(line.startswith("id:") for line in closing)
     assert json.loads(closing[1].removeprefix("data: ")) == {"type": "closing", "reason": "the server is shutting down"}
+
+
+async def test_frames_hold_the_compact_json_of_every_event_non_ascii_kept() -> None:
+    client = await create_agent(ScriptedModel([AssistantMessage("grüße, 世界 \u2028 \"quoted\" \\ done")]))
+    handle = await client.start("héllo", config=AgentRunConfig("s"))
+    encoded = [wire.encode_event(event) async for event in handle.events()]
+    chunk = sse_frames(encoded).decode()
+    datas = [line.removeprefix("data: ") for line in chunk.split("\n") if line.startswith("data: ")]
+    assert datas == [json.dumps(data, ensure_ascii=False, separators=(",", ":")) for data in encoded]
+    assert "世界" in chunk and chunk == "".join(sse_frame(data) for data in encoded)
 
 
 async def test_a_pending_call_and_a_delivery_as_json() -> None:

@@ -5,7 +5,8 @@ under asyncio (uvicorn, hypercorn's asyncio worker) as under trio. It talks only
 so any number of processes serve the same runs. ``web_node(url, app="M:A")`` also carries them
 with that agent, in each process that serves it (a ``RunCarrier`` beside the server, started by the
 app's lifespan, or by its first request when the server runs no lifespan, and drained at its
-shutdown), as ``serve --db URL --app M:A`` does; ``python -m orchestrator worker`` is then optional.
+shutdown, or at the process's SIGTERM without a lifespan), as ``serve --db URL --app M:A`` does;
+``python -m orchestrator worker`` is then optional.
 With no argument it reads the environment, which is what a server that imports the application
 in each of its worker processes needs::
 
@@ -99,8 +100,9 @@ def web_node(
 class CarryingRuns:
     """An ASGI app whose process also carries runs with ``carrier``: started at the lifespan's startup (a carrier
     that cannot start fails the startup, saying why) and drained before the app's own shutdown; without a
-    lifespan, started by the first request (which answers 500 CarrierFailed when it cannot start) and drained
-    when the interpreter exits on its own (a process ended by a signal leaves its runs to their leases)."""
+    lifespan, started by the first request (which answers 500 CarrierFailed when it cannot start) and drained at
+    the process's SIGTERM before the server's own handler gets it (``RunCarrier.drain_at_signals``), or when the
+    interpreter exits on its own."""
 
     def __init__(self, app: ASGIApp, carrier: RunCarrier) -> None:
         self.app = app
@@ -115,8 +117,11 @@ class CarryingRuns:
         if not self._started:
             try:
                 async with self._starting:
-                    await anyio.to_thread.run_sync(self.carrier.start)
-                self._started = True
+                    if not self._started:
+                        await anyio.to_thread.run_sync(self.carrier.start)
+                        # No lifespan shutdown will come: the process's SIGTERM drains the carrier first.
+                        self.carrier.drain_at_signals()
+                        self._started = True
             except CarrierFailed as failed:
                 if scope["type"] == "http":
                     await send_refusal(send, 500, "CarrierFailed", str(failed))

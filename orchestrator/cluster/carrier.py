@@ -5,8 +5,10 @@ The carrier's thread runs a trio loop of its own: it loads the application's age
 process (a uvicorn worker, a FastAPI application) carries runs under leases as a ``worker`` process
 does. ``stop`` drains it as SIGTERM drains ``worker``: no more claims, the steps running finish within
 ``grace_seconds``, every run still held goes back at its last commit with its lease ended, and the
-thread ends. An interpreter that exits without stopping its carrier stops it on the way out (``atexit``);
-a process ended by a signal leaves its runs to be taken over once their leases expire, as a crash does.
+thread ends. An interpreter that exits without stopping its carrier stops it on the way out (``atexit``).
+A server that runs no lifespan never says it stops: ``drain_at_signals`` has the process's SIGTERM drain
+the carrier first and then reach the server's own handler, so the server shuts down as it would, its runs
+handed back; a process killed otherwise leaves its runs to be taken over once their leases expire.
 
 In an application's lifespan, ``carrying_runs`` is the same as an async context manager::
 
@@ -20,10 +22,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
+import signal
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
 
 import anyio.to_thread
 import attrs
@@ -36,6 +41,10 @@ log = logging.getLogger("orchestrator.cluster")
 
 START_SECONDS = 60.0
 """Longest ``start`` waits for the carrier's agent and store before it gives up (CarrierFailed)."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""The signals ``drain_at_signals`` watches: SIGTERM drains; either, during that drain, cuts it short."""
+
+SignalHandler = Callable[[int, FrameType | None], object]
 
 
 class CarrierFailed(AgentError):
@@ -75,6 +84,9 @@ class RunCarrier:
         self._token: trio.lowlevel.TrioToken | None = None
         self._stopping: trio.Event | None = None
         self._grace = settings.grace_seconds
+        self._signal_drain: threading.Thread | None = None
+        self._resending = False
+        self._passed_on = False
 
     @property
     def carrying(self) -> bool:
@@ -113,6 +125,61 @@ class RunCarrier:
         with contextlib.suppress(trio.RunFinishedError):  # it ended already
             trio.from_thread.run_sync(stopping.set, trio_token=token)
         thread.join()
+
+    def hurry(self) -> None:
+        """Cut a drain's grace short: every run still held goes back at once, at its last commit (nothing happens
+        when the carrier does not run)."""
+        token, worker = self._token, self.worker
+        if token is None or worker is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):
+            trio.from_thread.run_sync(worker.stop_now, trio_token=token)
+
+    def drain_at_signals(self) -> bool:
+        """Have this process's SIGTERM drain the carrier before the handler in place, the server's own, gets the
+        signal: the server serves on meanwhile, then shuts down as it would. A second signal (SIGTERM or SIGINT)
+        during the drain hands every run back at once and reaches the server at once; a SIGINT before any goes
+        straight on (the interpreter's exit drains the carrier then). For a server that runs no lifespan; call it
+        from the main thread. False when nothing was put in place (another thread, or no Python handler to pass
+        the signals on to)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        installed = False
+        for number in STOP_SIGNALS:
+            previous = signal.getsignal(number)
+            if callable(previous):
+                signal.signal(number, functools.partial(self._on_signal, previous))
+                installed = True
+        return installed
+
+    def _on_signal(self, previous: SignalHandler, number: int, frame: FrameType | None) -> None:
+        """The first SIGTERM drains in a thread of its own, which sends it again once done; that one, and any other
+        signal, goes on to ``previous`` (the first SIGTERM once), a signal during the drain cutting it short."""
+        draining = self._signal_drain
+        if draining is None and number == signal.SIGTERM and not self._passed_on:
+            draining = self._signal_drain = threading.Thread(
+                target=self._drain_then_resend, args=(number,), name="run carrier drain"
+            )
+            draining.start()
+            return
+        if self._resending:
+            self._resending = False
+            if self._passed_on:
+                return
+        elif draining is not None and draining.is_alive():
+            log.warning("signal %d during the drain: every run held is handed back at once", number)
+            self.hurry()
+        self._passed_on = True
+        previous(number, frame)
+
+    def _drain_then_resend(self, number: int) -> None:
+        log.warning("signal %d: the run carrier drains before the server stops", number)
+        try:
+            self.stop()
+        finally:
+            if not self._passed_on:  # else the server has its signal already, and may have put its handlers back
+                self._resending = True
+                signal.pthread_kill(threading.main_thread().ident or 0, number)
 
     async def _main(self) -> None:
         from orchestrator.cli.apploader import load_agent

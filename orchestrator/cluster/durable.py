@@ -4,7 +4,9 @@ Everything the run does reaches the store through ``commit``, fenced by the
 worker's lease and serialised by a lock: messages (appended to the session's
 history), the streamed events (numbered, in order), the checkpoint, the inbox
 items consumed. A commit happens before the request goes on whenever a message
-is appended (the input, each model response, each tool result, steering),
+is appended (the input, each tool result, steering; a model response, and the
+result of an idempotent tool's call, go with the commit that follows them, made
+before anything the response asks for is done),
 before a tool body is entered (recording the call's intent with it), when a
 call starts to wait for an answer while the run goes on, and when the run ends
 or parks (a run that parks as its only call starts to wait records the wait in
@@ -17,7 +19,10 @@ marked consumed, so every commit that consumes it records the phase too; the
 commit made before a tool body is entered records ``executing``. A resumed run
 therefore never asks a person again for an answer it consumed, and never runs
 again a call whose body was entered: that call gets ``STOPPED_MID_CALL``
-unless its tool is idempotent.
+unless its tool is idempotent. A call of an idempotent tool makes no commit of
+its own (unless an answer was consumed for it before its body): its start, the
+answer it takes and its result go with the run's next commit, and a run stopped
+before that runs it again.
 
 A lost lease (another worker took the run) makes every later commit a no-op
 and cancels the run: nothing of it is written twice.
@@ -39,7 +44,7 @@ from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
 from orchestrator.extensions.plan_mode import PlanModeExtension
 from orchestrator.extensions.steering import STEERING_EVENT
-from orchestrator.messages import Message, ToolCall, ToolMessage, UserMessage
+from orchestrator.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from orchestrator.runtime.context import AgentRunContext
 from orchestrator.store.errors import StoreUnavailable
 from orchestrator.store.runs import InboxItem, Lease, LeaseLost, RunCommit, RunStore, StoredEvent
@@ -122,6 +127,8 @@ class DurableRun:
         self.released = False
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
+        # Calls of idempotent tools running here: an answer one takes goes with its next commit, not one of its own.
+        self.idempotent: set[str] = set()
         self.seen_inbox = 0  # the highest inbox item id read so far
         # Items read and held back (answers for resumed calls that have not asked again), by id: offered again
         # from memory, and looked at first by the call that asks.
@@ -436,6 +443,7 @@ class DurableRun:
         self.answered.discard(call_id)
         self.phases.pop(call_id, None)
         self.answers.pop(call_id, None)
+        self.idempotent.discard(call_id)
 
     def unanswered(self) -> set[str]:
         return set(self.waiting) - self.answered
@@ -466,9 +474,16 @@ class DurableRun:
         self.scope.cancel()
 
 
+_FIELDS_PAYLOAD = AgentEvent.__dict__["payload"]  # the payload of an event whose payload is its fields
+
+
 def _is_question(event: AgentEvent) -> bool:
-    payload = event.payload
-    return isinstance(payload.get("tool_call_id"), str) and isinstance(payload.get("response_event"), str)
+    if type(event).payload is not _FIELDS_PAYLOAD:
+        payload = event.payload
+        return isinstance(payload.get("tool_call_id"), str) and isinstance(payload.get("response_event"), str)
+    # An event's payload is its fields: read the two without building the payload of every event.
+    call_id, response = getattr(event, "tool_call_id", None), getattr(event, "response_event", None)
+    return isinstance(call_id, str) and isinstance(response, str)
 
 
 class DurableExtension(AgentExtension):
@@ -499,13 +514,20 @@ class DurableExtension(AgentExtension):
             durable.messages.append(message)
             if isinstance(message, UserMessage) and durable.steering:
                 durable.steering_appended(message)
+            rerunnable = False  # the result of a call that may run again
             if isinstance(message, ToolMessage):
+                rerunnable = message.tool_call_id in durable.idempotent
                 durable.unrecorded.discard(message.tool_call_id)
-                # The result is recorded in this commit: the call is no longer an intent without a result,
+                # The result is recorded with this message: the call is no longer an intent without a result,
                 # even if the worker stops before its settled event is committed.
                 durable.settled(message.tool_call_id)
             if context.states.get("phase") == "setup":
                 durable.input_recorded = True
+            if (isinstance(message, AssistantMessage) or rerunnable) and not durable.draining:
+                # Taken along by the next commit, which comes before anything the response asks for is done
+                # (a call's body, a question, the run's end): a run stopped before that asks the model again,
+                # and runs again the idempotent calls whose results it had not committed.
+                return
             await durable.commit()
         elif name == "tool_started":
             # Recorded by the next commit: the one made before its body is entered (or its question, or its
@@ -556,8 +578,11 @@ class DurableExtension(AgentExtension):
             # inbox reader holds.
             if not await durable.take_answer(waiting, read=resumed):
                 durable.park_if_idle()
-            if not durable.parked:
-                await durable.commit()
+            if durable.parked or (call_id in durable.answered and call_id in durable.idempotent):
+                # Answered, an idempotent call goes on: its next commit records the answer taken (a run stopped
+                # before that asks again, and the answer, still in the inbox, answers it).
+                return
+            await durable.commit()
             return
         await durable.commit()
         if call_id not in durable.answered and not await durable.take_answer(waiting):
@@ -575,15 +600,23 @@ class DurableExtension(AgentExtension):
             if definition is None or not getattr(definition, "idempotent", False):
                 return ToolResult(STOPPED_MID_CALL, "failed")
         if durable.draining and not durable.unrecorded:
-            # A drain starts no new step (calls of the step running go on): the process resuming the run runs it.
+            # A drain starts no new step (calls of the step running go on): the process resuming the run runs it,
+            # from the model's response when one waits to be committed (that commit hands the run back).
+            if durable.messages:
+                await durable.commit()
             durable.hand_back()
             await trio.lowlevel.checkpoint()
             return ToolResult(STOPPED_MID_CALL, "failed")
         # The body is entered only once the ledger says so (with any answer it consumed): a run resumed
-        # after this commit never runs the call again.
+        # after this commit never runs the call again. An idempotent tool may run again, so its body needs no
+        # commit of its own unless an answer was consumed for it: the call's next commit records it.
         durable.phases[call.id] = "executing"
         durable.unrecorded.add(call.id)
-        await durable.commit()
+        definition = context.tools.get(call.name)
+        if getattr(definition, "idempotent", False):
+            durable.idempotent.add(call.id)
+        if durable.consumed or call.id not in durable.idempotent:
+            await durable.commit()
         if durable.lost:
             await trio.lowlevel.checkpoint()  # the run is being cancelled: the body is not entered
             return ToolResult(STOPPED_MID_CALL, "failed")

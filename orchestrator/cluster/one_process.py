@@ -13,7 +13,6 @@ on the same store share the work; see docs/durability/index.md.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,6 +22,7 @@ import trio
 from orchestrator import wire
 from orchestrator.agent import AgentClient
 from orchestrator.cluster.durable import DurableExtension
+from orchestrator.cluster.takeover import take_over_local
 from orchestrator.cluster.webnode import StoreBackend
 from orchestrator.cluster.worker import CAPACITY, GRACE_SECONDS, LEASE_SECONDS, RETENTION_SECONDS, Worker
 from orchestrator.config import ExternalEvent
@@ -44,31 +44,6 @@ __all__ = ["DurableAgent", "open_durable_agent", "run_store_for", "take_over_loc
 HAND_BACK_SECONDS = 5.0
 """How long a block left by an exception or a cancellation waits for its runs to unwind once handed back (a thread
 tool cut off may take longer; nothing of its run is written any more, so the process may go)."""
-
-
-def gone_from_this_machine(owner: str) -> bool:
-    """Whether ``owner`` names a carrier of this machine whose process has ended: a worker's default name
-    (``host:pid:random``) with this host's name and the id of no running process."""
-    host, _, rest = owner.partition(":")
-    pid, _, _ = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # a process of another user: alive
-        return False
-    return False
-
-
-def take_over_local(store: SQLRunStore) -> list[str]:
-    """On SQLite (one machine), end the leases of the carriers of this machine that are gone (a process killed while
-    it carried runs): their runs are resumed at once, not once the leases run out. The request ids taken over."""
-    if store.dialect.name != "sqlite":
-        return []
-    owners = {record.lease_owner for record in store.runs(active=True) if record.status == "running"}
-    return store.expire_leases(sorted(owner for owner in owners if owner and gone_from_this_machine(owner)))
 
 
 def run_store_for(where: str | os.PathLike[str]) -> SQLRunStore:
@@ -236,7 +211,6 @@ async def open_durable_agent(
         carried.close()
         raise
     try:
-        await trio.to_thread.run_sync(take_over_local, carried)
         worker = Worker(
             agent,
             carried,

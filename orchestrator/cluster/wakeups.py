@@ -13,6 +13,7 @@ asyncio one (a web node under uvicorn): the events and the feed's task are that 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import math
@@ -22,13 +23,15 @@ from typing import Protocol
 import sniffio
 import trio
 
-from orchestrator.store.changes import ChangeFeed, Changes
+from orchestrator.store.changes import RUN, ChangeFeed, Changes
 from orchestrator.store.runs import RunStore
 
 log = logging.getLogger("orchestrator.cluster")
 
 FEED_SECONDS = 1.0
 """Longest a feed read blocks its thread (so a stopped process leaves no thread waiting longer)."""
+RECENT_CHANGES = 256
+"""How many of the latest deliveries of changes ``changed_since`` looks back over (before them, it says yes)."""
 
 
 class Wakeup(Protocol):
@@ -48,6 +51,9 @@ class Wakeups:
         self._loop: object = None  # the trio token or asyncio loop the waits and the feed's task belong to
         self._feed: ChangeFeed | None = None
         self._asyncio_pump: asyncio.Task[None] | None = None  # held: a task nobody references may be collected
+        # Each delivery of changes gets the next number; the latest are kept for ``changed_since``.
+        self._delivered = 0
+        self._recent: collections.deque[tuple[int, Changes]] = collections.deque(maxlen=RECENT_CHANGES)
 
     def arm(self, topic: str, request_id: str = "") -> Wakeup:
         """The event set at the next change of ``request_id``'s ``topic`` (shared by every waiter of the pair)."""
@@ -60,6 +66,22 @@ class Wakeups:
         if event is None:
             event = self._waiting[key] = trio.Event() if on_trio else asyncio.Event()
         return event
+
+    def mark(self) -> int:
+        """Where the changes told so far end: take it before reading the store, and ask ``changed_since`` later."""
+        return self._delivered
+
+    def changed_since(self, mark: int, topic: str, request_id: str = "") -> bool:
+        """Whether a change of ``request_id``'s ``topic`` (or of anything) was told since ``mark``; True when the
+        changes since then are no longer all kept."""
+        if mark < self._delivered - len(self._recent):
+            return True
+        key = (topic, request_id)
+        return any(changes.everything or key in changes.keys for number, changes in self._recent if number > mark)
+
+    def _record(self, changes: Changes) -> None:
+        self._delivered += 1
+        self._recent.append((self._delivered, changes))
 
     async def wait(self, topic: str, request_id: str, timeout: float) -> None:
         """Until the next change of the pair, or ``timeout`` seconds."""
@@ -76,17 +98,26 @@ class Wakeups:
             self._feed.close()
         self._loop = loop
         self._waiting = {}
+        self._record(Changes(everything=True))  # what the earlier feed may have missed
         self._feed = feed = self.store.watch()
+        feed.wanted = self._wanted
         if on_trio:
             trio.lowlevel.spawn_system_task(self._trio_pump, feed, name=f"wake-ups of {self.store.where}")
         else:
             assert isinstance(loop, asyncio.AbstractEventLoop)
             self._asyncio_pump = loop.create_task(self._asyncio_feed(feed), name=f"wake-ups of {self.store.where}")
 
+    def _wanted(self, key: tuple[str, str]) -> bool:
+        """Whether a change of ``key`` may matter here (called in the store's threads): a run's log only while
+        someone waits for it (a worker's commits move every log; the process's waits are on few), every inbox
+        (``changed_since``) and work."""
+        return key[0] != RUN or key in self._waiting
+
     def _woken(self, feed: ChangeFeed, changes: Changes) -> bool:
         """Set the events of the pairs that changed; False once ``feed`` is no longer this process's."""
         if feed is not self._feed:
             return False
+        self._record(changes)
         woken = list(self._waiting) if changes.everything else changes.keys & self._waiting.keys()
         for key in woken:
             self._waiting.pop(key).set()

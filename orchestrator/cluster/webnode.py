@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -48,13 +49,12 @@ from orchestrator.observe.trace_context import current_trace_context
 from orchestrator.output import StructuredAnswer
 from orchestrator.runtime.handle import RunPruned, UnknownRun
 from orchestrator.runtime.pending import WaitRule
-from orchestrator.server.backend import IdempotencyKeyReused, NotSupported, RunExists, RunStart, RunView
+from orchestrator.server.backend import IdempotencyKeyReused, RunExists, RunStart, RunView
 from orchestrator.server.errors import HTTPRefusal
 from orchestrator.store.changes import RUN
 from orchestrator.store.errors import SessionOwned, StoreError, StoreUnavailable
 from orchestrator.store.retention import PrunedRun, PruneReport, Retention, prune_run_store
 from orchestrator.store.runs import InboxKeyReused, NewInboxItem, RunRecord, RunStore, StoredEvent
-from orchestrator.store.titles import first_input_title
 
 POLL_SECONDS = 0.1
 """How often a web node asks again for a run's events while the store cannot be reached."""
@@ -189,6 +189,10 @@ class StoreBackend:
         if answer is None or spec is None:
             return answer
         return StructuredAnswer.of(answer, spec.parse(answer.content))
+
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        ended = (await self.run(request_id)).done
+        return ended, await self.events(request_id, after)
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
         session_id = (await self._record(request_id)).session_id
@@ -371,6 +375,7 @@ class StoreBackend:
     async def sessions(self) -> list[dict[str, Any]]:
         ids: list[str] = await self._call(self.store.sessions)
         active: list[RunRecord] = await self._call(lambda: self.store.runs(active=True))
+        titles: dict[str, str] = await self._call(self.store.titles, ids)
         by_session = {record.session_id: record for record in active}
         listed = []
         for session_id in ids:
@@ -379,7 +384,7 @@ class StoreBackend:
             listed.append(
                 {
                     "session_id": session_id,
-                    "title": None,  # a web node does not read every history to list sessions
+                    "title": titles.get(session_id, ""),
                     "request_id": record.request_id if record else None,
                     "state": view.state if view else None,
                     "states": view.states if view else None,
@@ -395,9 +400,10 @@ class StoreBackend:
         active: list[RunRecord] = await self._call(lambda: self.store.runs(session_id, active=True))
         record = active[0] if active else None
         checkpoint = read(record.checkpoint) if record else None
+        titles: dict[str, str] = await self._call(self.store.titles, [session_id])
         return {
             "session_id": session_id,
-            "title": first_input_title(messages),
+            "title": titles.get(session_id, ""),
             "request_id": record.request_id if record else None,
             "messages": [wire.encode_message(m) for m in messages],
             "states": self._view(record).states if record else None,
@@ -412,10 +418,15 @@ class StoreBackend:
     async def fork(
         self, session_id: str, target: str | None, turns: int | None, *, owner: str | None = None
     ) -> tuple[str, int]:
-        raise NotSupported("a web node cannot fork sessions: the run store keeps no way to copy a session's history")
+        """The run store's fork (``RunStore.fork``) into ``target``, or a new id when None: the new id and how many
+        messages it holds. ForkRefused, or SessionBusy while a run of the session has not ended."""
+        new = target or f"{session_id}-fork-{os.urandom(3).hex()}"
+        copied: int = await self._call(lambda: self.store.fork(session_id, new, turns=turns, owner=owner))
+        return new, copied
 
     async def set_title(self, session_id: str, title: str) -> bool:
-        raise NotSupported("a web node cannot set titles: the run store has nowhere to keep them")
+        found: bool = await self._call(self.store.set_title, session_id, title)
+        return found
 
     def running(self) -> int | None:
         return None

@@ -13,7 +13,8 @@ one timer on the earliest ``wake_at`` of the store (``next_wake``; a run parked 
 wakes the workers to look again) and claims the run once it passes, so the resumed wait takes its
 default. A worker claims again the moment a run ends or a new one is queued.
 A worker that stops (killed, or its lease lost) leaves its runs to
-be claimed again once their leases expire. A worker that drains (``drain``:
+be claimed again once their leases expire; on SQLite, a worker that starts takes
+over at once the runs of this machine's workers whose processes are gone. A worker that drains (``drain``:
 SIGTERM to ``python -m orchestrator worker``) stops claiming, lets each run
 finish the step it is in, and hands every run it holds back at its last commit
 with the lease ended at once, so another worker resumes it without waiting for
@@ -38,6 +39,7 @@ from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, ca
 from orchestrator.cluster.durable import DurableExtension, DurableRun
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.cluster.run_settings import decode_run_settings
+from orchestrator.cluster.takeover import take_over_local
 from orchestrator.cluster.wakeups import Wakeup, Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
@@ -128,7 +130,9 @@ class Worker:
             self.agent.hooks[hook].insert(0, self.durable)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Claim and carry runs until cancelled, or until a drain has handed back every run held."""
+        """Claim and carry runs until cancelled, or until a drain has handed back every run held. On SQLite it
+        first takes over the runs of this machine's carriers that are gone (``take_over_local``)."""
+        await self._take_over_local()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._prune)
             task_status.started()
@@ -142,6 +146,7 @@ class Worker:
                     if free > 0 and (backlog or work.is_set()):
                         # Armed before the claim: work queued after it still wakes the loop.
                         work = self.wakeups.arm(WORK)
+                        told = self.wakeups.mark()  # the claim reads the runs' inboxes: what was told after may be new
                         fresh = max(0, free - self.resume_reserve)
                         try:
                             claim = await trio.to_thread.run_sync(
@@ -154,7 +159,7 @@ class Worker:
                         self._note_recovery()
                         for claimed in claim.runs:
                             self.active[claimed.lease.request_id] = None
-                            nursery.start_soon(self._carry, claimed, name=f"run {claimed.lease.request_id}")
+                            nursery.start_soon(self._carry, claimed, told, name=f"run {claimed.lease.request_id}")
                         backlog, wake_in = len(claim.runs) == free, claim.wake_in
                         fresh_waiting = claim.fresh_left
                         continue
@@ -166,6 +171,17 @@ class Worker:
                         backlog = True  # a new run left for the reserve may take the slot that freed
             await self._until_idle()
             nursery.cancel_scope.cancel()
+
+    async def _take_over_local(self) -> None:
+        """End the leases that killed carriers of this machine hold on an SQLite store, so that the first claim
+        resumes their runs; a store that cannot be reached leaves them to expire."""
+        try:
+            taken = await trio.to_thread.run_sync(take_over_local, self.store)
+        except StoreUnavailable as down:
+            log.warning("worker %s: the runs of stopped carriers are not taken over at once: %s", self.name, down)
+            return
+        if taken:
+            log.warning("worker %s takes over %d runs of stopped carriers of this machine", self.name, len(taken))
 
     async def _until_work(self, work: Wakeup | None, wake_in: float | None = None) -> bool:
         """Until ``work`` is set (a run may be claimed) or a slot frees; False when poll_seconds, or ``wake_in``
@@ -253,10 +269,10 @@ class Worker:
                     log.info("pruned %d ended runs", gone)
             await trio.sleep(min(self.retention_seconds / 10, 3600.0))
 
-    async def _carry(self, claimed: Claimed) -> None:
+    async def _carry(self, claimed: Claimed, told: int | None = None) -> None:
         lease = claimed.lease
         try:
-            await self._carry_leased(claimed)
+            await self._carry_leased(claimed, told)
         except StoreUnavailable as down:
             log.warning("run %s: %s; it is resumed once its lease expires", lease.request_id, down)
         except Exception:
@@ -265,8 +281,9 @@ class Worker:
             self.active.pop(lease.request_id, None)
             self._slot_freed.set()
 
-    async def _carry_leased(self, claimed: Claimed) -> None:
-        """Carry a run from its row and history as the claim read them (its lease is the claim's)."""
+    async def _carry_leased(self, claimed: Claimed, told: int | None = None) -> None:
+        """Carry a run from its row, history and inbox as the claim read them (its lease is the claim's; ``told``:
+        the ``Wakeups.mark`` taken before the claim)."""
         lease, record, history = claimed.lease, claimed.record, list(claimed.history)
         try:
             checkpoint, message = _starting_point(record)
@@ -305,6 +322,10 @@ class Worker:
             durable.drain()
         if self._hurried:
             durable.hand_back()
+        inbox_read = None  # the mark after which a change of the run's inbox is not in what the claim read
+        if claimed.inbox is not None and told is not None:
+            durable.hold(list(claimed.inbox))
+            inbox_read = told
         resume = None
         if checkpoint is not None and checkpoint.input_recorded:
             resume = restored(
@@ -317,11 +338,13 @@ class Worker:
         if trace_context is None:
             trace_context = durable.trace_context = await self._anchor_trace(lease)
         with traced_under(trace_context):  # this segment's spans go under the run's trace
-            await self._carry_run(lease, durable, config, message, resume)
+            await self._carry_run(lease, durable, config, message, resume, inbox_read)
 
     async def _anchor_trace(self, lease: Lease) -> dict[str, str] | None:
         """A trace for a run started with no span current, from the first extension that makes one (None if none)."""
         for extension in self.agent.extensions:
+            if getattr(extension, "anchor_trace", None) is None:
+                continue  # looked at first: a check against the protocol reads every member of the class
             if isinstance(extension, TraceAnchor):
                 made = await trio.to_thread.run_sync(extension.anchor_trace, lease.session_id, lease.request_id)
                 if made:
@@ -335,6 +358,7 @@ class Worker:
         config: AgentRunConfig,
         message: UserMessage | None,
         resume: Restored | None,
+        inbox_read: int | None = None,
     ) -> None:
         """Carry the run holding its session's lock (``RunStore.lock_session``); a session a session store's
         runner holds (``chat`` on the same SQLite file) gives the run back, to be claimed again shortly."""
@@ -345,7 +369,7 @@ class Worker:
             await self._give_back_busy(lease)
             return
         try:
-            await self._carry_held(lease, durable, config, message, resume)
+            await self._carry_held(lease, durable, config, message, resume, inbox_read)
         finally:
             if held is not None:
                 held.release()
@@ -362,6 +386,7 @@ class Worker:
         config: AgentRunConfig,
         message: UserMessage | None,
         resume: Restored | None,
+        inbox_read: int | None,
     ) -> None:
         try:
             run = await self.agent._open_run(config, message, durable, resume)
@@ -377,7 +402,7 @@ class Worker:
         try:
             async with trio.open_nursery() as helpers:
                 helpers.start_soon(self._heartbeat, durable)
-                helpers.start_soon(self._poll_inbox, durable)
+                helpers.start_soon(self._poll_inbox, durable, inbox_read)
                 helpers.start_soon(self._flush, durable)
                 helpers.start_soon(self._release_when_handed_back, durable)
                 with durable.scope:
@@ -464,12 +489,21 @@ class Worker:
                 # The run ends cancelled; the lease is kept renewed until it has (a thread tool may outlast it).
                 durable.scope.cancel()
 
-    async def _poll_inbox(self, durable: DurableRun) -> None:
+    async def _poll_inbox(self, durable: DurableRun, read_since: int | None = None) -> None:
         """Read the run's inbox when it changes (or every INBOX_SECONDS) and offer what is new; an answer held
-        back (for a resumed call that has not asked again) is offered again from memory every 0.1 s."""
+        back (for a resumed call that has not asked again) is offered again from memory every 0.1 s.
+
+        ``read_since``: the claim read the inbox (its items are held), and a change told after this
+        ``Wakeups.mark`` may be missing from what it read: the first read is made only if one was.
+        """
         read_at: float | None = None  # when the inbox was last read (trio clock); None: read it now
+        if read_since is not None:
+            read_at = trio.current_time()
         while True:
             woken = self.wakeups.arm(INBOX, durable.lease.request_id)  # before the read: a later post wakes it
+            if read_since is not None and self.wakeups.changed_since(read_since, INBOX, durable.lease.request_id):
+                read_at = None
+            read_since = None
             if read_at is None or trio.current_time() - read_at >= INBOX_SECONDS:
                 read_at = trio.current_time()
                 try:

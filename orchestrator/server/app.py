@@ -134,7 +134,8 @@ def create_app(
     with any ASGI server (uvicorn, hypercorn's asyncio worker) or mount it in a
     FastAPI or Starlette application: the routes run on the server's loop and
     the agent in the host's thread. Nothing depends on the app's lifespan (its shutdown, when the
-    server runs it, drains: see ``drain``), and
+    server runs it, drains: see ``drain``; while it runs, one task asks for all open event streams
+    whether they must end, instead of one timer each), and
     under a mount the console and the links it answers follow the mount's prefix.
     Open event streams end with an ``event: closing`` frame when the server
     shuts down or the host closes (see docs/asyncio.md).
@@ -236,13 +237,13 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        if retention is None:
+        async with anyio.create_task_group() as background:
+            # Open streams are asked whether they must end all at once; without a lifespan, each asks for itself.
+            background.start_soon(service.stream_stops.run)
+            if retention is not None:
+                background.start_soon(prune_forever, backend, retention)
             yield
-        else:
-            async with anyio.create_task_group() as pruning:
-                pruning.start_soon(prune_forever, backend, retention)
-                yield
-                pruning.cancel_scope.cancel()
+            background.cancel_scope.cancel()
         await drained(backend, drain, grace_seconds)
 
     errors: dict[type[Exception], ExceptionHandler] = {

@@ -34,7 +34,7 @@ from orchestrator.store.fork import ForkRefused, first_turns, fork_session
 from orchestrator.store.owners import read_owners, write_owners
 from orchestrator.store.retention import PruneReport, Retention
 from orchestrator.store.runs import LOCAL_PRINCIPAL
-from orchestrator.store.titles import first_input_title, forget_titles, set_title, set_titles
+from orchestrator.store.titles import first_input_title, forget_titles, forked_title, set_title, set_titles
 from orchestrator.wire.sse import encode_pending
 
 
@@ -107,6 +107,10 @@ class Backend(Protocol):
 
         Raises UnknownRun or EventsExpired before the first batch."""
 
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        """Whether the run had ended, and ``events(request_id, after)``: what a stream's route asks first, in
+        one call. Raises UnknownRun, then EventsExpired, before the first batch."""
+
     async def deliver(
         self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
     ) -> Delivery: ...
@@ -130,7 +134,7 @@ class Backend(Protocol):
         or NotSupported."""
 
     async def set_title(self, session_id: str, title: str) -> bool:
-        """Give the session a title; False when there is no such session. NotSupported where titles cannot be kept."""
+        """Give the session a title; False when there is no such session."""
 
     async def transitions(self, request_id: str) -> list[Step]: ...
 
@@ -255,7 +259,15 @@ class LocalBackend:
         return handle.request_id
 
     async def run(self, request_id: str) -> RunView:
+        return self.view(request_id)
+
+    def view(self, request_id: str) -> RunView:
+        """``run`` without waiting (UnknownRun when there is no such run)."""
         return self._view(self._handle(request_id))
+
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        ended = self.view(request_id).done
+        return ended, await self.events(request_id, after)
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
         follower = self._handle(request_id).events(after=after)
@@ -341,7 +353,7 @@ class LocalBackend:
             await self._keep_owners()
         source_title = (await self._title_book()).get(session_id)
         if source_title is not None:
-            await self.set_title(new, f"{source_title} (fork)")
+            await self.set_title(new, forked_title(source_title))
         return new, copied
 
     async def set_title(self, session_id: str, title: str) -> bool:

@@ -2,13 +2,16 @@
 
 Every call crosses into the host's thread and runs there on the same
 ``LocalBackend`` a trio server uses, so the routes cannot tell the two hosts
-apart. An event stream's batches are encoded in the host's thread and handed
-over a few ahead of the response (``AgentHost.batches``); a reader that leaves
-(or is cut off) stops reading and nothing else: the run goes on.
+apart. Reading a run's state and opening its event stream run as plain
+functions in that thread (``AgentHost.call_now``: no task each), the stream's
+reader started by the same crossing. Its batches are encoded in the host's
+thread and handed over a few ahead of the response (``AgentHost.open_batches``);
+a reader that leaves (or is cut off) stops reading and nothing else: the run goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,9 +21,8 @@ from orchestrator import wire
 from orchestrator.config import ExternalEvent
 from orchestrator.delivery import Delivery
 from orchestrator.events import AgentEvent
-from orchestrator.host import AgentHost
+from orchestrator.host import AgentHost, HostBatches
 from orchestrator.observe.trace import NestedTrace
-from orchestrator.runtime.handle import EventFollower
 from orchestrator.server.backend import DEFAULT_RETAINED_RUNS, LocalBackend, RunStart, RunView
 from orchestrator.store.retention import PruneReport, Retention
 
@@ -43,14 +45,29 @@ class HostBackend:
         return await self.host.call(self.local.owners, session_ids)
 
     async def run(self, request_id: str) -> RunView:
-        return await self.host.call(self.local.run, request_id)
+        return await self.host.call_now(self.local.view, request_id)
 
     async def events(self, request_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
-        follower = await self.host.call(self._follow, request_id, after)  # UnknownRun, EventsExpired: here
-        return self.host.batches(follower, _encoded_batch)
+        loop = asyncio.get_running_loop()  # UnknownRun, EventsExpired: raised here
+        return await self.host.call_now(self._open_events, request_id, after, loop, abandon=HostBatches.stop)
 
-    async def _follow(self, request_id: str, after: int) -> EventFollower:
-        return self.local.client.attach(request_id).events(after)
+    def _open_events(
+        self, request_id: str, after: int, loop: asyncio.AbstractEventLoop
+    ) -> HostBatches[dict[str, Any]]:
+        """In the host's thread: the run's reader, started at once (one crossing opens the stream)."""
+        follower = self.local.client.attach(request_id).events(after)
+        return self.host.open_batches(follower, _encoded_batch, loop)
+
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        loop = asyncio.get_running_loop()
+        return await self.host.call_now(self._follow, request_id, after, loop, abandon=_stop_following)
+
+    def _follow(
+        self, request_id: str, after: int, loop: asyncio.AbstractEventLoop
+    ) -> tuple[bool, HostBatches[dict[str, Any]]]:
+        """In the host's thread: whether the run had ended, and its reader (``_open_events``)."""
+        ended = self.local.view(request_id).done
+        return ended, self._open_events(request_id, after, loop)
 
     async def deliver(
         self, session_id: str, request_id: str | None, event: ExternalEvent, idempotency_key: str | None
@@ -99,6 +116,11 @@ class HostBackend:
 def host_closing(host: AgentHost) -> str | None:
     """Why streams of ``host``'s runs must end now (it is closing or closed), else None."""
     return None if host.state == "serving" else f"the agent host is {host.state}"
+
+
+def _stop_following(opened: tuple[bool, HostBatches[dict[str, Any]]]) -> None:
+    """Stop the reader of a stream whose caller left before it got it."""
+    opened[1].stop()
 
 
 def _encoded_batch(batch: list[AgentEvent]) -> list[dict[str, Any]]:

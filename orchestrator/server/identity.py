@@ -245,6 +245,17 @@ class OwnedBackend:
             await self._run(request_id, "stream")  # UnknownRun answers an unknown one
         return await self.inner.events(request_id, after)
 
+    async def follow(self, request_id: str, after: int) -> tuple[bool, AsyncIterator[list[dict[str, Any]]]]:
+        if self.authorize is not None:  # as ``run`` then ``events`` check
+            await self._run(request_id, "read")
+            await self._run(request_id, "stream")
+        follow = getattr(self.inner, "follow", None)
+        if follow is None:  # a backend of the application's own, written before ``follow``: its two calls
+            ended = (await self.inner.run(request_id)).done
+            return ended, await self.inner.events(request_id, after)
+        opened: tuple[bool, AsyncIterator[list[dict[str, Any]]]] = await follow(request_id, after)
+        return opened
+
     async def cancel(self, request_id: str) -> tuple[RunView, bool]:
         await self._run(request_id, "cancel")
         return await self.inner.cancel(request_id)

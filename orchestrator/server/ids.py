@@ -22,6 +22,8 @@ def id_problem(value: object) -> str | None:
         return f"must be a string, not {type(value).__name__}"
     if not value.strip() or len(value) > MAX_ID_LENGTH:
         return f"must be 1 to {MAX_ID_LENGTH} characters, not all blank"
+    if value.isascii() and value.isprintable():  # the usual id, and one without a refused character
+        return None
     for position, character in enumerate(value):
         kind = _REFUSED_CATEGORIES.get(unicodedata.category(character))
         if kind is not None:

@@ -37,7 +37,7 @@ from orchestrator.server.idempotency import Answer, IdempotencyCache
 from orchestrator.server.identity import current_principal
 from orchestrator.server.ids import checked_id
 from orchestrator.server.openapi import openapi_document
-from orchestrator.server.streams import SSE_HEADERS, EventStreamResponse, StopReason, first_reason
+from orchestrator.server.streams import SSE_HEADERS, EventStreamResponse, StopReason, StreamStops, first_reason
 from orchestrator.store.fork import ForkRefused
 from orchestrator.wire.sse import sse_error_frame, sse_frame
 
@@ -86,6 +86,8 @@ class Service:
     ) -> None:
         self.backend = backend
         self.stop_reasons = tuple(stop_reasons)
+        self.stream_stops = StreamStops(self.stopping)
+        """Asks ``stopping`` for every open stream of ``run_events`` at once, while the app's lifespan runs it."""
         self.max_body_bytes = max_body_bytes
         self.idempotency = IdempotencyCache(idempotency_keys)
         self._diagrams: dict[str, tuple[str, str]] = {}
@@ -159,10 +161,7 @@ class Service:
         """Set the session's title; 200 with it."""
         session_id = _path_id(request, "session_id")
         title = title_input(await read_object(request, self.max_body_bytes))
-        try:
-            found = await self.backend.set_title(session_id, title)
-        except NotSupported as unsupported:
-            raise HTTPRefusal(501, "NotSupported", unsupported.reason) from None
+        found = await self.backend.set_title(session_id, title)
         if not found:
             raise not_found(f"no session {session_id!r}")
         return JSONResponse({"session_id": session_id, "title": title})
@@ -216,8 +215,7 @@ class Service:
         request_id = _path_id(request, "request_id")
         after = _after(request)
         try:
-            ended = (await self.backend.run(request_id)).done
-            batches = await self.backend.events(request_id, after)
+            ended, batches = await self.backend.follow(request_id, after)
             if ended:
                 first = await anext(batches, None)
                 if first is None:
@@ -229,7 +227,7 @@ class Service:
             raise not_found(f"no live or recent run {request_id!r}") from None
         except EventsExpired as expired:
             raise HTTPRefusal(410, "EventsExpired", str(expired)) from None
-        return EventStreamResponse(batches, self.stopping, request_id)
+        return EventStreamResponse(batches, self.stopping, request_id, self.stream_stops)
 
     def stopping(self) -> str | None:
         """Why open event streams must end now (the server or the backend is stopping), else None."""

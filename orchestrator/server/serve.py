@@ -388,14 +388,11 @@ async def _opened(stack: contextlib.AsyncExitStack, where: str) -> SQLRunStore:
 
 
 async def _carrier(stack: contextlib.AsyncExitStack, where: str, client: AgentClient) -> Worker:
-    """A worker carrying the runs of ``where`` with ``client``'s agent; on an SQLite file the runs of a carrier of
-    this machine that is gone (a serve killed) are taken over at once instead of once their leases expire."""
-    from orchestrator.cluster.one_process import take_over_local
+    """A worker carrying the runs of ``where`` with ``client``'s agent (on an SQLite file it takes over at once the
+    runs of this machine's carriers that are gone, a serve killed included)."""
     from orchestrator.cluster.worker import Worker
 
-    carried = await _opened(stack, where)
-    await trio.to_thread.run_sync(take_over_local, carried)
-    return Worker(client, carried)
+    return Worker(client, await _opened(stack, where))
 
 
 def _left_waiting(session_ids: Sequence[str]) -> str:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import sys
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -28,7 +30,7 @@ from orchestrator.server.hosted import host_closing
 from orchestrator.wire.format import encode_event
 from orchestrator.wire.sse import CLOSING_EVENT, sse_closing_frame, sse_error_frame, sse_frames
 
-__all__ = ["CLOSING_EVENT", "EventStreamResponse", "asgi_server_stopping", "sse_response"]
+__all__ = ["CLOSING_EVENT", "EventStreamResponse", "StreamStops", "asgi_server_stopping", "sse_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,15 +46,33 @@ StopReason = Callable[[], "str | None"]
 def asgi_server_stopping() -> str | None:
     """The serving process's ASGI server is shutting down (uvicorn, seen through the signal handlers it installs).
 
-    uvicorn installs them when it runs in the main thread, as its command does.
+    uvicorn installs them when it runs in the main thread, as its command does. Every open stream asks this
+    four times a second, so it reads the handlers as they are stored (``signal.getsignal`` turns each into an
+    enum member, or fails to at the cost of an exception) and remembers which classes are uvicorn's.
     """
-    for number in (signal.SIGINT, signal.SIGTERM):
-        owner = getattr(signal.getsignal(number), "__self__", None)
-        if owner is None or not any(kind.__module__.startswith("uvicorn") for kind in type(owner).__mro__):
+    for number in _STOP_SIGNALS:
+        owner = getattr(_raw_handler(number), "__self__", None)
+        if owner is None or not _is_uvicorns(type(owner)):
             continue
         if getattr(owner, "should_exit", False) or getattr(owner, "force_exit", False):
             return "the server is shutting down"
     return None
+
+
+_STOP_SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM))
+#: ``signal.getsignal`` without its conversion to enum members (``_signal`` is the module ``signal`` wraps).
+_raw_handler: Callable[[int], object] = getattr(sys.modules.get("_signal"), "getsignal", signal.getsignal)
+
+
+_UVICORNS: dict[type, bool] = {}
+
+
+def _is_uvicorns(kind: type) -> bool:
+    """Whether ``kind`` or a class it derives from is defined in uvicorn."""
+    found = _UVICORNS.get(kind)
+    if found is None:
+        found = _UVICORNS[kind] = any(base.__module__.startswith("uvicorn") for base in kind.__mro__)
+    return found
 
 
 def first_reason(reasons: Iterable[StopReason]) -> str | None:
@@ -69,20 +89,26 @@ class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(
-        self, batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason, request_id: str | None = None
+        self,
+        batches: AsyncIterator[list[dict[str, Any]]],
+        stop: StopReason,
+        request_id: str | None = None,
+        stops: StreamStops | None = None,
     ) -> None:
         """``request_id``, when given, is the run whose terminal event ends the stream: its chunk goes with the
-        body's end (one write fewer than an empty last chunk)."""
+        body's end (one write fewer than an empty last chunk). ``stops``, when given, asks ``stop`` for this
+        stream with the others while it runs."""
         super().__init__(headers=SSE_HEADERS, media_type=self.media_type)
         self.raw_headers = [(name, value) for name, value in self.raw_headers if name != b"content-length"]
         self.batches = batches
         self.stop = stop
         self.request_id = request_id
+        self.stops = stops
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         frames = _Frames(self.batches, self.stop, self.request_id)
-        end = await stream_frames(receive, send, frames, self.stop, frames.is_last)
+        end = await stream_frames(receive, send, frames, self.stop, frames.is_last, self.stops)
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
             await frames.aclose()
             aclose = getattr(self.batches, "aclose", None)
@@ -115,16 +141,18 @@ async def stream_frames(
     frames: AsyncIterator[bytes],
     stop: StopReason | None = None,
     is_last: Callable[[], bool] | None = None,
+    stops: StreamStops | None = None,
 ) -> StreamEnd:
     """Send ``frames`` as body chunks until they run out, the reader disconnects (a send that fails counts as
     that), or ``stop()`` gives a reason (asked every CLOSING_POLL_SECONDS); the caller sends the last chunk:
     the frame ``is_last()`` said was the last one, kept unsent as ``tail`` to go with the body's end.
 
-    The frames are sent from the calling task; one watcher beside it listens for the disconnect and asks ``stop``.
+    The frames are sent from the calling task; one watcher beside it listens for the disconnect and asks ``stop``
+    (or, while ``stops`` runs on this thread, leaves the asking to it: ``stops.stop`` must then be ``stop``).
     """
     end = StreamEnd()
     async with anyio.create_task_group() as group:
-        group.start_soon(_watch, receive, stop, end, group.cancel_scope)
+        group.start_soon(_watch, receive, stop, end, group.cancel_scope, stops)
         try:
             async for frame in frames:
                 if is_last is not None and is_last():
@@ -138,9 +166,28 @@ async def stream_frames(
     return end
 
 
-async def _watch(receive: Receive, stop: StopReason | None, end: StreamEnd, scope: anyio.CancelScope) -> None:
+async def _watch(
+    receive: Receive,
+    stop: StopReason | None,
+    end: StreamEnd,
+    scope: anyio.CancelScope,
+    stops: StreamStops | None = None,
+) -> None:
     """Until the reader disconnects (``end.gone``) or ``stop()`` gives a reason (``end.reason``), then end the
-    stream: waits for the disconnect, asking ``stop`` every CLOSING_POLL_SECONDS in between."""
+    stream: waits for the disconnect, asking ``stop`` every CLOSING_POLL_SECONDS in between (unless ``stops``
+    asks it for every stream; when ``stops`` ends first, this watcher asks for itself again)."""
+    if stops is not None and stops.serves_here():
+        watched = _Watched(end, scope)
+        with anyio.CancelScope() as watched.waiting:
+            stops.open.add(watched)
+            try:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                end.gone = True
+                scope.cancel()
+                return
+            finally:
+                stops.open.discard(watched)
     poll = math.inf if stop is None else CLOSING_POLL_SECONDS
     while stop is None or (reason := stop()) is None:
         with anyio.move_on_after(poll):
@@ -151,6 +198,51 @@ async def _watch(receive: Receive, stop: StopReason | None, end: StreamEnd, scop
             return
     end.reason = reason
     scope.cancel()
+
+
+class _Watched:
+    """An open stream, as ``StreamStops`` ends it (``scope``) or hands its asking back to it (``waiting``)."""
+
+    __slots__ = ("end", "scope", "waiting")
+
+    def __init__(self, end: StreamEnd, scope: anyio.CancelScope) -> None:
+        self.end = end
+        self.scope = scope
+        self.waiting: anyio.CancelScope | None = None
+
+
+class StreamStops:
+    """Asks ``stop`` every CLOSING_POLL_SECONDS for all the open streams of an app at once, and ends them with its
+    reason, while ``run`` runs (in the app's lifespan): one timer for them all instead of one each. Streams
+    opened while it does not run, or on another thread's loop, ask for themselves; those it watches when it
+    ends go back to asking for themselves."""
+
+    def __init__(self, stop: StopReason) -> None:
+        self.stop = stop
+        self.open: set[_Watched] = set()
+        self._thread: int | None = None
+
+    def serves_here(self) -> bool:
+        """Whether it runs, on this thread's loop (only there may it end a stream)."""
+        return self._thread is not None and self._thread == threading.get_ident()
+
+    async def run(self) -> None:
+        """Ask until cancelled (a second ``run`` while one runs leaves the asking to the first)."""
+        if self._thread is not None:
+            await anyio.sleep_forever()
+        self._thread = threading.get_ident()
+        try:
+            while True:
+                await anyio.sleep(CLOSING_POLL_SECONDS)
+                if self.open and (reason := self.stop()) is not None:
+                    for watched in list(self.open):
+                        watched.end.reason = reason
+                        watched.scope.cancel()
+        finally:
+            self._thread = None
+            for watched in list(self.open):
+                if watched.waiting is not None:
+                    watched.waiting.cancel()
 
 
 class _suppress_os_error:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import attrs
 
@@ -39,8 +40,15 @@ class ChangeFeed:
         self._keys: set[tuple[str, str]] = set()
         self._everything = False
         self.closed = False
+        # Which pairs its consumer wants to hear of (None: all); the others are dropped without waking it.
+        self.wanted: Callable[[tuple[str, str]], bool] | None = None
 
     def add(self, keys: frozenset[tuple[str, str]] | set[tuple[str, str]], *, everything: bool = False) -> None:
+        wanted = self.wanted
+        if wanted is not None and not everything:
+            keys = {key for key in keys if wanted(key)}
+            if not keys:
+                return
         with self._condition:
             self._keys |= keys
             self._everything = self._everything or everything

@@ -153,11 +153,13 @@ class Lease:
 
 @attrs.frozen
 class Claimed:
-    """A run as its claim took it: the lease, the run's row after the claim, and its session's history then."""
+    """A run as its claim took it: the lease, the run's row after the claim, and its session's history then; with
+    ``inbox``, the items of its inbox not consumed then (None: the claim did not read them)."""
 
     lease: Lease
     record: RunRecord
     history: tuple[Message, ...]
+    inbox: tuple[InboxItem, ...] | None = None
 
 
 @attrs.frozen
@@ -267,7 +269,8 @@ class RunStore(abc.ABC):
     @abc.abstractmethod
     def owners(self, session_ids: Sequence[str]) -> dict[str, str]:
         """The owner of each of ``session_ids`` the store knows (its runs or its history): the principal its
-        first run was started for, else ``LOCAL_PRINCIPAL`` (sessions kept before owners were recorded)."""
+        first run was started for, else the one it was forked for (``fork``), else ``LOCAL_PRINCIPAL`` (sessions
+        kept before owners were recorded)."""
 
     @abc.abstractmethod
     def run(self, request_id: str) -> RunRecord | None:
@@ -364,8 +367,29 @@ class RunStore(abc.ABC):
         """Ids of sessions with runs or stored messages, oldest first."""
 
     @abc.abstractmethod
+    def fork(self, source: str, target: str, *, turns: int | None = None, owner: str | None = None) -> int:
+        """Copy ``source``'s messages (with ``turns``, up to the end of that turn: ``orchestrator.store.fork``'s
+        ``first_turns``) into the new session ``target``, in one transaction; how many were copied. The fork is
+        ``owner``'s (None: nobody's in particular, as a session kept before owners were) and has ``source``'s set
+        title, marked as a fork (``forked_title``); a fork of no message leaves nothing stored.
+
+        ForkRefused (``kind`` ``unknown``, ``exists`` or ``turn``) when the store knows no ``source``, knows
+        ``target`` already, or ``source`` has no such turn; SessionBusy while a run of ``source`` has not ended.
+        Nothing is written when it is refused."""
+
+    @abc.abstractmethod
+    def set_title(self, session_id: str, title: str) -> bool:
+        """Give the session the title ``title`` (in place of one set before); False, nothing written, when the
+        store knows no such session (it has no run and no stored message)."""
+
+    @abc.abstractmethod
+    def titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The title of each of ``session_ids`` that has one: the one set (``set_title``), else its first input on
+        one line, shortened (``orchestrator.store.titles.first_input_title``). A session with neither is left out."""
+
+    @abc.abstractmethod
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
-        """Remove the session's runs, their event logs and inbox, and its history, in one transaction;
+        """Remove the session's runs, their event logs and inbox, its history and its title, in one transaction;
         whether there was any. SessionBusy, nothing removed, while a run of it is ``running`` (held by a
         worker), unless ``cancel``: its worker's next write or heartbeat then finds it gone (LeaseLost)
         and stops without writing."""

@@ -40,6 +40,7 @@ from orchestrator.store.errors import (
     StoreUnavailable,
     one_line,
 )
+from orchestrator.store.fork import ForkRefused, first_turns
 from orchestrator.store.interface import SessionLock
 from orchestrator.store.locks import FileLocks
 from orchestrator.store.metrics import claimed, measured
@@ -64,6 +65,7 @@ from orchestrator.store.runs import (
     UnknownRunRow,
 )
 from orchestrator.store.sqlite import open_sqlite, refuse_newer_sessions
+from orchestrator.store.titles import first_input_title, forked_title
 from orchestrator.text import clean_text
 
 __all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_run_store"]
@@ -73,6 +75,8 @@ CHANGE_CHANNEL = "orchestrator_runs"
 """Carries ``run:REQUEST_ID`` (its events or status moved) and ``inbox:REQUEST_ID`` (its inbox got an item)."""
 POOL_SIZE = 16
 """Most PostgreSQL connections a store opens for its calls (made as calls need them, kept while idle)."""
+_IN_LIST = 500
+"""Most ids one ``IN (...)`` list of a statement holds (a longer list is read in parts)."""
 DATA_VERSION_SECONDS = 0.25
 """How often a watched SQLite store asks whether another process wrote to its file (``PRAGMA data_version``)."""
 log = logging.getLogger("orchestrator.store")
@@ -91,6 +95,7 @@ class _Cursor(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
     def pipeline(self) -> AbstractContextManager[Any]: ...
+    def query(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
 
@@ -155,6 +160,16 @@ def _ddl(real: str, serial: str) -> tuple[str, ...]:
             pruned {real} NOT NULL
         )""",
         "CREATE INDEX IF NOT EXISTS orchestrator_pruned_runs_age ON orchestrator_pruned_runs (pruned)",
+        # The owners of forks, until a run of theirs records one (a session's runs carry its owner).
+        """CREATE TABLE IF NOT EXISTS orchestrator_session_owners (
+            session_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL
+        )""",
+        # The titles set for sessions (a session without one is titled by its first input).
+        """CREATE TABLE IF NOT EXISTS orchestrator_session_titles (
+            session_id TEXT PRIMARY KEY,
+            title TEXT NOT NULL
+        )""",
     )
 
 
@@ -749,6 +764,11 @@ class SQLRunStore(RunStore):
         rest = [session_id for session_id in session_ids if session_id not in found]
         if rest:
             marks = ", ".join("?" for _ in rest)
+            db.execute(f"SELECT session_id, owner FROM orchestrator_session_owners WHERE session_id IN ({marks})", rest)
+            found.update((row[0], row[1]) for row in db.fetchall())
+            rest = [session_id for session_id in rest if session_id not in found]
+        if rest:
+            marks = ", ".join("?" for _ in rest)
             table = self.dialect.messages_table
             db.execute(f"SELECT DISTINCT session_id FROM {table} WHERE session_id IN ({marks})", rest)
             found.update((row[0], LOCAL_PRINCIPAL) for row in db.fetchall())
@@ -774,14 +794,26 @@ class SQLRunStore(RunStore):
             return self._claim(db, owner, lease_seconds, limit)[0]
 
     def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1, fresh: int | None = None) -> Claim:
-        """One transaction: the claim, each claimed run's row and history, and ``next_wake`` if it took fewer."""
+        """One transaction: the claim, each claimed run's row, history and unconsumed inbox items, and ``next_wake``
+        if it took fewer."""
         with self._transaction("claim") as db:
             leases, fresh_left = self._claim(db, owner, lease_seconds, limit, fresh)
+            inboxes: dict[str, list[InboxItem]] = {lease.request_id: [] for lease in leases}
+            if leases:
+                marks = ", ".join("?" for _ in leases)
+                db.execute(
+                    "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
+                    f" WHERE consumed = 0 AND request_id IN ({marks}) ORDER BY id",
+                    [lease.request_id for lease in leases],
+                )
+                for row in db.fetchall():
+                    inboxes[row[2]].append(_inbox_item(row))
             taken = []
             for lease in leases:
                 record = self._row(db, lease.request_id)
                 assert record is not None  # claimed in this transaction
-                taken.append(Claimed(lease, record, tuple(self._history(db, lease.session_id))))
+                history = tuple(self._history(db, lease.session_id))
+                taken.append(Claimed(lease, record, history, tuple(inboxes[lease.request_id])))
             return Claim(tuple(taken), self._next_wake(db) if len(leases) < limit else None, fresh_left)
 
     def _claim(
@@ -880,14 +912,36 @@ class SQLRunStore(RunStore):
         """The reads (the fence, the messages' next position, the inbox items consumed, an answer waiting for a
         run that parks) come first; the writes then go out together (on PostgreSQL one pipelined round trip)."""
         now = time.time()
+        trigger = _COMMIT_TRIGGERS.get(change.status)
+        if trigger is None:
+            raise StoreError(f"a commit cannot set the status {change.status!r}")
+        status = lease_step("running", trigger, held=True)
         with self._transaction("commit") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
-            db.execute(
-                f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested FROM orchestrator_runs"
-                f" WHERE request_id = ?{lock}",
-                (lease.request_id,),
-            )
-            held_row = db.fetchone()
+            # Sent together (on PostgreSQL one round trip): the fence first, which locks the row (a post to the
+            # run takes turns with it), then the items consumed and, for a run that parks, whether an answer
+            # waits. Undone with the rest when the fence says the lease is lost.
+            with db.pipeline() if change.consumed or status == "parked" else contextlib.nullcontext():
+                fence = db.query(
+                    f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested"
+                    f" FROM orchestrator_runs WHERE request_id = ?{lock}",
+                    (lease.request_id,),
+                )
+                consumed = None
+                if change.consumed:
+                    marks = ", ".join("?" for _ in change.consumed)
+                    consumed = db.query(
+                        "UPDATE orchestrator_inbox SET consumed = 1 WHERE request_id = ? AND consumed = 0"
+                        f" AND id IN ({marks}) RETURNING id",
+                        (lease.request_id, *change.consumed),
+                    )
+                waiting = None
+                if status == "parked":
+                    waiting = db.query(
+                        "SELECT 1 FROM orchestrator_inbox WHERE request_id = ? AND consumed = 0 LIMIT 1",
+                        (lease.request_id,),
+                    )
+            held_row = fence.fetchone()
             if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
                 raise self._lost(db, lease)
             session_id, last_seq = held_row[4], int(held_row[3])
@@ -897,34 +951,17 @@ class SQLRunStore(RunStore):
                     raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
                 events.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
                 last_seq = event.seq
-            trigger = _COMMIT_TRIGGERS.get(change.status)
-            if trigger is None:
-                raise StoreError(f"a commit cannot set the status {change.status!r}")
-            messages: list[Message] = []
-            position = -1  # the last position the session's history keeps after the commit's writes
-            if change.history is not None:
-                messages.extend(change.history)
-            elif change.messages:
-                position = self._last_position(db, session_id)
-            messages.extend(change.messages)
-            for item_id in change.consumed:
-                db.execute(
-                    "UPDATE orchestrator_inbox SET consumed = 1 WHERE id = ? AND request_id = ? AND consumed = 0"
-                    " RETURNING id",
-                    (item_id, lease.request_id),
-                )
-                if db.fetchone() is None:
-                    raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
-            status = lease_step("running", trigger, held=True)
-            if status == "parked":
-                # Queued at once instead when an answer already waits, or when it was asked to stop
-                # while it ran (the claim that follows ends it cancelled: a parked run is claimed by nothing else).
-                db.execute(
-                    "SELECT 1 FROM orchestrator_inbox WHERE request_id = ? AND consumed = 0 LIMIT 1",
-                    (lease.request_id,),
-                )
-                if db.fetchone() is not None or bool(held_row[5]):
-                    status = lease_step(status, "wake")
+            if consumed is not None:
+                taken = [int(row[0]) for row in consumed.fetchall()]
+                for item_id in change.consumed:
+                    if item_id in taken:
+                        taken.remove(item_id)
+                    else:
+                        raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
+            # Queued at once instead when an answer already waits, or when it was asked to stop
+            # while it ran (the claim that follows ends it cancelled: a parked run is claimed by nothing else).
+            if waiting is not None and (waiting.fetchone() is not None or bool(held_row[5])):
+                status = lease_step(status, "wake")
             checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
             held = status == "running"
             back_off = change.retry_after if status == "queued" else None
@@ -932,7 +969,7 @@ class SQLRunStore(RunStore):
             with db.pipeline():
                 if change.history is not None:
                     db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
-                self._insert_messages(db, session_id, messages, position, now)
+                self._insert_messages_at_end(db, session_id, (*(change.history or ()), *change.messages), now)
                 if events:
                     db.executemany(
                         "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created)"
@@ -1009,6 +1046,17 @@ class SQLRunStore(RunStore):
         table = self.dialect.messages_table
         db.execute(f"SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?", (session_id,))
         return int(db.fetchone()[0])
+
+    def _insert_messages_at_end(self, db: _Cursor, session_id: str, messages: Sequence[Message], now: float) -> None:
+        """Append ``messages`` to the session's history, each after its last position as the insert finds it (no
+        read first: under a pipeline, no round trip of its own; the run's row lock keeps other writers out)."""
+        table = self.dialect.messages_table
+        if messages:
+            db.executemany(
+                f"INSERT INTO {table} (session_id, position, role, body, created)"
+                f" SELECT ?, COALESCE(MAX(position), -1) + 1, ?, ?, ? FROM {table} WHERE session_id = ?",
+                [(session_id, message.role, encode_message(message), now, session_id) for message in messages],
+            )
 
     def _insert_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], last: int, now: float) -> None:
         """Append ``messages`` to the session's history after position ``last``."""
@@ -1193,6 +1241,90 @@ class SQLRunStore(RunStore):
             )
             return [row[0] for row in db.fetchall()]
 
+    def fork(self, source: str, target: str, *, turns: int | None = None, owner: str | None = None) -> int:
+        try:
+            with self._transaction("fork") as db:
+                if self.dialect.name == "postgresql":
+                    # One snapshot for the whole copy: no run of the source may end or start between the check
+                    # that none runs and the read of its messages.
+                    db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                if not self._known(db, source):
+                    raise ForkRefused(f"no stored session {source!r} to fork")
+                if self._known(db, target):
+                    raise ForkRefused(f"the session {target!r} exists already", "exists")
+                db.execute(
+                    f"SELECT 1 FROM orchestrator_runs WHERE session_id = ? AND status IN {_ACTIVE_SQL}", (source,)
+                )
+                if db.fetchone() is not None:
+                    raise SessionBusy(source)
+                messages = first_turns(source, self._history(db, source), turns)
+                if not messages:
+                    return 0
+                self._insert_messages(db, target, messages, -1, time.time())
+                if owner is not None and owner != LOCAL_PRINCIPAL:
+                    db.execute(
+                        "INSERT INTO orchestrator_session_owners (session_id, owner) VALUES (?, ?)", (target, owner)
+                    )
+                db.execute("SELECT title FROM orchestrator_session_titles WHERE session_id = ?", (source,))
+                titled = db.fetchone()
+                if titled is not None:
+                    db.execute(
+                        "INSERT INTO orchestrator_session_titles (session_id, title) VALUES (?, ?)",
+                        (target, forked_title(titled[0])),
+                    )
+        except (sqlite3.IntegrityError, _pg_integrity_error()) as clash:
+            # Another fork (or a run's first messages) took the target between the check and the copy.
+            raise ForkRefused(f"the session {target!r} exists already", "exists") from clash
+        return len(messages)
+
+    def set_title(self, session_id: str, title: str) -> bool:
+        with self._transaction("set_title") as db:
+            if not self._known(db, session_id):
+                return False
+            db.execute(
+                "INSERT INTO orchestrator_session_titles (session_id, title) VALUES (?, ?)"
+                " ON CONFLICT (session_id) DO UPDATE SET title = excluded.title",
+                (session_id, clean_text(title)),
+            )
+        return True
+
+    def _known(self, db: _Cursor, session_id: str) -> bool:
+        """Whether the session has a run or a stored message."""
+        db.execute(
+            f"SELECT 1 WHERE EXISTS (SELECT 1 FROM orchestrator_runs WHERE session_id = ?)"
+            f" OR EXISTS (SELECT 1 FROM {self.dialect.messages_table} WHERE session_id = ?)",
+            (session_id, session_id),
+        )
+        return db.fetchone() is not None
+
+    def titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(session_ids))
+        found: dict[str, str] = {}
+        table = self.dialect.messages_table
+        with self._transaction("titles") as db:
+            for start in range(0, len(wanted), _IN_LIST):
+                chunk = wanted[start : start + _IN_LIST]
+                marks = ", ".join("?" for _ in chunk)
+                # Each session's first user message: one row per session, read through the primary key.
+                db.execute(
+                    f"SELECT first.session_id, first.position, first.body FROM {table} AS first"
+                    f" WHERE first.session_id IN ({marks}) AND first.role = 'user' AND first.position ="
+                    f" (SELECT MIN(earlier.position) FROM {table} AS earlier"
+                    f" WHERE earlier.session_id = first.session_id AND earlier.role = 'user')",
+                    chunk,
+                )
+                for session_id, position, body in db.fetchall():
+                    try:
+                        message: Message = decode_message(body)
+                    except UndecodableMessage as problem:
+                        message = placeholder(int(position), str(problem))
+                    found[session_id] = first_input_title([message])
+                db.execute(
+                    f"SELECT session_id, title FROM orchestrator_session_titles WHERE session_id IN ({marks})", chunk
+                )
+                found.update((session_id, title) for session_id, title in db.fetchall())
+        return found
+
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
         found = 0
         with self._transaction("delete_session") as db:
@@ -1206,6 +1338,8 @@ class SQLRunStore(RunStore):
             for table in ("orchestrator_inbox", "orchestrator_runs", self.dialect.messages_table):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ? RETURNING 1", (session_id,))
                 found += len(db.fetchall())
+            db.execute("DELETE FROM orchestrator_session_titles WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM orchestrator_session_owners WHERE session_id = ?", (session_id,))
         return found > 0 or bool(runs)
 
     def prune_sessions(self, idle_before: float) -> list[str]:
@@ -1234,6 +1368,8 @@ class SQLRunStore(RunStore):
                 ended = [row[0] for row in db.fetchall()]
                 self._bury(db, ended, "idle_session", now)
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+                db.execute("DELETE FROM orchestrator_session_titles WHERE session_id = ?", (session_id,))
+                db.execute("DELETE FROM orchestrator_session_owners WHERE session_id = ?", (session_id,))
                 gone.append(session_id)
         return gone
 
@@ -1331,6 +1467,13 @@ class _Dialected:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._cursor.execute(self._dialect.sql(sql), tuple(params))
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """``sql`` on a cursor of its own, whose rows are read later (``fetchone``, ``fetchall``): statements sent
+        this way in a ``pipeline`` block share one round trip, and each keeps its rows."""
+        cursor = self._cursor.connection.cursor()
+        cursor.execute(self._dialect.sql(sql), tuple(params))
+        return cursor
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """``sql`` once per row (on PostgreSQL pipelined: one round trip for them all)."""

@@ -61,6 +61,11 @@ def forget_titles(db: str, session_ids: Sequence[str]) -> None:
     os.replace(temporary, _file(db))
 
 
+def forked_title(title: str) -> str:
+    """The title a fork of a session titled ``title`` gets."""
+    return f"{title} (fork)"
+
+
 def first_input_title(messages: Sequence[Message]) -> str:
     """The session's first input on one line, shortened to TITLE_LENGTH ("" when it has none)."""
     first = next((m.text for m in messages if isinstance(m, UserMessage)), "")

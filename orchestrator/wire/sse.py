@@ -9,7 +9,8 @@ service itself answers with for a waiting call and for a delivered event.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import json.encoder
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -21,6 +22,23 @@ from orchestrator.wire.format import encode_event
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 """The frames' JSON writer, built once (``json.dumps`` with these options builds an encoder on every call)."""
+
+
+def _chunk_writer() -> Callable[[Mapping[str, Any], int], Iterable[str]]:
+    """``_COMPACT``'s C writer, made once: a call gives the JSON of one object as chunks, with the same text as
+    ``_COMPACT.encode``. ``encode`` remakes that writer on every call and checks for cycles, which wire JSON
+    cannot hold, which costs about a third of a frame. Without the C accelerator, ``_COMPACT.encode`` itself."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    strings = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or strings is None:
+        return lambda data, _level: (_COMPACT.encode(data),)
+    writer: Callable[[Mapping[str, Any], int], Iterable[str]] = make(
+        None, _COMPACT.default, strings, None, ":", ",", False, False, True
+    )
+    return writer
+
+
+_WRITE = _chunk_writer()
 
 CLOSING_EVENT = "closing"
 """The SSE event type of the last frame of a stream the server ends before the run does (see ``sse_closing_frame``)."""
@@ -37,7 +55,7 @@ def sse_frames(batch: Iterable[Mapping[str, Any]]) -> bytes:
 
 
 def _frame(data: Mapping[str, Any]) -> str:
-    return f"id: {data['seq']}\nevent: {data['type']}\ndata: {_COMPACT.encode(data)}\n\n"
+    return f"id: {data['seq']}\nevent: {data['type']}\ndata: {''.join(_WRITE(data, 0))}\n\n"
 
 
 def sse_error_frame(error: BaseException) -> str:

@@ -121,3 +121,19 @@ async def settings_agent() -> AgentClient:
     return await create_agent(
         ScriptedModel([_judge], repeat_last=True), tools=[lookup], extensions=[ToolApprovalExtension({"lookup": "ask"})]
     )
+
+
+LONG_LEASE_SECONDS = 60.0
+"""The lease of ``long_lease_web_node``'s carrier: far longer than a test waits for a run handed back."""
+
+
+def long_lease_web_node() -> object:
+    """``web_node()`` from the environment (``uvicorn --factory``), its carrier's leases lasting 60 s and its
+    warnings (a drain, a run handed back) written to stderr."""
+    import logging
+
+    from orchestrator.cluster.asgi import web_node
+    from orchestrator.cluster.carrier import CarrierSettings
+
+    logging.getLogger("orchestrator.cluster").addHandler(logging.StreamHandler())
+    return web_node(carrying=CarrierSettings(lease_seconds=LONG_LEASE_SECONDS))

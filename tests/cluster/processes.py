@@ -89,7 +89,11 @@ class Cluster:
             time.sleep(0.05)
         raise RuntimeError(f"{node.name} did not start in {START_SECONDS:g} s:\n{node.output()}")
 
-    def worker(self, name: str, *, lease_seconds: float = 2.0, app: str = APP, capacity: int = 16) -> Node:
+    def worker(
+        self, name: str, *, lease_seconds: float = 2.0, app: str = APP, capacity: int = 16, named: bool = True
+    ) -> Node:
+        """A ``worker`` process, ready once it carries runs; its leases name it ``name``, or with ``named=False``
+        its default name (``host:pid:random``)."""
         node = self._spawn(
             name,
             "worker",
@@ -97,8 +101,7 @@ class Cluster:
             app,
             "--db",
             self.dsn,
-            "--name",
-            name,
+            *(("--name", name) if named else ()),
             "--lease-seconds",
             str(lease_seconds),
             "--capacity",
@@ -114,10 +117,18 @@ class Cluster:
         node.url = self._wait_for(node, SERVING).group(1)
         return node
 
-    def uvicorn_web(self, name: str, *, workers: int = 1, app: str | None = None, lifespan: bool = True) -> Node:
-        """A web node under uvicorn on asyncio (``workers`` processes on one port), from the ``web_node`` factory;
-        with ``app`` (``ORCHESTRATOR_APP``) each of its processes carries runs with that agent too. Without
-        ``lifespan`` uvicorn runs none (``--lifespan off``)."""
+    def uvicorn_web(
+        self,
+        name: str,
+        *,
+        workers: int = 1,
+        app: str | None = None,
+        lifespan: bool = True,
+        factory: str = "orchestrator.cluster.asgi:web_node",
+    ) -> Node:
+        """A web node under uvicorn on asyncio (``workers`` processes on one port), from the ``web_node`` factory
+        (or another ``factory`` reading the same environment); with ``app`` (``ORCHESTRATOR_APP``) each of its
+        processes carries runs with that agent too. Without ``lifespan`` uvicorn runs none (``--lifespan off``)."""
         carrying = {"ORCHESTRATOR_APP": app} if app else {}
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -125,7 +136,7 @@ class Cluster:
         node = self._spawn(
             name,
             "--factory",
-            "orchestrator.cluster.asgi:web_node",
+            factory,
             "--host",
             "127.0.0.1",
             "--port",

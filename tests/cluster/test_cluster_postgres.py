@@ -18,6 +18,7 @@ import httpx
 import pytest
 import trio
 
+from tests.cluster.answers import answer_yes
 from tests.cluster.processes import Cluster
 from tests.server.support import SSE, read_sse
 
@@ -37,14 +38,8 @@ async def answer_when_parked(http: httpx.AsyncClient, base: str, session_id: str
 
     async def on_event(event: dict[str, Any]) -> None:
         if event["type"] == "run_parked":
-            headers = {"Idempotency-Key": key} if key else {}
             for tool_call_id in event["waiting"]:
-                answered = await http.post(
-                    f"{base}/sessions/{session_id}/events",
-                    json={"name": "ask_user_response", "payload": {"tool_call_id": tool_call_id, "answer": "yes"}},
-                    headers=headers,
-                )
-                assert answered.status_code == 202, answered.text
+                await answer_yes(http, base, session_id, tool_call_id, key=key)
 
     return on_event
 
@@ -141,14 +136,7 @@ async def test_a_killed_workers_runs_are_finished_by_the_other_exactly_once(clus
                 await wait_until(lambda: "slow job" in cluster.records(), "the slow record call started")
                 worker_a.kill()
                 # Acknowledged while no worker runs: the answer waits in the inbox.
-                answered = await http.post(
-                    f"{urls[1]}/sessions/s-wait/events",
-                    json={
-                        "name": "ask_user_response",
-                        "payload": {"tool_call_id": parked.events[-1]["waiting"][0], "answer": "yes"},
-                    },
-                )
-                assert answered.status_code == 202, answered.text
+                await answer_yes(http, urls[1], "s-wait", parked.events[-1]["waiting"][0])
                 cluster.worker("worker-b", lease_seconds=2)
                 streams = {}
                 for session_id, request_id in ids.items():  # s-wait was answered above; s-slow is answered here

@@ -12,7 +12,8 @@ import pytest
 
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import AssistantMessage, UserMessage
-from orchestrator.store.errors import StoreError
+from orchestrator.store.errors import SessionOwned, StoreError
+from orchestrator.store.fork import ForkRefused
 from orchestrator.store.runs import LeaseLost, NewInboxItem, RunCommit, RunStore, StoredEvent, UnknownRunRow
 from orchestrator.store.runs_sql import sqlite_run_store
 
@@ -233,3 +234,153 @@ def test_claim_runs_returns_each_run_with_its_row_and_history_and_the_next_wake(
     assert by_id["r3"].history == ()
     assert claim.wake_in is None  # fewer than asked, and no parked run waits for a time
     assert store.claim_runs("w1", 30.0, 0).runs == ()
+
+
+def finished(store: RunStore, session_id: str, request_id: str, *messages: UserMessage | AssistantMessage) -> None:
+    """A run of ``session_id`` that stored ``messages`` and completed."""
+    store.create_run(session_id, request_id, INPUT)
+    (lease,) = store.claim("w0", 30.0)
+    store.commit(lease, RunCommit(messages=messages, status="completed"))
+
+
+def test_a_session_is_titled_by_its_first_input_until_a_title_is_set(store: RunStore) -> None:
+    long_input = "plan   a\ntrip " + "x" * 80
+    finished(store, "s1", "r1", UserMessage(long_input), AssistantMessage("ok"), UserMessage("second"))
+    finished(store, "s2", "r2", AssistantMessage("no input yet"))
+    store.create_run("s3", "r3", INPUT)  # a session with a run and no message yet
+    assert store.titles(["s1", "s2", "s3", "nobody"]) == {"s1": "plan a trip " + "x" * 47 + "…"}
+    assert store.set_title("s1", "Trip plans") is True
+    assert store.set_title("s3", "Queued one") is True
+    assert store.set_title("s1", "Trip plans, again") is True  # a second title replaces the first
+    assert store.set_title("nobody", "Nobody's") is False
+    assert store.titles(["s1", "s2", "s3", "nobody"]) == {"s1": "Trip plans, again", "s3": "Queued one"}
+    assert store.titles([]) == {}
+
+
+def test_many_sessions_are_titled_in_one_call(store: RunStore) -> None:
+    for n in range(1200):
+        store.create_run(f"s{n}", f"r{n}", INPUT)
+    (lease,) = store.claim("w0", 30.0)
+    store.commit(lease, RunCommit(messages=(UserMessage("first one"),), status="completed"))
+    store.set_title("s1199", "last one")
+    titles = store.titles([f"s{n}" for n in range(1200)])
+    assert titles == {lease.session_id: "first one", "s1199": "last one"}
+
+
+def test_deleting_or_pruning_a_session_deletes_its_title(store: RunStore) -> None:
+    finished(store, "s1", "r1", UserMessage("one"))
+    finished(store, "s2", "r2", UserMessage("two"))
+    store.set_title("s1", "First")
+    store.set_title("s2", "Second")
+    assert store.delete_session("s1")
+    assert store.pruned("r1") is None and store.titles(["s1"]) == {}
+    assert store.prune_sessions(time.time() + 1) == ["s2"]
+    assert store.titles(["s2"]) == {}
+    # The id is free again: a new session under it starts untitled.
+    finished(store, "s1", "r3", UserMessage("anew"))
+    assert store.titles(["s1", "s2"]) == {"s1": "anew"}
+
+
+def two_turns(store: RunStore, session_id: str = "s1") -> None:
+    finished(store, session_id, "r1", UserMessage("first"), AssistantMessage("one"))
+    finished(store, session_id, "r2", UserMessage("second"), AssistantMessage("two"))
+
+
+def test_a_session_is_forked_whole_or_up_to_the_end_of_a_turn(store: RunStore) -> None:
+    two_turns(store)
+    assert store.fork("s1", "whole") == 4
+    assert store.fork("s1", "first", turns=1) == 2
+    assert store.fork("s1", "both", turns=2) == 4
+    assert [m.text for m in store.history("first") if isinstance(m, UserMessage)] == ["first"]
+    assert store.history("whole") == store.history("s1") == store.history("both")
+    assert store.sessions()[-3:] == ["whole", "first", "both"]
+    # The fork is a session of its own: a run in it appends there, the source is unchanged.
+    finished(store, "first", "r3", UserMessage("another second"), AssistantMessage("three"))
+    assert [m.role for m in store.history("first")] == ["user", "assistant"] * 2
+    assert len(store.history("s1")) == 4
+
+
+def test_a_fork_is_refused_with_its_reason_and_writes_nothing(store: RunStore) -> None:
+    two_turns(store)
+    finished(store, "taken", "r3", UserMessage("mine"))
+    before = store.sessions()
+    with pytest.raises(ForkRefused) as unknown:
+        store.fork("nobody", "new")
+    assert (unknown.value.kind, unknown.value.reason) == ("unknown", "no stored session 'nobody' to fork")
+    with pytest.raises(ForkRefused) as exists:
+        store.fork("s1", "taken")
+    assert (exists.value.kind, exists.value.reason) == ("exists", "the session 'taken' exists already")
+    for turns in (0, 3):
+        with pytest.raises(ForkRefused) as turn:
+            store.fork("s1", "new", turns=turns)
+        assert (turn.value.kind, turn.value.reason) == ("turn", "the session 's1' has 2 turns; fork from turn 1 to 2")
+    store.create_run("queued-target", "r4", INPUT)  # a session with a run and no message yet exists too
+    with pytest.raises(ForkRefused) as queued_target:
+        store.fork("s1", "queued-target")
+    assert queued_target.value.kind == "exists"
+    assert store.sessions() == [*before, "queued-target"]
+    assert [len(store.history(s)) for s in ("new", "taken")] == [0, 1]
+
+
+@pytest.mark.parametrize("status", ["queued", "running", "parked"])
+def test_a_session_whose_run_has_not_ended_is_busy_for_a_fork(store: RunStore, status: str) -> None:
+    two_turns(store)
+    store.create_run("s1", "r3", INPUT)
+    if status != "queued":
+        (lease,) = store.claim("w1", 30.0)
+        store.commit(lease, RunCommit(messages=(UserMessage("third"),), status=status))
+    with pytest.raises(SessionBusy):
+        store.fork("s1", "new")
+    assert store.history("new") == [] and "new" not in store.sessions()
+
+
+def test_a_fork_keeps_the_set_title_marked_and_is_its_owners(store: RunStore) -> None:
+    two_turns(store)
+    two_turns_of = store.history("s1")
+    store.set_title("s1", "Trip")
+    assert store.fork("s1", "mine", owner="alice") == 4
+    assert store.fork("s1", "local") == 4
+    assert store.titles(["s1", "mine", "local"]) == {"s1": "Trip", "mine": "Trip (fork)", "local": "Trip (fork)"}
+    assert store.owners(["s1", "mine", "local"]) == {"s1": "local", "mine": "alice", "local": "local"}
+    with pytest.raises(SessionOwned):
+        store.create_run("mine", "r3", INPUT, owner="bob")
+    store.create_run("mine", "r3", INPUT, owner="alice")
+    store.cancel("r3", lambda seq: event("r3", seq, "run_cancelled"))
+    finished(store, "untitled-source", "r4", UserMessage("plain"))
+    store.fork("untitled-source", "plain-fork")
+    assert store.titles(["plain-fork"]) == {"plain-fork": "plain"}  # titled by its first input, as any session
+    # Deleting a fork takes its owner and title with it: the id is anybody's again.
+    assert store.delete_session("mine")
+    assert store.owners(["mine"]) == {} and store.titles(["mine"]) == {}
+    assert store.history("s1") == two_turns_of
+
+
+def test_forks_racing_for_one_target_make_one_session(store: RunStore) -> None:
+    two_turns(store)
+    outcomes: list[object] = []
+
+    def fork(turns: int) -> None:
+        try:
+            outcomes.append(store.fork("s1", "raced", turns=turns))
+        except ForkRefused as refused:
+            outcomes.append(refused.kind)
+
+    threads = [threading.Thread(target=fork, args=(1 + n % 2,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(map(str, outcomes)) == sorted([str(len(store.history("raced")))] + ["exists"] * 5)
+
+
+def test_claim_runs_returns_each_runs_unconsumed_inbox_items(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [lease] = store.claim("w1", 30)
+    used, _ = store.post(NewInboxItem("s1", "r1", "steer", {"content": "first"}))
+    store.commit(lease, RunCommit(consumed=(used.id,), status="parked"))
+    answer, _ = store.post(NewInboxItem("s1", "r1", "ask_user_response", {"tool_call_id": "q1", "answer": "a"}))
+    store.create_run("s2", "r2", INPUT)
+    claim = store.claim_runs("w2", 30.0, 5)
+    by_id = {c.lease.request_id: c for c in claim.runs}
+    assert [(i.id, i.payload) for i in by_id["r1"].inbox or ()] == [(answer.id, {"tool_call_id": "q1", "answer": "a"})]
+    assert by_id["r2"].inbox == ()

@@ -19,10 +19,10 @@ import httpx
 import pytest
 import trio
 
+from tests.cluster.answers import parked_then_answered
 from tests.cluster.processes import APP, Cluster, Node
 from tests.cluster.test_uvicorn_web_nodes import drive
 from tests.cluster.waits import until
-from tests.server.support import read_sse
 
 
 def query(cluster: Cluster, sql: str, *params: object) -> list[tuple[object, ...]]:
@@ -85,23 +85,10 @@ async def resumed_and_finished(cluster: Cluster, leaving: Node, staying: Node, s
     ((request_id,),) = query(cluster, "SELECT request_id FROM orchestrator_runs WHERE session_id = %s", session_id)
     with trio.fail_after(30):
         async with httpx.AsyncClient(timeout=30) as http:
-            parked = await read_sse(
-                http, f"{staying.url}/runs/{request_id}/events", stop=lambda e: e["type"] == "run_parked"
-            )
-            resumed = [e for e in parked.events if e["type"] == "run_resumed"]
-            assert len(resumed) == 1, parked.types
-            assert int(resumed[0]["worker"].split(":")[-2]) in server_pids(staying), resumed
-            answered = await http.post(
-                f"{staying.url}/sessions/{session_id}/events",
-                json={
-                    "name": "ask_user_response",
-                    "payload": {"tool_call_id": parked.events[-1]["waiting"][0], "answer": "yes"},
-                },
-            )
-            assert answered.status_code == 202, answered.text
-            rest = await read_sse(
-                http, f"{staying.url}/runs/{request_id}/events", last_event_id=parked.events[-1]["seq"]
-            )
+            parked, rest = await parked_then_answered(http, staying.url, session_id, request_id)
+    resumed = [e for e in parked.events if e["type"] == "run_resumed"]
+    assert len(resumed) == 1, parked.types
+    assert int(resumed[0]["worker"].split(":")[-2]) in server_pids(staying), resumed
     events = parked.events + rest.events
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert events[-1]["type"] == "run_completed" and events[-1]["result"]["content"] == "Done with slow job: yes."
@@ -132,21 +119,7 @@ async def test_without_a_lifespan_the_first_request_starts_carrying(sqlite_clust
             async with httpx.AsyncClient(timeout=30) as http:
                 started = await http.post(f"{web.url}/sessions/lazy/runs", json={"input": "job"})
                 assert started.status_code == 202, started.text
-                request_id = started.json()["request_id"]
-                parked = await read_sse(
-                    http, f"{web.url}/runs/{request_id}/events", stop=lambda e: e["type"] == "run_parked"
-                )
-                answered = await http.post(
-                    f"{web.url}/sessions/lazy/events",
-                    json={
-                        "name": "ask_user_response",
-                        "payload": {"tool_call_id": parked.events[-1]["waiting"][0], "answer": "yes"},
-                    },
-                )
-                assert answered.status_code == 202, answered.text
-                rest = await read_sse(
-                    http, f"{web.url}/runs/{request_id}/events", last_event_id=parked.events[-1]["seq"]
-                )
+                _, rest = await parked_then_answered(http, web.url, "lazy", started.json()["request_id"])
         assert rest.types[-1] == "run_completed", rest.types
         assert rest.events[-1]["result"]["content"] == "Done with job: yes."
         assert carrier_pids(cluster) == {web.process.pid}

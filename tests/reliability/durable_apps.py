@@ -32,11 +32,12 @@ def charge(order: str, hold: float = 0.0) -> str:
 
 
 def _step(request: ModelRequest) -> AssistantMessage:
-    """charge (held 5 s when the input says slow, 1 s when it says busy) -> a final answer naming the result."""
+    """charge (held 15 s when the input says long, 5 s when slow, 1 s when busy) -> a final answer naming the
+    result."""
     results = [m for m in request.messages if isinstance(m, ToolMessage)]
     order = [m for m in request.messages if m.role == "user"][-1].text
     if not results:
-        hold = 5.0 if "slow" in order else 1.0 if "busy" in order else 0.0
+        hold = 15.0 if "long" in order else 5.0 if "slow" in order else 1.0 if "busy" in order else 0.0
         return asks(call("c1", "charge", order=order, hold=hold))
     return AssistantMessage(f"Result: {results[-1].content}")
 

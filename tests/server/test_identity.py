@@ -305,6 +305,31 @@ async def test_an_approver_that_authorize_allows_answers_a_session_it_does_not_o
             assert started_event(got)["metadata"] == {"principal": "alice"}
 
 
+def forks_freely(principal: str, action: str, session: SessionRef) -> bool:
+    """Anybody may read and fork every session; only its owner may do anything else."""
+    return principal == session.owner or action in ("read", "fork")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_fork_is_the_forking_principals_own_session(kind: str, serve: Serve) -> None:
+    with trio.fail_after(60):
+        async with serve(authorize=forks_freely) as base, httpx.AsyncClient(timeout=20) as http:
+            request_id = await started_and_waiting(http, base, SESSION, "paint")
+            await answer_and_finish(http, base, request_id, ALICE)
+            forked = await http.post(f"{base}/sessions/{SESSION}/fork", json={"session_id": "bobs-copy"}, headers=BOB)
+            assert forked.status_code == 201, forked.text
+            titled = await http.put(f"{base}/sessions/bobs-copy/title", json={"title": "Bob's"}, headers=BOB)
+            assert titled.status_code == 200, titled.text
+            refused = await http.put(f"{base}/sessions/bobs-copy/title", json={"title": "Alice's"}, headers=ALICE)
+            assert refused.status_code == 404, refused.text  # alice may read bob's fork, not title it
+            started = await http.post(f"{base}/sessions/bobs-copy/runs", json={"input": "sand"}, headers=BOB)
+            assert started.status_code == 202, started.text
+            taken = await http.post(f"{base}/sessions/{SESSION}/runs", json={"input": "mine?"}, headers=BOB)
+            assert taken.status_code == 404, taken.text  # the source is still alice's alone
+            listed = (await http.get(f"{base}/sessions", headers=BOB)).json()["sessions"]
+            assert {s["session_id"]: s["title"] for s in listed} == {SESSION: "paint", "bobs-copy": "Bob's"}
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_request_without_credentials_is_a_401_with_its_reason(kind: str, serve: Serve) -> None:
     def refusing(headers: Mapping[str, str]) -> str | None:

@@ -116,17 +116,3 @@ async def test_titles_are_listed_set_and_kept_beside_the_database(serving: Servi
         "s2": "Parser work (fork)",
     }
 
-
-async def test_a_web_node_refuses_fork_and_title_with_the_reason(serving: Serving, tmp_path: Path) -> None:
-    from orchestrator.cluster.webnode import StoreBackend
-    from orchestrator.store.runs_sql import sqlite_run_store
-
-    path = str(tmp_path / "runs.db")
-    sqlite_run_store(path).create_run("s1", "r1", {"role": "user", "content": "work"})
-    with trio.fail_after(30):
-        async with serving(StoreBackend(sqlite_run_store(path))) as base, httpx.AsyncClient(timeout=10) as http:
-            forked = await http.post(f"{base}/sessions/s1/fork", json={})
-            assert forked.status_code == 501 and forked.json()["error"]["type"] == "NotSupported"
-            assert "web node cannot fork" in forked.json()["error"]["message"]
-            titled = await http.put(f"{base}/sessions/s1/title", json={"title": "x"})
-            assert titled.status_code == 501 and "web node cannot set titles" in titled.json()["error"]["message"]

@@ -79,3 +79,30 @@ async def test_an_unexpected_failure_mid_stream_also_ends_with_an_error_frame() 
     assert status == 200
     assert frames[-1]["event"] == "error"
     assert '"RuntimeError"' in frames[-1]["data"] and "the store went away" in frames[-1]["data"]
+
+
+class WithoutFollow:
+    """A backend of the application's own that has no ``follow`` (everything else is a LocalBackend's)."""
+
+    def __init__(self, inner: LocalBackend) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "follow":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_a_backend_without_follow_still_streams_a_run_to_its_end() -> None:
+    backend = WithoutFollow(LocalBackend(await create_agent(ScriptedModel([AssistantMessage("hello")]))))
+    async with httpx.AsyncClient(timeout=10) as http:
+        with trio.fail_after(20):
+            async with serving(backend) as base:  # type: ignore[arg-type]
+                started = await http.post(f"{base}/sessions/s/runs", json={"input": "hi"})
+                request_id = started.json()["request_id"]
+                async with http.stream("GET", f"{base}/runs/{request_id}/events") as response:
+                    lines = [line async for line in response.aiter_lines()]
+                missing = await http.get(f"{base}/runs/no-such-run/events")
+    assert response.status_code == 200
+    assert [frame["event"] for frame in _frames(lines)][-1] == "run_completed"
+    assert missing.status_code == 404
