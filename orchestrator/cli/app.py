@@ -18,6 +18,7 @@ from orchestrator.cli.conversation import Conversation
 from orchestrator.cli.lines import LineRouter, LineSource, ReadLine, StreamLines, TerminalLines, read_stdin_line
 from orchestrator.cli.offered import OfferedTools
 from orchestrator.cli.render import Screen, Write, WriteFile
+from orchestrator.cli.session_file import TerminalSessionStore
 from orchestrator.cli.sessions import last_session, remember_last
 from orchestrator.config import AgentRunConfig
 from orchestrator.extensions.files.sandbox import Sandbox
@@ -143,7 +144,7 @@ async def _open_app(
     interactive: bool | None,
     project_config: ProjectConfig | None,
 ) -> AsyncIterator[App]:
-    store = SQLiteSessionStore(options.db)  # UnusableLocation when its file cannot be made or opened
+    store = TerminalSessionStore(options.db)  # UnusableLocation when its file cannot be made or opened
     retry_log = logging.getLogger("orchestrator.providers")
     with contextlib.ExitStack() as stack:
         stack.callback(store.close)

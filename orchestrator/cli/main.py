@@ -78,8 +78,8 @@ def command(name: str, argv: list[str]) -> int:
 def _sessions(parsed: object) -> int:
     from orchestrator.cli.args import SessionsCommand
     from orchestrator.cli.render import Screen
+    from orchestrator.cli.session_file import TerminalSessionStore
     from orchestrator.cli.sessions import SessionsRefused, delete_session, list_sessions, show_session
-    from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 
     assert isinstance(parsed, SessionsCommand)
     if not os.path.exists(parsed.db):
@@ -87,7 +87,7 @@ def _sessions(parsed: object) -> int:
         return 1
     tty = sys.stdout.isatty()
     screen = Screen(sys.stdout, tty=tty, color=tty and not os.environ.get("NO_COLOR"))
-    store = SQLiteSessionStore(parsed.db)
+    store = TerminalSessionStore(parsed.db)
     try:
         if parsed.action == "list":
             return list_sessions(store, screen, parsed.db)
