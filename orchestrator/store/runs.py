@@ -385,6 +385,11 @@ class RunStore(abc.ABC):
         one line, shortened (``orchestrator.store.titles.first_input_title``). A session with neither is left out."""
 
     @abc.abstractmethod
+    def set_titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The title set (``set_title``) for each of ``session_ids`` that has one; those titled by their first
+        input are left out."""
+
+    @abc.abstractmethod
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
         """Remove the session's runs, their event logs and inbox, its history and its title, in one transaction;
         whether there was any. SessionBusy, nothing removed, while a run of it is ``running`` (held by a

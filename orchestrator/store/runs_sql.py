@@ -1291,6 +1291,19 @@ class SQLRunStore(RunStore):
                 found.update((session_id, title) for session_id, title in db.fetchall())
         return found
 
+    def set_titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(session_ids))
+        found: dict[str, str] = {}
+        with self._transaction("set_titles") as db:
+            for start in range(0, len(wanted), _IN_LIST):
+                chunk = wanted[start : start + _IN_LIST]
+                marks = ", ".join("?" for _ in chunk)
+                db.execute(
+                    f"SELECT session_id, title FROM orchestrator_session_titles WHERE session_id IN ({marks})", chunk
+                )
+                found.update((session_id, title) for session_id, title in db.fetchall())
+        return found
+
     def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
         found = 0
         with self._transaction("delete_session") as db:

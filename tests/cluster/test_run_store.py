@@ -255,6 +255,10 @@ def test_a_session_is_titled_by_its_first_input_until_a_title_is_set(store: RunS
     assert store.set_title("nobody", "Nobody's") is False
     assert store.titles(["s1", "s2", "s3", "nobody"]) == {"s1": "Trip plans, again", "s3": "Queued one"}
     assert store.titles([]) == {}
+    # Only the titles set: a session titled by its first input has none.
+    finished(store, "s4", "r4", UserMessage("first input"))
+    assert store.set_titles(["s1", "s2", "s3", "s4", "nobody", "s1"]) == {"s1": "Trip plans, again", "s3": "Queued one"}
+    assert store.set_titles([]) == {}
 
 
 def test_many_sessions_are_titled_in_one_call(store: RunStore) -> None:
