@@ -214,15 +214,12 @@ def fork_stored(
 ) -> int:
     """Copy ``session_id`` (up to ``turn``) into ``target`` (default: a new id); the new id is printed. In a run
     store, the run store's fork (refused while a run of the session has not ended)."""
-    from orchestrator.store.fork import ForkRefused, fork_session
+    from orchestrator.store.fork import ForkRefused
 
     titles = titles or SessionTitles(db)
     new = target or f"{session_id}-fork-{os.urandom(3).hex()}"
     try:
-        if titles.runs is not None:
-            copied = titles.runs.fork(session_id, new, turns=turn)
-        else:
-            copied = fork_session(store.store, session_id, new, turns=turn)
+        copied = fork_into(store, titles, session_id, new, turn)
     except ForkRefused as refused:
         raise SessionsRefused(refused.reason) from None
     except SessionBusy:
@@ -230,3 +227,16 @@ def fork_stored(
     titles.forked(session_id, new, store.messages(session_id))
     screen.say(f"forked {session_id} into {new} ({copied} messages)")
     return 0
+
+
+def fork_into(store: SessionStoreExtension, titles: SessionTitles, source: str, target: str, turns: int | None) -> int:
+    """Copy ``source`` (up to turn ``turns``) into the new session ``target`` (untitled: ``SessionTitles.forked``
+    titles it); how many messages were copied. In a run store, the run store's fork (which copies a title it
+    keeps): SessionBusy while a run of ``source`` has not ended. ForkRefused as ``fork_session`` refuses."""
+    from orchestrator.store.fork import fork_session
+
+    if titles.runs is not None:
+        copied = titles.runs.fork(source, target, turns=turns)
+    else:
+        copied = fork_session(store.store, source, target, turns=turns)
+    return copied

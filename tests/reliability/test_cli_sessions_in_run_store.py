@@ -8,12 +8,14 @@ what it prints and what is left in the file are checked. A web node on the same 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
 from orchestrator.cli.main import command
 from orchestrator.messages import AssistantMessage, Message, UserMessage
@@ -259,3 +261,40 @@ def test_a_web_node_on_the_file_sees_what_the_command_did(
         assert http.get("/sessions/taken").status_code == 404
         assert http.get("/runs/r3").status_code in (404, 410)
         assert [s["session_id"] for s in http.get("/sessions").json()["sessions"]] == ["trip", "queued"]
+
+
+async def chat_lines(db: Path, tmp_path: Path, session: str, *lines: str) -> str:
+    """What ``chat --session SESSION --db DB`` prints for the typed ``lines`` (then the end of input)."""
+    from orchestrator.cli.args import Options
+    from orchestrator.cli.chat import chat
+
+    typed = iter(lines)
+    printed: list[str] = []
+
+    async def read_line() -> str:
+        return next(typed) + "\n"
+
+    options = Options(None, db=str(db), session=session, root=str(tmp_path), project=None)
+    with trio.fail_after(20):
+        code = await chat(options, read_line=read_line, write=printed.append, err=printed.append, handle_sigint=False)
+    assert code == 0
+    return "".join(printed)
+
+
+async def test_the_chats_title_fork_and_sessions_commands_use_the_run_stores_titles(
+    tmp_path: Path, db: Path, store: SQLRunStore
+) -> None:
+    seed(store)
+    store.set_title("trip", "Seaside")
+    shown = await chat_lines(db, tmp_path, "trip", "/title", "/sessions", "/title From the chat", "/fork", "/quit")
+    assert "title: Seaside" in shown
+    assert re.search(r"\* trip +4 messages  Seaside", shown), shown
+    assert "title: From the chat" in shown
+    forked = re.search(r"forked trip into (trip-fork-[0-9a-f]{6}) \(4 messages\)", shown)
+    assert forked is not None, shown
+    fork_id = forked.group(1)
+    assert store.set_titles(["trip", fork_id]) == {"trip": "From the chat", fork_id: "From the chat (fork)"}
+    assert not (db.parent / "sessions.db.titles.json").exists()
+    early = await chat_lines(db, tmp_path, "fresh", "/title Too early", "/quit")
+    assert "cannot title fresh before its first turn is stored" in early
+    assert store.set_titles(["fresh"]) == {} and "fresh" not in store.sessions()
