@@ -152,8 +152,8 @@ def _delete_runs(titles: SessionTitles, session_id: str) -> None:
             f"session {session_id} has a run that has not ended ({run.request_id}, {run.status}); not deleted"
         )
     try:
-        titles.runs.delete_session(session_id)
-    except SessionBusy:  # a worker took a run started since the look above
+        titles.runs.delete_session(session_id, ended_only=True)
+    except SessionBusy:  # a run started since the look above
         raise SessionsRefused(f"session {session_id} has a run that has not ended; not deleted") from None
     titles.forget(session_id)
 
