@@ -143,7 +143,16 @@ def run_as_script() -> NoReturn:
         code = INTERRUPTED_EXIT
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _forget_escaped_interrupt()
     sys.exit(code)
+
+
+def _forget_escaped_interrupt() -> None:
+    """CPython remembers a KeyboardInterrupt that escaped code it ran from a string (``exec`` of generated code,
+    as dataclasses and namedtuple do while modules import), even one caught later, and kills a ``-m`` program
+    with SIGINT at exit for it. Running a string that ends normally clears that memory: the interrupt was
+    handled, and the status ``main`` chose stands."""
+    exec("pass")
 
 
 if __name__ == "__main__":

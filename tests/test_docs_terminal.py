@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "terminal.md"
@@ -34,8 +39,19 @@ def _run(command: str, home: Path) -> str:
     return re.sub(r"-fork-[0-9a-f]{6}", "-fork-a1b2c3", text)
 
 
-def test_the_page_shows_what_its_commands_print(tmp_path: Path) -> None:
-    home = tmp_path / "me"
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A home whose path has the same length on every machine and run: the system prompt names the working
+    directory, so the token counts the page shows depend on its length (pytest's own temporary paths grow
+    with its run counter)."""
+    root = tempfile.mkdtemp(prefix="docs-", dir="/tmp")
+    try:
+        yield Path(root) / "me"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_page_shows_what_its_commands_print(home: Path) -> None:
     (home / "shop" / ".git").mkdir(parents=True)
     page = PAGE.read_text()
     updated: list[str] = []

@@ -18,7 +18,9 @@ from orchestrator.cli.conversation import Conversation
 from orchestrator.cli.lines import LineRouter, LineSource, ReadLine, StreamLines, TerminalLines, read_stdin_line
 from orchestrator.cli.offered import OfferedTools
 from orchestrator.cli.render import Screen, Write, WriteFile
+from orchestrator.cli.session_file import TerminalSessionStore
 from orchestrator.cli.sessions import last_session, remember_last
+from orchestrator.cli.titles import SessionTitles
 from orchestrator.config import AgentRunConfig
 from orchestrator.extensions.files.sandbox import Sandbox
 from orchestrator.extensions.plan_mode import ENTER_TOOL, EXIT_TOOL
@@ -63,6 +65,7 @@ class App:
     scripted: bool
     db: str
     built: DefaultAgent
+    titles: SessionTitles  # where the sessions' titles are kept (the run store in db, or beside it)
     model_spec: str = "scripted"
     permission_sources: dict[str, str] = attrs.field(factory=dict)  # changed in this session
     offered: OfferedTools = attrs.field(factory=OfferedTools)  # the tools the model has been offered
@@ -143,10 +146,12 @@ async def _open_app(
     interactive: bool | None,
     project_config: ProjectConfig | None,
 ) -> AsyncIterator[App]:
-    store = SQLiteSessionStore(options.db)  # UnusableLocation when its file cannot be made or opened
+    store = TerminalSessionStore(options.db)  # UnusableLocation when its file cannot be made or opened
     retry_log = logging.getLogger("orchestrator.providers")
     with contextlib.ExitStack() as stack:
         stack.callback(store.close)
+        titles = SessionTitles.open(options.db)  # the run store in the file keeps them, when it holds one
+        stack.callback(titles.close)
         screen, json_out = _screen(options, write)
         sandbox = Sandbox(options.sandbox, network=options.sandbox_network)
         if scripted:
@@ -203,6 +208,7 @@ async def _open_app(
                 scripted,
                 options.db,
                 built,
+                titles,
                 model_spec=project.model.value or "scripted",
                 offered=offered,
             )

@@ -45,7 +45,7 @@ async def run_command(app: App, line: str) -> bool:
         app.switch_session(session_id)
         screen.say(f"new session {session_id}", style="dim")
     elif name == "/sessions":
-        list_sessions(app.store, screen, app.db, current=app.session_id)
+        list_sessions(app.store, screen, app.db, current=app.session_id, titles=app.titles)
     elif name == "/compact":
         await _compact(app)
     elif name == "/diagram":

@@ -78,8 +78,9 @@ def command(name: str, argv: list[str]) -> int:
 def _sessions(parsed: object) -> int:
     from orchestrator.cli.args import SessionsCommand
     from orchestrator.cli.render import Screen
+    from orchestrator.cli.session_file import TerminalSessionStore
     from orchestrator.cli.sessions import SessionsRefused, delete_session, list_sessions, show_session
-    from orchestrator.extensions.sqlite_store import SQLiteSessionStore
+    from orchestrator.cli.titles import SessionTitles
 
     assert isinstance(parsed, SessionsCommand)
     if not os.path.exists(parsed.db):
@@ -87,26 +88,32 @@ def _sessions(parsed: object) -> int:
         return 1
     tty = sys.stdout.isatty()
     screen = Screen(sys.stdout, tty=tty, color=tty and not os.environ.get("NO_COLOR"))
-    store = SQLiteSessionStore(parsed.db)
+    store = TerminalSessionStore(parsed.db)
+    try:
+        titles = SessionTitles.open(parsed.db)  # the run store in the file, when it holds one
+    except BaseException:
+        store.close()
+        raise
     try:
         if parsed.action == "list":
-            return list_sessions(store, screen, parsed.db)
+            return list_sessions(store, screen, parsed.db, titles=titles)
         assert parsed.session is not None
         if parsed.action == "show":
-            return show_session(store, screen, parsed.session, parsed.db)
+            return show_session(store, screen, parsed.session, parsed.db, titles)
         if parsed.action in ("title", "export", "fork"):
             from orchestrator.cli.sessions import export_session, fork_stored, title_session
 
             if parsed.action == "title":
-                return title_session(store, screen, parsed.session, parsed.db, parsed.argument)
+                return title_session(store, screen, parsed.session, parsed.db, parsed.argument, titles)
             if parsed.action == "export":
                 assert parsed.argument is not None
-                return export_session(store, screen, parsed.session, parsed.db, parsed.argument)
-            return fork_stored(store, screen, parsed.session, parsed.db, parsed.argument, parsed.turn)
-        return delete_session(store, screen, parsed.session, parsed.db)
+                return export_session(store, screen, parsed.session, parsed.db, parsed.argument, titles)
+            return fork_stored(store, screen, parsed.session, parsed.db, parsed.argument, parsed.turn, titles)
+        return delete_session(store, screen, parsed.session, parsed.db, titles)
     except SessionsRefused as refused:  # errors go to stderr, so that stdout holds only what was asked for
         screen.end_text()
         print(f"sessions {parsed.action}: {refused}", file=sys.stderr)
         return 1
     finally:
+        titles.close()
         store.close()

@@ -10,15 +10,15 @@ from collections.abc import Sequence
 
 from orchestrator.cli.app import App
 from orchestrator.cli.render import shorten
-from orchestrator.cli.sessions import summaries
-from orchestrator.cli.titles import set_title, title_of
+from orchestrator.cli.sessions import fork_into, summaries
+from orchestrator.errors import SessionBusy
 from orchestrator.extensions.compaction import estimate_tokens
 from orchestrator.extensions.tool_approval import ToolPolicy, Verdict
 from orchestrator.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from orchestrator.model import Usage
 from orchestrator.observe.export import to_html, to_markdown
 from orchestrator.providers.choice import MODEL_SPECS, ModelUnavailable, build_model, names_a_provider
-from orchestrator.store.fork import ForkRefused, fork_session
+from orchestrator.store.fork import ForkRefused
 
 HELP = """\
 /title [TEXT]  show this session's title, or set it
@@ -41,13 +41,16 @@ def _messages(app: App) -> list[Message]:
 
 
 def _store_title(app: App, session_id: str, text: str) -> bool:
-    """Set the title, or say in one line why it cannot be kept (the titles file is not writable)."""
+    """Set the title, or say in one line why it cannot be kept (the titles file is not writable, or the run store
+    that keeps them has nothing of the session yet)."""
     try:
-        set_title(app.db, session_id, text)
+        kept = app.titles.set(session_id, text)
     except OSError as error:
         app.screen.say(f"cannot keep the title of {session_id}: {error.strerror or error}", style="red")
         return False
-    return True
+    if not kept:
+        app.screen.say(f"cannot title {session_id} before its first turn is stored", style="yellow")
+    return kept
 
 
 def title(app: App, rest: str) -> None:
@@ -55,7 +58,7 @@ def title(app: App, rest: str) -> None:
         if _store_title(app, app.session_id, rest):
             app.screen.say(f"title: {rest}")
         return
-    shown = title_of(app.db, app.session_id, _messages(app))
+    shown = app.titles.title(app.session_id, _messages(app))
     app.screen.say(f"title: {shown}" if shown else "no title yet: the first input gives one (or /title TEXT)")
 
 
@@ -69,12 +72,18 @@ def fork(app: App, rest: str) -> None:
     source = app.session_id
     target = f"{source.split('-fork-')[0]}-fork-{os.urandom(3).hex()}"
     try:
-        copied = fork_session(app.store.store, source, target, turns=turns)
+        copied = fork_into(app.store, app.titles, source, target, turns)
     except ForkRefused as refused:
         app.screen.say(f"cannot fork: {refused.reason}", style="yellow")
         return
+    except SessionBusy:
+        app.screen.say(f"cannot fork: session {source} has a run that has not ended", style="yellow")
+        return
     app.switch_session(target)
-    _store_title(app, target, f"{title_of(app.db, source, app.store.messages(source))} (fork)")
+    try:
+        app.titles.forked(source, target, app.store.messages(source))
+    except OSError as error:
+        app.screen.say(f"cannot keep the title of {target}: {error.strerror or error}", style="red")
     since = f" up to turn {turns}" if turns is not None else ""
     app.screen.say(f"forked {source}{since} into {target} ({copied} messages); you are in the fork now")
 
@@ -82,7 +91,7 @@ def fork(app: App, rest: str) -> None:
 def export(app: App, rest: str) -> None:
     path = os.path.expanduser(rest) if rest else f"{app.session_id}.md"
     messages = _messages(app)
-    heading = title_of(app.db, app.session_id, messages) or app.session_id
+    heading = app.titles.title(app.session_id, messages) or app.session_id
     text = to_html(messages, heading) if path.lower().endswith((".html", ".htm")) else to_markdown(messages, heading)
     try:
         with open(path, "w", encoding="utf-8") as handle:
@@ -228,7 +237,7 @@ def mcp(app: App) -> None:
 
 
 async def resume(app: App, rest: str) -> None:
-    listed = summaries(app.store, app.db)
+    listed = summaries(app.store, app.db, app.titles)
     if not listed:
         app.screen.say(f"no stored sessions in {app.db}")
         return

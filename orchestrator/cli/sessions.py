@@ -2,6 +2,8 @@
 
 The session a command line last ran is remembered in ``<db>.last`` beside the
 database, so ``-c`` continues it; without that file, the newest stored session.
+When the database file also holds a run store (``SessionTitles.runs``), its sessions,
+titles and runs are the run store's too: a web node on the file sees what these commands do.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import os
 import attrs
 
 from orchestrator.cli.render import Screen, call_line, result_line, shorten
-from orchestrator.cli.titles import set_title, set_titles, title_of
+from orchestrator.cli.titles import SessionTitles
+from orchestrator.errors import SessionBusy
 from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from orchestrator.store import SessionLocked
@@ -51,18 +54,31 @@ def last_session(store: SessionStoreExtension, db: str) -> str | None:
     return stored[-1] if stored else None
 
 
-def summaries(store: SessionStoreExtension, db: str) -> list[SessionSummary]:
-    """Stored sessions, newest first, with their titles."""
+def _stored(store: SessionStoreExtension, titles: SessionTitles) -> list[str]:
+    """The stored sessions, oldest first: the run store's (runs or messages) when the file holds one."""
+    return titles.runs.sessions() if titles.runs is not None else store.sessions()
+
+
+def summaries(store: SessionStoreExtension, db: str, titles: SessionTitles | None = None) -> list[SessionSummary]:
+    """Stored sessions, newest first, with their titles (``titles``: where they are kept; default the file's)."""
+    titles = titles or SessionTitles(db)
     found = []
-    titles = set_titles(db)
-    for session_id in reversed(store.sessions()):
+    ids = _stored(store, titles)
+    chosen = titles.chosen(ids)
+    for session_id in reversed(ids):
         messages = store.messages(session_id)
-        found.append(SessionSummary(session_id, len(messages), title_of(db, session_id, messages, titles)))
+        found.append(SessionSummary(session_id, len(messages), titles.title(session_id, messages, chosen)))
     return found
 
 
-def list_sessions(store: SessionStoreExtension, screen: Screen, db: str, current: str | None = None) -> int:
-    listed = summaries(store, db)
+def list_sessions(
+    store: SessionStoreExtension,
+    screen: Screen,
+    db: str,
+    current: str | None = None,
+    titles: SessionTitles | None = None,
+) -> int:
+    listed = summaries(store, db, titles)
     if not listed:
         screen.say(f"no stored sessions in {db}")
         return 0
@@ -74,11 +90,16 @@ def list_sessions(store: SessionStoreExtension, screen: Screen, db: str, current
     return 0
 
 
-def show_session(store: SessionStoreExtension, screen: Screen, session_id: str, db: str) -> int:
+def show_session(
+    store: SessionStoreExtension, screen: Screen, session_id: str, db: str, titles: SessionTitles | None = None
+) -> int:
+    titles = titles or SessionTitles(db)
     messages = store.messages(session_id)
-    if not messages:
+    if not messages and (titles.runs is None or session_id not in titles.runs.sessions()):
         raise SessionsRefused(f"no session {session_id} in {db}")
     screen.say(f"session {session_id}: {len(messages)} messages", style="bold")
+    if titles.runs is not None:
+        screen.say(f"title: {titles.title(session_id, messages)}")
     for message in messages:
         if isinstance(message, UserMessage):
             screen.say(f"user: {message.text}", style="bold")
@@ -94,16 +115,23 @@ def show_session(store: SessionStoreExtension, screen: Screen, session_id: str, 
     return 0
 
 
-def delete_session(store: SessionStoreExtension, screen: Screen, session_id: str, db: str) -> int:
-    """Remove every row of a session: messages, waits and answers, Plan Mode, rows set aside (refused while a
-    process runs it)."""
-    if session_id not in store.sessions() and not store.pending_approvals(session_id):
+def delete_session(
+    store: SessionStoreExtension, screen: Screen, session_id: str, db: str, titles: SessionTitles | None = None
+) -> int:
+    """Remove every row of a session: messages, waits and answers, Plan Mode, rows set aside, and in a run
+    store its runs, their events and inbox, its title and owner (refused while a process runs it, or while a run
+    of it has not ended)."""
+    titles = titles or SessionTitles(db)
+    known = session_id in store.sessions() or bool(store.pending_approvals(session_id))
+    if not known and (titles.runs is None or session_id not in titles.runs.sessions()):
         raise SessionsRefused(f"no session {session_id} in {db}")
     try:
         lock = store.store.lock_session(session_id)
     except SessionLocked:
         raise SessionsRefused(f"session {session_id} is running in another process; not deleted") from None
     try:
+        if titles.runs is not None:
+            _delete_runs(titles, session_id)
         store.store.delete_session(session_id)
     finally:
         lock.release()
@@ -113,25 +141,58 @@ def delete_session(store: SessionStoreExtension, screen: Screen, session_id: str
     return 0
 
 
-def title_session(store: SessionStoreExtension, screen: Screen, session_id: str, db: str, text: str | None) -> int:
+def _delete_runs(titles: SessionTitles, session_id: str) -> None:
+    """Delete the session from the run store (its runs, events, inbox, history, title and owner); refused while
+    a run of it is queued, running or parked."""
+    assert titles.runs is not None
+    unended = titles.runs.runs(session_id, active=True)
+    if unended:
+        run = unended[0]
+        raise SessionsRefused(
+            f"session {session_id} has a run that has not ended ({run.request_id}, {run.status}); not deleted"
+        )
+    try:
+        titles.runs.delete_session(session_id, ended_only=True)
+    except SessionBusy:  # a run started since the look above
+        raise SessionsRefused(f"session {session_id} has a run that has not ended; not deleted") from None
+    titles.forget(session_id)
+
+
+def title_session(
+    store: SessionStoreExtension,
+    screen: Screen,
+    session_id: str,
+    db: str,
+    text: str | None,
+    titles: SessionTitles | None = None,
+) -> int:
     """Show ``session_id``'s title, or set it to ``text``."""
+    titles = titles or SessionTitles(db)
     messages = store.messages(session_id)
-    if not messages and session_id not in store.sessions():
+    if not messages and session_id not in _stored(store, titles):
         raise SessionsRefused(f"no session {session_id} in {db}")
-    if text is not None:
-        set_title(db, session_id, text)
-    screen.say(title_of(db, session_id, messages))
+    if text is not None and not titles.set(session_id, text):
+        raise SessionsRefused(f"no session {session_id} in {db}")
+    screen.say(titles.title(session_id, messages))
     return 0
 
 
-def export_session(store: SessionStoreExtension, screen: Screen, session_id: str, db: str, path: str) -> int:
+def export_session(
+    store: SessionStoreExtension,
+    screen: Screen,
+    session_id: str,
+    db: str,
+    path: str,
+    titles: SessionTitles | None = None,
+) -> int:
     """Write ``session_id`` to ``path``: an HTML page for .html/.htm, else Markdown."""
     from orchestrator.observe.export import to_html, to_markdown
 
+    titles = titles or SessionTitles(db)
     if session_id not in store.sessions():
         raise SessionsRefused(f"no session {session_id}")
     messages = store.messages(session_id)
-    heading = title_of(db, session_id, messages) or session_id
+    heading = titles.title(session_id, messages) or session_id
     text = to_html(messages, heading) if path.lower().endswith((".html", ".htm")) else to_markdown(messages, heading)
     try:
         with open(path, "w", encoding="utf-8") as handle:
@@ -143,16 +204,39 @@ def export_session(store: SessionStoreExtension, screen: Screen, session_id: str
 
 
 def fork_stored(
-    store: SessionStoreExtension, screen: Screen, session_id: str, db: str, target: str | None, turn: int | None
+    store: SessionStoreExtension,
+    screen: Screen,
+    session_id: str,
+    db: str,
+    target: str | None,
+    turn: int | None,
+    titles: SessionTitles | None = None,
 ) -> int:
-    """Copy ``session_id`` (up to ``turn``) into ``target`` (default: a new id); the new id is printed."""
-    from orchestrator.store.fork import ForkRefused, fork_session
+    """Copy ``session_id`` (up to ``turn``) into ``target`` (default: a new id); the new id is printed. In a run
+    store, the run store's fork (refused while a run of the session has not ended)."""
+    from orchestrator.store.fork import ForkRefused
 
+    titles = titles or SessionTitles(db)
     new = target or f"{session_id}-fork-{os.urandom(3).hex()}"
     try:
-        copied = fork_session(store.store, session_id, new, turns=turn)
+        copied = fork_into(store, titles, session_id, new, turn)
     except ForkRefused as refused:
         raise SessionsRefused(refused.reason) from None
-    set_title(db, new, f"{title_of(db, session_id, store.messages(session_id))} (fork)")
+    except SessionBusy:
+        raise SessionsRefused(f"session {session_id} has a run that has not ended; not forked") from None
+    titles.forked(session_id, new, store.messages(session_id))
     screen.say(f"forked {session_id} into {new} ({copied} messages)")
     return 0
+
+
+def fork_into(store: SessionStoreExtension, titles: SessionTitles, source: str, target: str, turns: int | None) -> int:
+    """Copy ``source`` (up to turn ``turns``) into the new session ``target`` (untitled: ``SessionTitles.forked``
+    titles it); how many messages were copied. In a run store, the run store's fork (which copies a title it
+    keeps): SessionBusy while a run of ``source`` has not ended. ForkRefused as ``fork_session`` refuses."""
+    from orchestrator.store.fork import fork_session
+
+    if titles.runs is not None:
+        copied = titles.runs.fork(source, target, turns=turns)
+    else:
+        copied = fork_session(store.store, source, target, turns=turns)
+    return copied

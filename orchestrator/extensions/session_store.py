@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_WAIT_RULES",
+    "SESSIONS_NOT_RUNS",
     "ApprovalResumedEvent",
     "PlanModeRestoredEvent",
     "SessionStoreExtension",
@@ -96,6 +99,21 @@ _FINAL_PHASES = REQUEST.main.final_states
 _PLAN_ACTIVE = frozenset({"plan_active", "exit_awaiting_approval"})
 # How long a new request waits for a session held only for a moment (an answer being recorded).
 _LOCK_PATIENCE = 0.5
+
+SESSIONS_NOT_RUNS = (
+    "{name} keeps sessions, not runs: an answer stored while no process runs the session takes effect only at"
+    " the session's next request. For runs that resume by themselves after a restart, open the store with"
+    " orchestrator.cluster.open_durable_agent(agent, 'app.db') (see the Durability page)."
+)
+"""The DeprecationWarning constructing a session store extension gives (``{name}``: its class)."""
+
+
+def _callers_level(extension: object) -> int:
+    """The ``stacklevel`` that names the code constructing ``extension``, past its classes' own ``__init__``s."""
+    level, frame = 2, sys._getframe(2)
+    while frame.f_back is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is extension:
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -159,8 +177,14 @@ class SessionStoreExtension(AgentExtension):
 
     priority = -100
     fingerprinted = False  # where sessions are kept, not what the agent is
+    deprecated: ClassVar[bool] = True
+    """Whether constructing it warns (``SESSIONS_NOT_RUNS``); the terminal's own session file does not."""
 
     def __init__(self, store: SessionStore, *, wait_rules: Iterable[WaitRule] = ()) -> None:
+        if self.deprecated:
+            warnings.warn(
+                SESSIONS_NOT_RUNS.format(name=type(self).__name__), DeprecationWarning, stacklevel=_callers_level(self)
+            )
         self.store = store
         self.wait_rules = {rule.response_event: rule for rule in (*DEFAULT_WAIT_RULES, *wait_rules)}
         self._held: dict[str, tuple[AgentRunContext, SessionLock]] = {}

@@ -388,11 +388,17 @@ class RunStore(abc.ABC):
         one line, shortened (``orchestrator.store.titles.first_input_title``). A session with neither is left out."""
 
     @abc.abstractmethod
-    def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+    def set_titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The title set (``set_title``) for each of ``session_ids`` that has one; those titled by their first
+        input are left out."""
+
+    @abc.abstractmethod
+    def delete_session(self, session_id: str, *, cancel: bool = False, ended_only: bool = False) -> bool:
         """Remove the session's runs, their event logs and inbox, its history and its title, in one transaction;
         whether there was any. SessionBusy, nothing removed, while a run of it is ``running`` (held by a
         worker), unless ``cancel``: its worker's next write or heartbeat then finds it gone (LeaseLost)
-        and stops without writing."""
+        and stops without writing. With ``ended_only``, SessionBusy while any run of it has not ended (is queued,
+        running or parked)."""
 
     @abc.abstractmethod
     def prune_sessions(self, idle_before: float) -> list[str]:

@@ -1325,13 +1325,27 @@ class SQLRunStore(RunStore):
                 found.update((session_id, title) for session_id, title in db.fetchall())
         return found
 
-    def delete_session(self, session_id: str, *, cancel: bool = False) -> bool:
+    def set_titles(self, session_ids: Sequence[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(session_ids))
+        found: dict[str, str] = {}
+        with self._transaction("set_titles") as db:
+            for start in range(0, len(wanted), _IN_LIST):
+                chunk = wanted[start : start + _IN_LIST]
+                marks = ", ".join("?" for _ in chunk)
+                db.execute(
+                    f"SELECT session_id, title FROM orchestrator_session_titles WHERE session_id IN ({marks})", chunk
+                )
+                found.update((session_id, title) for session_id, title in db.fetchall())
+        return found
+
+    def delete_session(self, session_id: str, *, cancel: bool = False, ended_only: bool = False) -> bool:
         found = 0
+        busy = ACTIVE if ended_only else frozenset({"running"})
         with self._transaction("delete_session") as db:
             lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
             db.execute(f"SELECT request_id, status FROM orchestrator_runs WHERE session_id = ?{lock}", (session_id,))
             runs = db.fetchall()
-            if not cancel and any(status == "running" for _, status in runs):
+            if not cancel and any(status in busy for _, status in runs):
                 raise SessionBusy(session_id)
             for (request_id, _) in runs:
                 db.execute("DELETE FROM orchestrator_run_events WHERE request_id = ?", (request_id,))

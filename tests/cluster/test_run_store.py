@@ -255,6 +255,10 @@ def test_a_session_is_titled_by_its_first_input_until_a_title_is_set(store: RunS
     assert store.set_title("nobody", "Nobody's") is False
     assert store.titles(["s1", "s2", "s3", "nobody"]) == {"s1": "Trip plans, again", "s3": "Queued one"}
     assert store.titles([]) == {}
+    # Only the titles set: a session titled by its first input has none.
+    finished(store, "s4", "r4", UserMessage("first input"))
+    assert store.set_titles(["s1", "s2", "s3", "s4", "nobody", "s1"]) == {"s1": "Trip plans, again", "s3": "Queued one"}
+    assert store.set_titles([]) == {}
 
 
 def test_many_sessions_are_titled_in_one_call(store: RunStore) -> None:
@@ -279,6 +283,22 @@ def test_deleting_or_pruning_a_session_deletes_its_title(store: RunStore) -> Non
     # The id is free again: a new session under it starts untitled.
     finished(store, "s1", "r3", UserMessage("anew"))
     assert store.titles(["s1", "s2"]) == {"s1": "anew"}
+
+
+def test_deleting_only_a_session_whose_runs_all_ended_refuses_a_queued_or_parked_one(store: RunStore) -> None:
+    finished(store, "s1", "r1", UserMessage("one"))
+    store.create_run("s1", "r2", INPUT)
+    with pytest.raises(SessionBusy):
+        store.delete_session("s1", ended_only=True)
+    (lease,) = store.claim("w0", 30.0)
+    store.commit(lease, RunCommit(status="parked"))
+    with pytest.raises(SessionBusy):
+        store.delete_session("s1", ended_only=True)
+    assert [run.request_id for run in store.runs("s1")] == ["r1", "r2"] and len(store.history("s1")) == 1
+    assert store.delete_session("s1")  # without it, a run nobody holds goes with its session
+    assert store.runs("s1") == [] and store.history("s1") == []
+    finished(store, "s2", "r3", UserMessage("two"))
+    assert store.delete_session("s2", ended_only=True) and store.runs("s2") == []
 
 
 def two_turns(store: RunStore, session_id: str = "s1") -> None:
