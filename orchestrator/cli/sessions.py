@@ -17,7 +17,7 @@ from orchestrator.cli.titles import SessionTitles
 from orchestrator.errors import SessionBusy
 from orchestrator.extensions.session_store import SessionStoreExtension
 from orchestrator.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from orchestrator.store import SessionLocked
+from orchestrator.store import SessionCarried, SessionLocked
 
 
 @attrs.frozen
@@ -127,6 +127,10 @@ def delete_session(
         raise SessionsRefused(f"no session {session_id} in {db}")
     try:
         lock = store.store.lock_session(session_id)
+    except SessionCarried as carried:  # a run of the run store on the file owns it
+        raise SessionsRefused(
+            f"session {session_id} has a run that has not ended ({carried.request_id}, {carried.status}); not deleted"
+        ) from None
     except SessionLocked:
         raise SessionsRefused(f"session {session_id} is running in another process; not deleted") from None
     try:
