@@ -201,29 +201,30 @@ def _answer_until_ended(
     store: Any, feed: Any, runs: int, timeout: float, post: Callable[[Any], None]
 ) -> tuple[dict[str, float], int]:
     """Answer each run's question through ``post`` once the run is seen parked, until all ``runs`` runs of the store
-    have ended, looking again at each wake-up of ``feed``: when each run's answer was posted (``time.time()``), and
-    how many times the runs were read."""
+    (created before) have ended, looking again at each wake-up of ``feed`` at the runs that have not ended, as a web
+    node lists them: when each run's answer was posted (``time.time()``), and how many times the runs were read."""
     from orchestrator.cluster.checkpoint import read
     from orchestrator.store.runs import NewInboxItem
 
     answered: dict[str, float] = {}
-    ended: set[str] = set()
+    left = runs
     looks = 0
     deadline = time.monotonic() + timeout
-    while len(ended) < runs:
+    while left:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{runs - len(ended)} runs did not end within {timeout:g} s")
+            raise RuntimeError(f"{left} runs did not end within {timeout:g} s")
         looks += 1
-        for record in store.runs():
-            if record.final:
-                ended.add(record.request_id)
-            elif record.status == "parked" and record.request_id not in answered:
+        active = store.runs(active=True)
+        left = len(active)
+        for record in active:
+            if record.status == "parked" and record.request_id not in answered:
                 checkpoint = read(record.checkpoint)
                 for wait in checkpoint.waiting if checkpoint else ():
                     payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
                     answered[record.request_id] = time.time()
                     post(NewInboxItem(record.session_id, record.request_id, wait.response_event, payload))
-        feed.wait(0.5)
+        if left:
+            feed.wait(0.5)
     return answered, looks
 
 
