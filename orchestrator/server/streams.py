@@ -16,7 +16,7 @@ import math
 import signal
 import sys
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from orchestrator.events import AgentEvent, RunCancelledEvent, RunCompletedEvent, RunFailedEvent
-from orchestrator.host import AgentHost
+from orchestrator.host import AgentHost, HostBatches
 from orchestrator.runtime.handle import EventsExpired
 from orchestrator.server.hosted import host_closing
 from orchestrator.wire.format import encode_event
@@ -125,9 +125,13 @@ class EventStreamResponse(Response):
             await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def _close(self, frames: _Frames) -> None:
-        """Stop reading the run's batches (within a second, whatever cancels the response)."""
+        """Stop reading the run's batches (within a second, whatever cancels the response): a host's batches stop
+        at once, others are closed."""
+        frames.close()
+        if isinstance(self.batches, HostBatches):
+            self.batches.stop()
+            return
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-            await frames.aclose()
             aclose = getattr(self.batches, "aclose", None)
             if aclose is not None:
                 await aclose()
@@ -313,7 +317,8 @@ class _Frames:
     one whose backend is closing ends with the closing frame. ``is_last()`` says
     whether the chunk just given is the stream's last: the run ``request_id``'s own
     terminal event ends it (a subagent's, streamed through it, does not), as does
-    an error or closing frame.
+    an error or closing frame. A plain iterator, not a generator: leaving it early
+    leaves nothing to close.
     """
 
     def __init__(self, batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason, request_id: str | None) -> None:
@@ -321,29 +326,24 @@ class _Frames:
         self.stop = stop
         self.request_id = request_id
         self.last = False
-        self._chunks = self._read()
+        self._done = False
 
     def __aiter__(self) -> _Frames:
         return self
 
     async def __anext__(self) -> bytes:
-        return await self._chunks.__anext__()
-
-    async def aclose(self) -> None:
-        await self._chunks.aclose()
-
-    def is_last(self) -> bool:
-        return self.last
-
-    async def _read(self) -> AsyncGenerator[bytes, None]:
+        if self._done:
+            raise StopAsyncIteration
         try:
-            async for batch in self.batches:
-                final = batch[-1]
-                self.last = self.request_id is not None and final["type"] in RUN_ENDS and final.get(
-                    "request_id"
-                ) == self.request_id
-                yield sse_frames(batch)
-            return
+            batch = await self.batches.__anext__()
+            final = batch[-1]
+            self.last = self.request_id is not None and final["type"] in RUN_ENDS and final.get(
+                "request_id"
+            ) == self.request_id
+            return sse_frames(batch)
+        except StopAsyncIteration:
+            self._done = True
+            raise
         except EventsExpired as expired:
             frame = sse_error_frame(expired)
         except Exception as error:
@@ -353,9 +353,15 @@ class _Frames:
             else:
                 logger.exception("the event stream failed")
                 frame = sse_error_frame(error)
+        self._done = True
         self.last = True
-        yield frame.encode()
+        return frame.encode()
 
+    def close(self) -> None:
+        self._done = True
+
+    def is_last(self) -> bool:
+        return self.last
 
 
 def sse_response(events: AsyncIterator[AgentEvent], host: AgentHost | None = None) -> Response:
