@@ -12,8 +12,9 @@ the user (``ask_user``), is answered, and answers. Two ways:
 - **cluster**: ``workers`` processes of ``python -m orchestrator worker`` on a
   throwaway PostgreSQL server (started like the test suite's, ``tests/pg.py``),
   on every CPU (the benchmark's pinning to one is lifted for them);
-  the driver inserts the runs and posts each answer to the run store's inbox
-  as soon as it sees the run parked, as a web node does.
+  the driver inserts the runs (``CLIENTS`` at a time, as concurrent requests to
+  a web node do) and posts each answer to the run store's inbox as soon as it
+  sees the run parked, as a web node does.
 
 Reported: runs per second (runs / wall time from the first start to the last
 end) and the approval-to-resume latency (from the answer's posting to the
@@ -35,6 +36,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,8 @@ BEGIN = "<!-- cluster results: written by `python -m bench --only cluster --read
 END = "<!-- end of cluster results -->"
 APP = "bench.cluster_app:approval_agent"
 ANSWERED_CALL = "q1"
+CLIENTS = 8
+"""Runs created at once on a run store, each by a thread of its own, as concurrent requests to a web node do."""
 HEADING = """## Scaling out: workers on PostgreSQL
 
 `python -m bench --only cluster` (`bench/cluster.py`): runs started at once, each calling a lookup
@@ -143,9 +147,10 @@ async def _embedded(runs: int, path: Path, timeout: float) -> dict[str, Any]:
             nursery.cancel_scope.cancel()
     finally:
         store.close()
-    seconds, latencies, statuses = driven
+    seconds, creating, latencies, statuses = driven
     result = _summary("1 process, embedded worker, SQLite", runs, seconds, latencies)
     result["statuses"] = sorted(statuses)
+    result["create_seconds"] = creating
     return result
 
 
@@ -156,53 +161,70 @@ def embedded(runs: int, directory: Path, timeout: float = 600.0) -> dict[str, An
     return result
 
 
-def _drive(store: Any, runs: int, timeout: float) -> tuple[float, list[float], set[str]]:
-    """Insert ``runs`` runs, answer each once it is seen parked, and wait for them all to end (in a thread of its
-    own, as a web node's requests would be): the seconds from the first insert to the last end, each run's
-    approval-to-resume latency, and the runs' final statuses."""
-    from orchestrator import UserMessage
-    from orchestrator.wire.format import encode_message
-
+def _drive(store: Any, runs: int, timeout: float) -> tuple[float, float, list[float], set[str]]:
+    """Insert ``runs`` runs (``_create_runs``), answer each once it is seen parked, and wait for them all to end (in
+    a thread of its own, as a web node's requests would be): the seconds from the first insert to the last end, the
+    seconds the inserts took, each run's approval-to-resume latency, and the runs' final statuses."""
     feed = store.watch()
     try:
         ids = [uuid.uuid4().hex for _ in range(runs)]
         started = time.perf_counter()
-        for index, request_id in enumerate(ids):
-            store.create_run(f"s{index}", request_id, encode_message(UserMessage("go")))
+        creating = _create_runs(store, ids, [])
         answered, _ = _answer_until_ended(store, feed, runs, timeout, store.post)  # woken by the worker's commits
         seconds = time.perf_counter() - started
-        return seconds, _latencies(store, ids, answered), {record.status for record in store.runs()}
+        return seconds, creating, _latencies(store, ids, answered), {record.status for record in store.runs()}
     finally:
         feed.close()
+
+
+def _create_runs(store: Any, ids: list[str], commits: list[float]) -> float:
+    """Create a run for each of ``ids`` (session ``s<index>``) through ``store.create_run``, ``CLIENTS`` at a time
+    from threads of their own, as a web node's concurrent requests would: the seconds it took, and each call's
+    duration appended to ``commits``."""
+    from orchestrator import UserMessage
+    from orchestrator.wire.format import encode_message
+
+    message = encode_message(UserMessage("go"))
+    began = time.perf_counter()
+
+    def create(index: int) -> None:
+        start = time.perf_counter()
+        store.create_run(f"s{index}", ids[index], message)
+        commits.append(time.perf_counter() - start)
+
+    with ThreadPoolExecutor(CLIENTS, thread_name_prefix="client") as clients:
+        list(clients.map(create, range(len(ids))))
+    return time.perf_counter() - began
 
 
 def _answer_until_ended(
     store: Any, feed: Any, runs: int, timeout: float, post: Callable[[Any], None]
 ) -> tuple[dict[str, float], int]:
     """Answer each run's question through ``post`` once the run is seen parked, until all ``runs`` runs of the store
-    have ended, looking again at each wake-up of ``feed``: when each run's answer was posted (``time.time()``), and
-    how many times the runs were read."""
+    (created before) have ended, looking again at each wake-up of ``feed`` at the runs that have not ended, as a web
+    node lists them: when each run's answer was posted (``time.time()``), and how many times the runs were read."""
     from orchestrator.cluster.checkpoint import read
     from orchestrator.store.runs import NewInboxItem
 
     answered: dict[str, float] = {}
-    ended: set[str] = set()
+    left = runs
     looks = 0
     deadline = time.monotonic() + timeout
-    while len(ended) < runs:
+    while left:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{runs - len(ended)} runs did not end within {timeout:g} s")
+            raise RuntimeError(f"{left} runs did not end within {timeout:g} s")
         looks += 1
-        for record in store.runs():
-            if record.final:
-                ended.add(record.request_id)
-            elif record.status == "parked" and record.request_id not in answered:
+        active = store.runs(active=True)
+        left = len(active)
+        for record in active:
+            if record.status == "parked" and record.request_id not in answered:
                 checkpoint = read(record.checkpoint)
                 for wait in checkpoint.waiting if checkpoint else ():
                     payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
                     answered[record.request_id] = time.time()
                     post(NewInboxItem(record.session_id, record.request_id, wait.response_event, payload))
-        feed.wait(0.5)
+        if left:
+            feed.wait(0.5)
     return answered, looks
 
 
@@ -249,9 +271,7 @@ def _start_workers(dsn: str, count: int, logs: Path, capacity: int | None = None
 def through_workers(
     dsn: str, runs: int, workers: int, timeout: float, logs: Path, capacity: int | None = None
 ) -> dict[str, Any]:
-    from orchestrator import UserMessage
     from orchestrator.store.runs_sql import open_run_store
-    from orchestrator.wire.format import encode_message
 
     store = open_run_store(dsn)
     processes = _start_workers(dsn, workers, logs, capacity)
@@ -262,10 +282,7 @@ def through_workers(
         reads = 0  # the driver's own transactions that only read
         commits: list[float] = []  # seconds per committing call of the driver (a run's creation, an answer)
         started = time.perf_counter()
-        for index, request_id in enumerate(ids):
-            began = time.perf_counter()
-            store.create_run(f"s{index}", request_id, encode_message(UserMessage("go")))
-            commits.append(time.perf_counter() - began)
+        creating = _create_runs(store, ids, commits)
 
         def post(item: Any) -> None:
             began = time.perf_counter()
@@ -289,6 +306,7 @@ def through_workers(
         result["transactions_per_run"] = (after["xact_commit"] - before["xact_commit"] - reads - 1) / runs
         result["wal_bytes_per_run"] = (after["wal_bytes"] - before["wal_bytes"]) / runs
         result["commit_p99_ms"] = _p99(commits) * 1000
+        result["create_seconds"] = creating
         result["settings"] = {"synchronous_commit": after["synchronous_commit"], "fsync": after["fsync"]}
         return result
     finally:

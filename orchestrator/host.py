@@ -467,7 +467,7 @@ class AgentHost:
         pump = _Pump(self, follower, transform, asyncio.get_running_loop())
         self._post(self._launch, pump)
         try:
-            while True:
+            while not (pump.finished and not pump.ready):
                 outcome = await pump.next()
                 batch = outcome.unwrap()
                 if not batch:
@@ -641,8 +641,9 @@ class _Pump(Generic[T]):
                             break
                         await waiting.wait()
                     batch = await self.follower.batch(READ_BATCH)
-                    self.hand(_Outcome(value=self.transform(batch)))
-                    if not batch:
+                    last = not batch or self.follower.ended
+                    self.hand(_Outcome(value=self.transform(batch)), last)
+                    if last:
                         return
             except trio.Cancelled:
                 if not self.stopped:
@@ -652,10 +653,11 @@ class _Pump(Generic[T]):
             except Exception as error:
                 self.hand(_Outcome(error=error))
 
-    def hand(self, outcome: _Outcome[list[T]]) -> None:
+    def hand(self, outcome: _Outcome[list[T]], last: bool = False) -> None:
+        """Hand ``outcome`` over to the consumer's loop; ``last``: the reader has ended, no batch follows it."""
         self.handed += 1
         try:
-            self.loop.call_soon_threadsafe(self._arrive, outcome)
+            self.loop.call_soon_threadsafe(self._arrive, outcome, last)
         except RuntimeError:  # the consumer's loop is gone: nobody reads any more
             self.stopped = True
             if self.scope is not None:
@@ -668,8 +670,10 @@ class _Pump(Generic[T]):
 
     # the consumer's loop
 
-    def _arrive(self, outcome: _Outcome[list[T]]) -> None:
+    def _arrive(self, outcome: _Outcome[list[T]], last: bool) -> None:
         self.ready.append(outcome)
+        if last:
+            self.finished = True  # the reader has returned: stopping it has nothing left to do
         self.arrived.set()
 
     async def next(self) -> _Outcome[list[T]]:

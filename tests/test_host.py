@@ -218,3 +218,30 @@ def test_closing_cancels_running_requests() -> None:
     host.close()  # closing twice changes nothing
     assert not host._thread.is_alive()
     assert host.client.agent.transitions("c")[-1].dest == "cancelled"
+
+
+def test_a_reader_has_ended_once_it_was_handed_the_last_event_of_an_ended_run() -> None:
+    async def main() -> list[tuple[list[int], bool]]:
+        with asking_host() as host:
+            run = await host.start("ship it", config=AgentRunConfig("s1"))
+            last = 0
+            async for event in run.events():
+                last = event.seq
+                if event.name == "ask_user":
+                    assert await host.deliver(answer("yes"), config=AgentRunConfig("s1"))
+            await run.result()
+            follower = await host.call_now(host.client.attach(run.request_id).events, last - 2)
+
+            async def read() -> list[tuple[list[int], bool]]:
+                seen = []
+                while True:
+                    batch = await follower.batch(1)
+                    seen.append(([event.seq for event in batch], follower.ended))
+                    if not batch:
+                        return seen
+
+            return await host.call(read)
+
+    seen = asyncio.run(asyncio.wait_for(main(), LIMIT))
+    assert [ended for _, ended in seen] == [False, True, True]
+    assert [len(seqs) for seqs, _ in seen] == [1, 1, 0]

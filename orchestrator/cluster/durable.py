@@ -1,7 +1,8 @@
 """DurableRun: one claimed run's link to the run store, and the extension that keeps it current.
 
 Everything the run does reaches the store through ``commit``, fenced by the
-worker's lease and serialised by a lock: messages (appended to the session's
+worker's lease and serialised by a lock (the commits of a worker's runs that are
+ready at once go in one transaction, each fenced alone: ``GroupCommit``): messages (appended to the session's
 history), the streamed events (numbered, in order), the checkpoint, the inbox
 items consumed. A commit happens before the request goes on whenever a message
 is appended (the input, each tool result, steering; a model response, and the
@@ -39,6 +40,7 @@ import trio
 
 from orchestrator import wire
 from orchestrator.cluster.checkpoint import Checkpoint, Waiting, expired_reason
+from orchestrator.cluster.group_commit import GroupCommit
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.base import AgentExtension
@@ -82,8 +84,10 @@ class DurableRun:
         phases: Mapping[str, str] | None = None,
         answers: Mapping[str, Mapping[str, Any]] | None = None,
         expired: Mapping[str, str] | None = None,
+        group: GroupCommit | None = None,
     ) -> None:
         self.store = store
+        self.group = group  # the carrier's commits made together (None: each commit alone)
         self.lease = lease
         self._deliver = deliver
         self.config = AgentRunConfig(session_id=lease.session_id, request_id=lease.request_id)
@@ -257,10 +261,15 @@ class DurableRun:
         """
         for pause in COMMIT_RETRY_SECONDS:
             try:
-                return await trio.to_thread.run_sync(self.store.commit, self.lease, change)
+                return await self._commit_once(change)
             except StoreUnavailable as down:
                 log.warning("run %s: commit not made (%s); trying again in %.2f s", self.lease.request_id, down, pause)
                 await trio.sleep(pause)
+        return await self._commit_once(change)
+
+    async def _commit_once(self, change: RunCommit) -> Lease:
+        if self.group is not None:
+            return await self.group.commit(self.lease, change)
         return await trio.to_thread.run_sync(self.store.commit, self.lease, change)
 
     async def flush(self) -> None:

@@ -293,9 +293,14 @@ class StoreBackend:
         record = await self._target(session_id, request_id)
         if record is None and request_id is None:
             record = await self._parent_of(session_id)  # a subagent's session: its question waits in a parent run
+        which = f"request {request_id!r} of" if request_id else "request in"
+        not_running = f"no running {which} session {session_id!r}"
+        retry = record is None and idempotency_key is not None
+        if retry:
+            # A retry of an answer its run took before it ended: the key finds that item, whatever the run is now.
+            record = await self._last_run(session_id, request_id)
         if record is None:
-            which = f"request {request_id!r} of" if request_id else "request in"
-            return _refused(event, f"no running {which} session {session_id!r}")
+            return _refused(event, not_running)
         item = NewInboxItem(session_id, record.request_id, event.name, dict(event.payload), idempotency_key)
         try:
             # Checked against the run as it is when the item goes in: a worker's commit cannot come between.
@@ -305,8 +310,16 @@ class StoreBackend:
         except InboxKeyReused as reused:
             raise HTTPRefusal(422, "IdempotencyKeyReused", str(reused)) from None
         except StoreError as ended:
-            return _refused(event, str(ended))
+            return _refused(event, not_running if retry else str(ended))
         return Delivery(event.name, (INBOX,), {})
+
+    async def _last_run(self, session_id: str, request_id: str | None) -> RunRecord | None:
+        """The run ``request_id`` names in ``session_id``, or the session's newest one, ended or not."""
+        if request_id is not None:
+            record: RunRecord | None = await self._call(self.store.run, request_id)
+            return record if record is not None and record.session_id == session_id else None
+        records: list[RunRecord] = await self._call(lambda: self.store.runs(session_id))
+        return max(records, key=lambda r: r.created, default=None)
 
     async def _target(self, session_id: str, request_id: str | None) -> RunRecord | None:
         if request_id is not None:

@@ -37,6 +37,7 @@ from orchestrator.agent import AgentClient
 from orchestrator.checks import number
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
 from orchestrator.cluster.durable import DurableExtension, DurableRun
+from orchestrator.cluster.group_commit import GroupCommit
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.cluster.run_settings import decode_run_settings
 from orchestrator.cluster.takeover import take_over_local
@@ -120,6 +121,7 @@ class Worker:
         self.agent.history = self.history
         self.active: dict[str, DurableRun | None] = {}
         self.wakeups = Wakeups(store)
+        self.group_commit = GroupCommit(store)  # the commits of runs ready at once, made in one transaction
         self._slot_freed = trio.Event()
         self._outage = False
         self.draining = False
@@ -314,6 +316,7 @@ class Worker:
             phases=checkpoint.phases if checkpoint else {},
             answers=checkpoint.answers if checkpoint else {},
             expired=checkpoint.expired if checkpoint else {},
+            group=self.group_commit,
         )
         if record.fingerprint is None:
             durable.fingerprint = self.agent.fingerprint.text()  # the agent that starts it (or first carries it)

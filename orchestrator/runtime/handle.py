@@ -210,6 +210,11 @@ class EventFollower:
         self.position += 1
         return self._ready.popleft()
 
+    @property
+    def ended(self) -> bool:
+        """Whether the run has ended and this reader was handed every event it will get (``batch`` gives none)."""
+        return not self._ready and self._log.closed and self.position >= self._log.last_seq
+
     async def batch(self, limit: int = READ_BATCH) -> list[AgentEvent]:
         """The next events (at least one, at most ``limit``); empty once the run has ended."""
         if self._ready:

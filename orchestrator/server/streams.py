@@ -16,7 +16,7 @@ import math
 import signal
 import sys
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from orchestrator.events import AgentEvent, RunCancelledEvent, RunCompletedEvent, RunFailedEvent
-from orchestrator.host import AgentHost
+from orchestrator.host import AgentHost, HostBatches
 from orchestrator.runtime.handle import EventsExpired
 from orchestrator.server.hosted import host_closing
 from orchestrator.wire.format import encode_event
@@ -108,24 +108,40 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         frames = _Frames(self.batches, self.stop, self.request_id)
-        end = await stream_frames(receive, send, frames, self.stop, frames.is_last, self.stops)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-            await frames.aclose()
-            aclose = getattr(self.batches, "aclose", None)
-            if aclose is not None:
-                await aclose()
+
+        async def finish(end: StreamEnd) -> None:
+            await self._close(frames)
+            with anyio.move_on_after(1), _suppress_os_error():
+                await send({"type": "http.response.body", "body": end.tail, "more_body": False})
+
+        end = await stream_frames(receive, send, frames, self.stop, frames.is_last, self.stops, finish)
+        if end.finished:
+            return
+        await self._close(frames)
         if end.gone:
             return
         with anyio.move_on_after(1), _suppress_os_error():
             tail = sse_closing_frame(end.reason).encode() if end.reason is not None and not end.ended else end.tail
             await send({"type": "http.response.body", "body": tail, "more_body": False})
 
+    async def _close(self, frames: _Frames) -> None:
+        """Stop reading the run's batches (within a second, whatever cancels the response): a host's batches stop
+        at once, others are closed."""
+        frames.close()
+        if isinstance(self.batches, HostBatches):
+            self.batches.stop()
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+            aclose = getattr(self.batches, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
 
 class StreamEnd:
     """How a streamed response's frames ended: the reader went away (``gone``), they ran out (``ended``), or the
     server stopped them (``reason``, from its StopReason)."""
 
-    __slots__ = ("ended", "gone", "reason", "tail")
+    __slots__ = ("ended", "finished", "finishing", "gone", "reason", "tail", "watching")
 
     def __init__(self) -> None:
         self.gone = False
@@ -133,6 +149,12 @@ class StreamEnd:
         self.reason: str | None = None
         self.tail = b""
         """The last frame, not sent: it goes with the body's end."""
+        self.finishing = False
+        """The frames ran out and the body's end is being sent: neither a disconnect nor a stop ends it now."""
+        self.finished = False
+        """``finish`` sent the body's end."""
+        self.watching = True
+        """The watcher has not returned yet."""
 
 
 async def stream_frames(
@@ -142,6 +164,7 @@ async def stream_frames(
     stop: StopReason | None = None,
     is_last: Callable[[], bool] | None = None,
     stops: StreamStops | None = None,
+    finish: Callable[[StreamEnd], Awaitable[None]] | None = None,
 ) -> StreamEnd:
     """Send ``frames`` as body chunks until they run out, the reader disconnects (a send that fails counts as
     that), or ``stop()`` gives a reason (asked every CLOSING_POLL_SECONDS); the caller sends the last chunk:
@@ -149,6 +172,9 @@ async def stream_frames(
 
     The frames are sent from the calling task; one watcher beside it listens for the disconnect and asks ``stop``
     (or, while ``stops`` runs on this thread, leaves the asking to it: ``stops.stop`` must then be ``stop``).
+    ``finish``, when given, sends the body's end itself once the frames ran out (``end.finished``), while the
+    watcher still listens: a server that reports the response complete to a waiting ``receive`` (as uvicorn
+    does) lets the watcher end by itself instead of being cancelled.
     """
     end = StreamEnd()
     async with anyio.create_task_group() as group:
@@ -162,7 +188,16 @@ async def stream_frames(
             end.ended = True
         except OSError:  # the reader is gone; the run goes on
             end.gone = True
-        group.cancel_scope.cancel()
+        if finish is not None and end.ended and not end.gone and end.reason is None:
+            end.finishing = True
+            await finish(end)
+            end.finished = True
+            for _ in range(2):  # the watcher's receive may just have learnt that the response is complete
+                if not end.watching:
+                    break
+                await anyio.lowlevel.checkpoint()
+        if end.watching:
+            group.cancel_scope.cancel()
     return end
 
 
@@ -175,7 +210,21 @@ async def _watch(
 ) -> None:
     """Until the reader disconnects (``end.gone``) or ``stop()`` gives a reason (``end.reason``), then end the
     stream: waits for the disconnect, asking ``stop`` every CLOSING_POLL_SECONDS in between (unless ``stops``
-    asks it for every stream; when ``stops`` ends first, this watcher asks for itself again)."""
+    asks it for every stream; when ``stops`` ends first, this watcher asks for itself again). Once the stream
+    is finishing, the disconnect that ends its response ends the watcher and nothing else."""
+    try:
+        await _wait_for_end(receive, stop, end, scope, stops)
+    finally:
+        end.watching = False
+
+
+async def _wait_for_end(
+    receive: Receive,
+    stop: StopReason | None,
+    end: StreamEnd,
+    scope: anyio.CancelScope,
+    stops: StreamStops | None,
+) -> None:
     if stops is not None and stops.serves_here():
         watched = _Watched(end, scope)
         with anyio.CancelScope() as watched.waiting:
@@ -183,18 +232,20 @@ async def _watch(
             try:
                 while (await receive())["type"] != "http.disconnect":
                     pass
-                end.gone = True
-                scope.cancel()
+                if not end.finishing:
+                    end.gone = True
+                    scope.cancel()
                 return
             finally:
                 stops.open.discard(watched)
     poll = math.inf if stop is None else CLOSING_POLL_SECONDS
-    while stop is None or (reason := stop()) is None:
+    while stop is None or end.finishing or (reason := stop()) is None:
         with anyio.move_on_after(poll):
             while (await receive())["type"] != "http.disconnect":
                 pass
-            end.gone = True
-            scope.cancel()
+            if not end.finishing:
+                end.gone = True
+                scope.cancel()
             return
     end.reason = reason
     scope.cancel()
@@ -236,8 +287,9 @@ class StreamStops:
                 await anyio.sleep(CLOSING_POLL_SECONDS)
                 if self.open and (reason := self.stop()) is not None:
                     for watched in list(self.open):
-                        watched.end.reason = reason
-                        watched.scope.cancel()
+                        if not watched.end.finishing:
+                            watched.end.reason = reason
+                            watched.scope.cancel()
         finally:
             self._thread = None
             for watched in list(self.open):
@@ -265,7 +317,8 @@ class _Frames:
     one whose backend is closing ends with the closing frame. ``is_last()`` says
     whether the chunk just given is the stream's last: the run ``request_id``'s own
     terminal event ends it (a subagent's, streamed through it, does not), as does
-    an error or closing frame.
+    an error or closing frame. A plain iterator, not a generator: leaving it early
+    leaves nothing to close.
     """
 
     def __init__(self, batches: AsyncIterator[list[dict[str, Any]]], stop: StopReason, request_id: str | None) -> None:
@@ -273,29 +326,24 @@ class _Frames:
         self.stop = stop
         self.request_id = request_id
         self.last = False
-        self._chunks = self._read()
+        self._done = False
 
     def __aiter__(self) -> _Frames:
         return self
 
     async def __anext__(self) -> bytes:
-        return await self._chunks.__anext__()
-
-    async def aclose(self) -> None:
-        await self._chunks.aclose()
-
-    def is_last(self) -> bool:
-        return self.last
-
-    async def _read(self) -> AsyncGenerator[bytes, None]:
+        if self._done:
+            raise StopAsyncIteration
         try:
-            async for batch in self.batches:
-                final = batch[-1]
-                self.last = self.request_id is not None and final["type"] in RUN_ENDS and final.get(
-                    "request_id"
-                ) == self.request_id
-                yield sse_frames(batch)
-            return
+            batch = await self.batches.__anext__()
+            final = batch[-1]
+            self.last = self.request_id is not None and final["type"] in RUN_ENDS and final.get(
+                "request_id"
+            ) == self.request_id
+            return sse_frames(batch)
+        except StopAsyncIteration:
+            self._done = True
+            raise
         except EventsExpired as expired:
             frame = sse_error_frame(expired)
         except Exception as error:
@@ -305,9 +353,15 @@ class _Frames:
             else:
                 logger.exception("the event stream failed")
                 frame = sse_error_frame(error)
+        self._done = True
         self.last = True
-        yield frame.encode()
+        return frame.encode()
 
+    def close(self) -> None:
+        self._done = True
+
+    def is_last(self) -> bool:
+        return self.last
 
 
 def sse_response(events: AsyncIterator[AgentEvent], host: AgentHost | None = None) -> Response:

@@ -319,6 +319,18 @@ class RunStore(abc.ABC):
         """Make ``change`` (fenced by the lease; the version moves on); LeaseLost, nothing written,
         when the lease is not this holder's."""
 
+    def commit_many(self, commits: Sequence[tuple[Lease, RunCommit]]) -> list[Lease | Exception]:
+        """``commit`` of each pair, in order (a store may make them in one transaction): for each, its new lease or
+        the exception (an Exception) its own commit raised, which leaves nothing of that one written and the
+        others made. An exception raised instead (the store cannot be reached) may leave any of them made."""
+        outcomes: list[Lease | Exception] = []
+        for lease, change in commits:
+            try:
+                outcomes.append(self.commit(lease, change))
+            except Exception as error:
+                outcomes.append(error)
+        return outcomes
+
     @abc.abstractmethod
     def release(self, lease: Lease) -> None:
         """Hand the run back at its last commit and end the lease now (a drain): ``queued``, no holder, its

@@ -95,6 +95,7 @@ class _Cursor(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
     def pipeline(self) -> AbstractContextManager[Any]: ...
+    def nested(self) -> AbstractContextManager[Any]: ...
     def query(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
@@ -911,102 +912,149 @@ class SQLRunStore(RunStore):
     def commit(self, lease: Lease, change: RunCommit) -> Lease:
         """The reads (the fence, the messages' next position, the inbox items consumed, an answer waiting for a
         run that parks) come first; the writes then go out together (on PostgreSQL one pipelined round trip)."""
+        status = self._commit_status(change)
+        with self._transaction("commit") as db:
+            return self._commit(db, lease, change, status, time.time())
+
+    def commit_many(self, commits: Sequence[tuple[Lease, RunCommit]]) -> list[Lease | Exception]:
+        """One transaction for them all (one fsync, one round trip to the pool), each commit in a savepoint of
+        its own: one whose fence fails (or that is refused) is undone alone and its exception returned in its
+        place. Rows are locked in the order of their request ids, so two such transactions never deadlock."""
+        if len(commits) == 1:
+            return super().commit_many(commits)
+        outcomes: list[Lease | Exception | None] = [None] * len(commits)
+        order = sorted(range(len(commits)), key=lambda index: commits[index][0].request_id)
         now = time.time()
+        with self._transaction("commit") as db:
+            for index in order:
+                lease, change = commits[index]
+                changed, notified = set(db.changed), set(db.notified)
+                try:
+                    status = self._commit_status(change)
+                    with self._savepoint(db):
+                        outcomes[index] = self._commit(db, lease, change, status, now)
+                except (StoreError, sqlite3.Error, _pg_error()) as refused:
+                    if isinstance(refused, StoreUnavailable):
+                        raise
+                    db.changed, db.notified = changed, notified  # nothing of it was written
+                    outcomes[index] = refused
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    @contextmanager
+    def _savepoint(self, db: _Cursor) -> Iterator[None]:
+        """A savepoint inside the transaction: undone (alone) when the block raises."""
+        if self.dialect.name == "postgresql":
+            with db.nested():
+                yield
+            return
+        db.execute("SAVEPOINT one_commit")
+        try:
+            yield
+        except BaseException:
+            db.execute("ROLLBACK TO one_commit")
+            db.execute("RELEASE one_commit")
+            raise
+        db.execute("RELEASE one_commit")
+
+    @staticmethod
+    def _commit_status(change: RunCommit) -> str:
         trigger = _COMMIT_TRIGGERS.get(change.status)
         if trigger is None:
             raise StoreError(f"a commit cannot set the status {change.status!r}")
-        status = lease_step("running", trigger, held=True)
-        with self._transaction("commit") as db:
-            lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
-            # Sent together (on PostgreSQL one round trip): the fence first, which locks the row (a post to the
-            # run takes turns with it), then the items consumed and, for a run that parks, whether an answer
-            # waits. Undone with the rest when the fence says the lease is lost.
-            with db.pipeline() if change.consumed or status == "parked" else contextlib.nullcontext():
-                fence = db.query(
-                    f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested"
-                    f" FROM orchestrator_runs WHERE request_id = ?{lock}",
+        return lease_step("running", trigger, held=True)
+
+    def _commit(self, db: _Cursor, lease: Lease, change: RunCommit, status: str, now: float) -> Lease:
+        """``commit`` inside the transaction ``db``."""
+        lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
+        # Sent together (on PostgreSQL one round trip): the fence first, which locks the row (a post to the
+        # run takes turns with it), then the items consumed and, for a run that parks, whether an answer
+        # waits. Undone with the rest when the fence says the lease is lost.
+        with db.pipeline() if change.consumed or status == "parked" else contextlib.nullcontext():
+            fence = db.query(
+                f"SELECT lease_token, version, status, last_seq, session_id, cancel_requested"
+                f" FROM orchestrator_runs WHERE request_id = ?{lock}",
+                (lease.request_id,),
+            )
+            consumed = None
+            if change.consumed:
+                marks = ", ".join("?" for _ in change.consumed)
+                consumed = db.query(
+                    "UPDATE orchestrator_inbox SET consumed = 1 WHERE request_id = ? AND consumed = 0"
+                    f" AND id IN ({marks}) RETURNING id",
+                    (lease.request_id, *change.consumed),
+                )
+            waiting = None
+            if status == "parked":
+                waiting = db.query(
+                    "SELECT 1 FROM orchestrator_inbox WHERE request_id = ? AND consumed = 0 LIMIT 1",
                     (lease.request_id,),
                 )
-                consumed = None
-                if change.consumed:
-                    marks = ", ".join("?" for _ in change.consumed)
-                    consumed = db.query(
-                        "UPDATE orchestrator_inbox SET consumed = 1 WHERE request_id = ? AND consumed = 0"
-                        f" AND id IN ({marks}) RETURNING id",
-                        (lease.request_id, *change.consumed),
-                    )
-                waiting = None
-                if status == "parked":
-                    waiting = db.query(
-                        "SELECT 1 FROM orchestrator_inbox WHERE request_id = ? AND consumed = 0 LIMIT 1",
-                        (lease.request_id,),
-                    )
-            held_row = fence.fetchone()
-            if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
-                raise self._lost(db, lease)
-            session_id, last_seq = held_row[4], int(held_row[3])
-            events = []
-            for event in change.events:
-                if event.seq != last_seq + 1:
-                    raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
-                events.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
-                last_seq = event.seq
-            if consumed is not None:
-                taken = [int(row[0]) for row in consumed.fetchall()]
-                for item_id in change.consumed:
-                    if item_id in taken:
-                        taken.remove(item_id)
-                    else:
-                        raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
-            # Queued at once instead when an answer already waits, or when it was asked to stop
-            # while it ran (the claim that follows ends it cancelled: a parked run is claimed by nothing else).
-            if waiting is not None and (waiting.fetchone() is not None or bool(held_row[5])):
-                status = lease_step(status, "wake")
-            checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
-            held = status == "running"
-            back_off = change.retry_after if status == "queued" else None
-            wake_at = change.wake_at if status == "parked" else None
-            with db.pipeline():
-                if change.history is not None:
-                    db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
-                self._insert_messages_at_end(db, session_id, (*(change.history or ()), *change.messages), now)
-                if events:
-                    db.executemany(
-                        "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        events,
-                    )
-                if change.trace_context:
-                    db.execute(
-                        "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
-                        (_dumps(dict(change.trace_context)), lease.request_id),
-                    )
-                db.execute(
-                    "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint),"
-                    " version = version + 1, fingerprint = COALESCE(?, fingerprint),"
-                    " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
-                    " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
-                    " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
-                    f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
-                    (
-                        status,
-                        checkpoint,
-                        change.fingerprint,
-                        last_seq,
-                        now,
-                        held,
-                        held,
-                        held,
-                        back_off,
-                        wake_at,
-                        lease.request_id,
-                    ),
+        held_row = fence.fetchone()
+        if held_row is None or tuple(held_row[:3]) != (lease.token, lease.version, "running"):
+            raise self._lost(db, lease)
+        session_id, last_seq = held_row[4], int(held_row[3])
+        events = []
+        for event in change.events:
+            if event.seq != last_seq + 1:
+                raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
+            events.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
+            last_seq = event.seq
+        if consumed is not None:
+            taken = [int(row[0]) for row in consumed.fetchall()]
+            for item_id in change.consumed:
+                if item_id in taken:
+                    taken.remove(item_id)
+                else:
+                    raise StoreError(f"run {lease.request_id!r}: inbox item {item_id} is not there to consume")
+        # Queued at once instead when an answer already waits, or when it was asked to stop
+        # while it ran (the claim that follows ends it cancelled: a parked run is claimed by nothing else).
+        if waiting is not None and (waiting.fetchone() is not None or bool(held_row[5])):
+            status = lease_step(status, "wake")
+        checkpoint = _dumps(dict(change.checkpoint)) if change.checkpoint is not None else None
+        held = status == "running"
+        back_off = change.retry_after if status == "queued" else None
+        wake_at = change.wake_at if status == "parked" else None
+        with db.pipeline():
+            if change.history is not None:
+                db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
+            self._insert_messages_at_end(db, session_id, (*(change.history or ()), *change.messages), now)
+            if events:
+                db.executemany(
+                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    events,
                 )
-                if status == "queued" or wake_at is not None:
-                    self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
-                if change.events or status != "running":
-                    self._changed(db, RUN, lease.request_id)
-                self._notify_changes(db)  # in the same round trip
+            if change.trace_context:
+                db.execute(
+                    "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
+                    (_dumps(dict(change.trace_context)), lease.request_id),
+                )
+            db.execute(
+                "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint),"
+                " version = version + 1, fingerprint = COALESCE(?, fingerprint),"
+                " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
+                " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
+                " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
+                f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
+                (
+                    status,
+                    checkpoint,
+                    change.fingerprint,
+                    last_seq,
+                    now,
+                    held,
+                    held,
+                    held,
+                    back_off,
+                    wake_at,
+                    lease.request_id,
+                ),
+            )
+            if status == "queued" or wake_at is not None:
+                self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
+            if change.events or status != "running":
+                self._changed(db, RUN, lease.request_id)
+            self._notify_changes(db)  # in the same round trip
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
     def release(self, lease: Lease) -> None:
@@ -1500,11 +1548,25 @@ class _Dialected:
             return cast("AbstractContextManager[Any]", self._cursor.connection.pipeline())
         return contextlib.nullcontext()
 
+    def nested(self) -> AbstractContextManager[Any]:
+        """PostgreSQL: a savepoint, rolled back to when the block raises."""
+        return cast("AbstractContextManager[Any]", self._cursor.connection.transaction())
+
     def fetchone(self) -> Any:
         return self._cursor.fetchone()
 
     def fetchall(self) -> list[Any]:
         return list(self._cursor.fetchall())
+
+
+def _pg_error() -> type[Exception]:
+    """psycopg's base error (sqlite3's when psycopg is not installed)."""
+    try:
+        import psycopg
+    except ImportError:
+        return sqlite3.Error
+    error: type[Exception] = psycopg.Error
+    return error
 
 
 def _pg_integrity_error() -> type[Exception]:

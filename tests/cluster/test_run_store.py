@@ -404,3 +404,38 @@ def test_claim_runs_returns_each_runs_unconsumed_inbox_items(store: RunStore) ->
     by_id = {c.lease.request_id: c for c in claim.runs}
     assert [(i.id, i.payload) for i in by_id["r1"].inbox or ()] == [(answer.id, {"tool_call_id": "q1", "answer": "a"})]
     assert by_id["r2"].inbox == ()
+
+
+def test_commits_made_together_are_each_fenced_by_their_own_lease(store: RunStore) -> None:
+    for n in range(4):
+        store.create_run(f"s{n}", f"r{n}", INPUT)
+    leases = {lease.request_id: lease for lease in store.claim("w1", 30, limit=4)}
+    stale = leases["r1"]
+    leases["r1"] = store.commit(stale, RunCommit(events=(event("r1", 1),)))
+    [item] = [store.post(NewInboxItem("s3", "r3", "note", {"n": 1}))[0]]
+    outcomes = store.commit_many(
+        [
+            (leases["r2"], RunCommit(messages=(UserMessage("two"),), events=(event("r2", 1),), status="parked")),
+            (stale, RunCommit(events=(event("r1", 2),))),  # the lease moved on: fenced off alone
+            (leases["r3"], RunCommit(events=(event("r3", 1),), consumed=(item.id, item.id + 100))),  # one is absent
+            (leases["r0"], RunCommit(events=(event("r0", 1), event("r0", 2)), status="completed")),
+        ]
+    )
+    made_r2, lost_r1, refused_r3, made_r0 = outcomes
+    assert isinstance(lost_r1, LeaseLost) and lost_r1.request_id == "r1"
+    assert isinstance(refused_r3, StoreError) and "not there to consume" in str(refused_r3)
+    assert (made_r2.version, made_r2.last_seq) == (leases["r2"].version + 1, 1)  # type: ignore[union-attr]
+    assert (made_r0.version, made_r0.last_seq) == (leases["r0"].version + 1, 2)  # type: ignore[union-attr]
+    assert [(r.request_id, r.status) for r in store.runs()] == [
+        ("r0", "completed"),
+        ("r1", "running"),
+        ("r2", "parked"),
+        ("r3", "running"),
+    ]
+    assert [e.seq for e in store.events("r1")] == [1]
+    assert store.events("r3") == [] and [i.id for i in store.inbox("r3")] == [item.id]  # its consume was undone
+    assert [e.seq for e in store.events("r0")] == [1, 2]
+    assert store.history("s2") == [UserMessage("two")]
+    # The runs whose commits failed go on with their own leases.
+    store.commit(leases["r3"], RunCommit(events=(event("r3", 1),), consumed=(item.id,)))
+    assert store.inbox("r3") == []
