@@ -73,11 +73,13 @@ class ClusterPlan:
     runs: int
     workers: int
     timeout: float
+    repetitions: int
+    """How many times each row runs (interleaved: every row once, then again); each figure is their median."""
 
 
 PLANS = {
-    "full": ClusterPlan(runs=300, workers=2, timeout=600.0),
-    "quick": ClusterPlan(runs=20, workers=2, timeout=120.0),
+    "full": ClusterPlan(runs=300, workers=2, timeout=600.0, repetitions=5),
+    "quick": ClusterPlan(runs=20, workers=2, timeout=120.0, repetitions=1),
 }
 
 
@@ -378,22 +380,48 @@ def _on_server(pg: Any, runs: int, workers: int, timeout: float, logs: Path) -> 
 
 
 def bench(plan: Any, runtimes: Sequence[str], progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Every row ``repetitions`` times, interleaved so that a change in the machine's load touches them alike;
+    each row is the median of its repetitions (``median_rows``)."""
     sizes = PLANS[plan.name]
-    progress(f"cluster: {sizes.runs} runs in-process")
-    rows = [in_process(sizes.runs)]
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-cluster-{os.getpid()}"
     logs.mkdir(parents=True, exist_ok=True)
-    progress(f"cluster: {sizes.runs} runs on a worker embedded in this process, SQLite")
-    try:
-        rows.append(embedded(sizes.runs, logs, sizes.timeout))
-    except Exception as error:  # the rest of the run goes on; the row says why
-        rows.append({"kind": "1 process, embedded worker, SQLite", "failed": f"{type(error).__name__}: {error}"})
-    progress(f"cluster: {sizes.runs} runs on {sizes.workers} worker processes")
-    try:
-        rows.append(cluster(sizes.runs, sizes.workers, sizes.timeout, logs))
-    except Exception as error:  # the rest of the run goes on; the row says why
-        rows.append({"kind": "cluster", "failed": f"{type(error).__name__}: {error}"})
-    return rows
+    repeated: list[list[dict[str, Any]]] = []
+    for repetition in range(1, sizes.repetitions + 1):
+        of = f" ({repetition} of {sizes.repetitions})" if sizes.repetitions > 1 else ""
+        progress(f"cluster: {sizes.runs} runs in-process{of}")
+        rows = [in_process(sizes.runs)]
+        progress(f"cluster: {sizes.runs} runs on a worker embedded in this process, SQLite{of}")
+        try:
+            rows.append(embedded(sizes.runs, logs, sizes.timeout))
+        except Exception as error:  # the rest of the run goes on; the row says why
+            rows.append({"kind": "1 process, embedded worker, SQLite", "failed": f"{type(error).__name__}: {error}"})
+        progress(f"cluster: {sizes.runs} runs on {sizes.workers} worker processes{of}")
+        try:
+            rows.append(cluster(sizes.runs, sizes.workers, sizes.timeout, logs))
+        except Exception as error:  # the rest of the run goes on; the row says why
+            rows.append({"kind": "cluster", "failed": f"{type(error).__name__}: {error}"})
+        repeated.append(rows)
+    return median_rows(repeated)
+
+
+def median_rows(repeated: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Row by row, the median of each number over the repetitions (``repetitions`` and the runs/s of each are
+    kept beside it); a row that failed or was unavailable in any repetition is that repetition's row."""
+    medians = []
+    for samples in zip(*repeated, strict=True):
+        broken = next((row for row in samples if row.get("unavailable") or row.get("failed")), None)
+        if broken is not None:
+            medians.append(broken)
+            continue
+        row = dict(samples[0])
+        for key in samples[0]:
+            values = [sample.get(key) for sample in samples]
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                row[key] = statistics.median(values)
+        row["repetitions"] = len(samples)
+        row["runs_per_second_each"] = [sample.get("runs_per_second") for sample in samples]
+        medians.append(row)
+    return medians
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -402,8 +430,10 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def render(rows: list[dict[str, Any]]) -> str:
     """The cluster figures as a plain-text table."""
+    repetitions = max((int(row.get("repetitions", 1)) for row in rows), default=1)
     lines = [
-        "Runs with a tool call and an approval: runs per second and approval-to-resume latency",
+        "Runs with a tool call and an approval: runs per second and approval-to-resume latency"
+        + (f" (each figure the median of {repetitions} repetitions)" if repetitions > 1 else ""),
         f"{'carried by':<40} {'runs':>6} {'runs/s':>8} {'resume median ms':>17} {'resume p99 ms':>14}",
     ]
     base = next((row for row in rows if row.get("kind") == "in-process" and row.get("runs_per_second")), None)

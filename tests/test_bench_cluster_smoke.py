@@ -28,3 +28,21 @@ def test_runs_on_a_worker_embedded_in_the_process_on_sqlite_are_all_answered_and
     assert result["resume_p99_ms"] is not None and result["resume_p99_ms"] >= 0
     table = cluster.render([cluster.in_process(3), result])
     assert "1 process, embedded worker, SQLite" in table.split("against in-process")[1]  # with its ratio
+
+
+def test_each_row_is_the_median_of_its_repetitions_and_a_failed_one_says_so() -> None:
+    from bench.cluster import median_rows
+
+    def row(kind: str, rate: float, p99: float) -> dict[str, object]:
+        return {"kind": kind, "runs": 300, "runs_per_second": rate, "resume_p99_ms": p99, "settings": {"fsync": "off"}}
+
+    repeated = [
+        [row("in-process", 100.0, 9.0), row("cluster", 10.0, 90.0)],
+        [row("in-process", 300.0, 3.0), {"kind": "cluster", "failed": "OSError: no server"}],
+        [row("in-process", 200.0, 5.0), row("cluster", 30.0, 70.0)],
+    ]
+    in_process, cluster = median_rows(repeated)
+    assert (in_process["runs_per_second"], in_process["resume_p99_ms"], in_process["runs"]) == (200.0, 5.0, 300)
+    assert in_process["repetitions"] == 3 and in_process["runs_per_second_each"] == [100.0, 300.0, 200.0]
+    assert in_process["settings"] == {"fsync": "off"}
+    assert cluster == {"kind": "cluster", "failed": "OSError: no server"}
