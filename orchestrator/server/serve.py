@@ -334,11 +334,15 @@ async def _serve(
         retention=options.retention,
     )
     closing: list[bool] = []
-
-    async def on_signal() -> None:
-        """Returns at SIGINT, or at SIGTERM once drained: hypercorn then ends gracefully, its open streams
-        with ``event: closing``."""
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    # The signals are received from before the server starts: a Ctrl-C just after it is ready must not reach
+    # hypercorn as a KeyboardInterrupt raised in its own code, which it takes for a shutdown of its own.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    receiving = trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) if on_main_thread else None
+    with receiving if receiving is not None else contextlib.nullcontext() as signals:
+        async def on_signal() -> None:
+            """Returns at SIGINT, or at SIGTERM once drained: hypercorn then ends gracefully, its open streams
+            with ``event: closing``."""
+            assert signals is not None
             first = await signals.__anext__()
             stopped.append(first)
             if first == signal.SIGTERM:
@@ -363,19 +367,23 @@ async def _serve(
                 worker.stop_now()  # Ctrl-C: every held run goes back at its last commit, at once
             closing.append(True)
 
-    trigger = on_signal if threading.current_thread() is threading.main_thread() else None
+        trigger = on_signal if signals is not None else None
 
-    async def announce(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)  # type: ignore[arg-type]
+        async def announce(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)  # type: ignore[arg-type]
+            finally:
+                if worker is not None:
+                    worker.stop_now()  # however the server ended, the process does not stay on as a worker
 
-    async with trio.open_nursery() as nursery:
-        if worker is not None:
-            await nursery.start(worker.run)
-        binds = await nursery.start(announce)
-        console = console_url(binds[0], options)
-        carrying = f", carrying runs as worker {worker.name}" if worker is not None else ""
-        print(f"serving on {', '.join(binds)} (console at {console}){carrying}", file=sys.stderr, flush=True)
-        task_status.started(binds)
+        async with trio.open_nursery() as nursery:
+            if worker is not None:
+                await nursery.start(worker.run)
+            binds = await nursery.start(announce)
+            console = console_url(binds[0], options)
+            carrying = f", carrying runs as worker {worker.name}" if worker is not None else ""
+            print(f"serving on {', '.join(binds)} (console at {console}){carrying}", file=sys.stderr, flush=True)
+            task_status.started(binds)
 
 
 async def _opened(stack: contextlib.AsyncExitStack, where: str) -> SQLRunStore:
