@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.processes import Cluster
+from tests.cluster.stores import cluster, cluster_store, store
+
+__all__ = ["cluster", "cluster_store", "store"]  # shared fixtures (tests.cluster.stores); a module may define its own
 
 
 @pytest.fixture

@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-import pytest
 import trio
 
 from orchestrator.cluster.group_commit import GroupCommit
 from orchestrator.store.runs import Lease, LeaseLost, RunCommit, StoredEvent
-from orchestrator.store.runs_sql import SQLRunStore, sqlite_run_store
+from orchestrator.store.runs_sql import SQLRunStore
 
 INPUT = {"role": "user", "content": "hello"}
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLRunStore]:
-    if request.param == "sqlite":
-        made = sqlite_run_store(str(tmp_path / "runs.db"))
-    else:
-        from orchestrator.store.runs_sql import postgres_run_store
-
-        made = postgres_run_store(request.getfixturevalue("postgres_dsn"))
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def test_commits_ready_at_once_go_in_groups_and_each_caller_gets_its_own_outcome(store: SQLRunStore) -> None:

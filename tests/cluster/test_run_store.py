@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,23 +13,8 @@ from orchestrator.messages import AssistantMessage, UserMessage
 from orchestrator.store.errors import SessionOwned, StoreError
 from orchestrator.store.fork import ForkRefused
 from orchestrator.store.runs import LeaseLost, NewInboxItem, RunCommit, RunStore, StoredEvent, UnknownRunRow
-from orchestrator.store.runs_sql import sqlite_run_store
 
 INPUT = {"role": "user", "content": "hello"}
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
-    if request.param == "sqlite":
-        made = sqlite_run_store(str(tmp_path / "runs.db"))
-    else:
-        from orchestrator.store.runs_sql import postgres_run_store
-
-        made = postgres_run_store(request.getfixturevalue("postgres_dsn"))
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def event(request_id: str, seq: int, kind: str = "text_delta") -> StoredEvent:

@@ -6,7 +6,6 @@ completed); the web node is a process of its own, answered over a real socket.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,23 +13,14 @@ import pytest
 
 from orchestrator.messages import AssistantMessage, Message, UserMessage
 from orchestrator.store.runs import RunCommit
-from orchestrator.store.runs_sql import SQLRunStore, open_run_store
+from orchestrator.store.runs_sql import SQLRunStore
 from tests.cluster.processes import Cluster
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def cluster(request: pytest.FixtureRequest) -> Cluster:
-    found: Cluster = request.getfixturevalue(f"{'postgres' if request.param == 'postgresql' else 'sqlite'}_cluster")
-    return found
-
-
 @pytest.fixture
-def store(cluster: Cluster) -> Iterator[SQLRunStore]:
-    opened = open_run_store(cluster.dsn)
-    try:
-        yield opened
-    finally:
-        opened.close()
+def store(cluster_store: SQLRunStore) -> SQLRunStore:
+    """The run store of the cluster (SQLite, then PostgreSQL) the test runs its web nodes on."""
+    return cluster_store
 
 
 def finished(store: SQLRunStore, session_id: str, request_id: str, *messages: Message) -> None:

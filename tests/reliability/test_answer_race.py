@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from orchestrator.store.runs import AnswerWaiting, InboxRefused, NewInboxItem, RunCommit, RunRecord, RunStore
-from orchestrator.store.runs_sql import postgres_run_store, sqlite_run_store
+from orchestrator.store.runs_sql import postgres_run_store
 from tests.cluster.processes import Cluster
 from tests.server.support import SSE, read_sse
 
@@ -189,18 +189,6 @@ def test_a_key_another_session_holds_uncommitted_does_not_hold_up_a_post(postgre
         assert store.inbox("r1") == [item]
     finally:
         store.close()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
-    if request.param == "sqlite":
-        made = sqlite_run_store(str(tmp_path / "runs.db"))
-    else:
-        made = postgres_run_store(request.getfixturevalue("postgres_dsn"))
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def test_a_call_takes_one_answer_and_the_check_sees_the_run_as_it_is_in_the_transaction(store: RunStore) -> None:

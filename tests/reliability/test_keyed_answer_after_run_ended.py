@@ -3,31 +3,13 @@ answered as the first post was, on any node, instead of refused as if no run had
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
-import pytest
 
 from orchestrator.store.runs import NewInboxItem, RunCommit
-from orchestrator.store.runs_sql import SQLRunStore, open_run_store
+from orchestrator.store.runs_sql import SQLRunStore
 from tests.cluster.processes import Cluster
 
 ANSWER = {"name": "ask_user_response", "payload": {"tool_call_id": "q1", "answer": "yes"}}
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def cluster(request: pytest.FixtureRequest) -> Cluster:
-    found: Cluster = request.getfixturevalue(f"{'postgres' if request.param == 'postgresql' else 'sqlite'}_cluster")
-    return found
-
-
-@pytest.fixture
-def store(cluster: Cluster) -> Iterator[SQLRunStore]:
-    opened = open_run_store(cluster.dsn)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def answered_and_ended(store: SQLRunStore) -> None:
@@ -38,7 +20,8 @@ def answered_and_ended(store: SQLRunStore) -> None:
     store.commit(lease, RunCommit(consumed=(item.id,), status="completed"))
 
 
-def test_a_retried_answer_after_its_run_ended_is_taken_as_before(cluster: Cluster, store: SQLRunStore) -> None:
+def test_a_retried_answer_after_its_run_ended_is_taken_as_before(cluster: Cluster, cluster_store: SQLRunStore) -> None:
+    store = cluster_store
     answered_and_ended(store)
     urls = [cluster.web("web-a").url, cluster.web("web-b").url]
     with httpx.Client(timeout=30) as http:
