@@ -230,25 +230,26 @@ async def _wait_for_end(
         with anyio.CancelScope() as watched.waiting:
             stops.open.add(watched)
             try:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                if not end.finishing:
-                    end.gone = True
-                    scope.cancel()
+                await _until_disconnect(receive, end, scope)
                 return
             finally:
                 stops.open.discard(watched)
     poll = math.inf if stop is None else CLOSING_POLL_SECONDS
     while stop is None or end.finishing or (reason := stop()) is None:
         with anyio.move_on_after(poll):
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            if not end.finishing:
-                end.gone = True
-                scope.cancel()
+            await _until_disconnect(receive, end, scope)
             return
     end.reason = reason
     scope.cancel()
+
+
+async def _until_disconnect(receive: Receive, end: StreamEnd, scope: anyio.CancelScope) -> None:
+    """Until the client disconnects; a stream that was not finishing is then gone, and its ``scope`` cancelled."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    if not end.finishing:
+        end.gone = True
+        scope.cancel()
 
 
 class _Watched:
