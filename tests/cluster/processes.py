@@ -117,6 +117,20 @@ class Cluster:
         node.url = self._wait_for(node, SERVING).group(1)
         return node
 
+    @property
+    def sqlite_file(self) -> str:
+        """The path of the cluster's SQLite file (its ``dsn`` is ``sqlite:///PATH``)."""
+        assert self.dsn.startswith("sqlite:///"), self.dsn
+        return self.dsn.removeprefix("sqlite:///")
+
+    def serve_default(self, name: str, *extra: str) -> Node:
+        """``python -m orchestrator serve`` of the default agent (the scripted model) on the cluster's SQLite file,
+        with a plain ``--db PATH``: it keeps its runs in the file's run store and carries them itself."""
+        root = str(self.directory)
+        node = self._spawn(name, "serve", "--db", self.sqlite_file, "--root", root, "--port", "0", "--no-token", *extra)
+        node.url = self._wait_for(node, SERVING).group(1)
+        return node
+
     def uvicorn_web(
         self,
         name: str,

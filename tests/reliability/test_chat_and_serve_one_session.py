@@ -15,7 +15,7 @@ import httpx
 import pytest
 import trio
 
-from tests.cluster.processes import ROOT, SERVING, Cluster, Node
+from tests.cluster.processes import ROOT, Cluster
 from tests.server.support import read_sse
 
 
@@ -25,24 +25,11 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield running
 
 
-def db_of(cluster: Cluster) -> str:
-    return cluster.dsn.removeprefix("sqlite:///")
-
-
-def serve_default(cluster: Cluster) -> Node:
-    """``python -m orchestrator serve`` of the default agent (the scripted model) on the cluster's SQLite file."""
-    node = cluster._spawn(
-        "serve", "serve", "--db", db_of(cluster), "--root", str(cluster.directory), "--port", "0", "--no-token"
-    )
-    node.url = cluster._wait_for(node, SERVING).group(1)
-    return node
-
-
 def cli(cluster: Cluster, command: str, *args: str) -> list[str]:
     """``python -m orchestrator COMMAND ... --session s1`` on the cluster's file (the CLI's own scripted model)."""
     return [
         sys.executable, "-m", "orchestrator", command, *args,
-        "--session", "s1", "--db", db_of(cluster), "--root", str(cluster.directory), "--yes",
+        "--session", "s1", "--db", cluster.sqlite_file, "--root", str(cluster.directory), "--yes",
     ]  # fmt: skip
 
 
@@ -53,7 +40,7 @@ def users(session: dict[str, object]) -> list[object]:
 
 
 async def test_a_run_serve_would_carry_while_the_cli_runs_its_session_waits_then_goes_on(cluster: Cluster) -> None:
-    served = serve_default(cluster)
+    served = cluster.serve_default("serve")
     out = cluster.directory / "cli.out"
     with out.open("w") as sink:
         running = subprocess.Popen(
@@ -93,13 +80,13 @@ async def test_a_run_serve_would_carry_while_the_cli_runs_its_session_waits_then
 
 
 async def test_the_cli_refuses_a_session_whose_run_is_parked_in_the_run_store_of_the_file(cluster: Cluster) -> None:
-    served = serve_default(cluster)
+    served = cluster.serve_default("serve")
     async with httpx.AsyncClient(timeout=10) as http:
         started = await http.post(f"{served.url}/sessions/s1/runs", json={"input": "tidy the notes"})
         request_id = started.json()["request_id"]
         with trio.fail_after(30):
             await read_sse(http, f"{served.url}/runs/{request_id}/events", stop=lambda e: e["type"] == "run_parked")
-        reason = f"session 's1' has run '{request_id}' parked in the run store of {db_of(cluster)}"
+        reason = f"session 's1' has run '{request_id}' parked in the run store of {cluster.sqlite_file}"
 
         one_shot = subprocess.run(cli(cluster, "run", "hello"), cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert one_shot.returncode == 1, one_shot.stdout + one_shot.stderr

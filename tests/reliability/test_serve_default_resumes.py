@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from tests.cluster.processes import SERVING, Cluster, Node
+from tests.cluster.processes import Cluster
 from tests.server.support import read_sse
 
 
@@ -19,15 +19,6 @@ from tests.server.support import read_sse
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     with Cluster(f"sqlite:///{tmp_path / 'agent.db'}", tmp_path, tmp_path / "marks") as running:
         yield running
-
-
-def serve_default(cluster: Cluster, name: str, *extra: str) -> Node:
-    """``python -m orchestrator serve`` of the default agent (the scripted model) on the cluster's SQLite file."""
-    db = cluster.dsn.removeprefix("sqlite:///")
-    root = str(cluster.directory)
-    node = cluster._spawn(name, "serve", "--db", db, "--root", root, "--port", "0", "--no-token", *extra)
-    node.url = cluster._wait_for(node, SERVING).group(1)
-    return node
 
 
 async def approve(http: httpx.AsyncClient, base: str, waiting: dict[str, object]) -> None:
@@ -55,7 +46,7 @@ async def test_a_run_killed_while_it_waits_goes_on_by_itself_when_serve_starts_a
     try:
         with trio.fail_after(120):
             async with httpx.AsyncClient(timeout=10) as http:
-                first = serve_default(cluster, "first")
+                first = cluster.serve_default("first")
                 assert "carrying runs as worker" in first.output()
                 started = await http.post(f"{first.url}/sessions/s1/runs", json={"input": "tidy the notes"})
                 assert started.status_code == 202, started.text
@@ -72,13 +63,13 @@ async def test_a_run_killed_while_it_waits_goes_on_by_itself_when_serve_starts_a
                 bare.process.terminate()
                 bare.process.wait(10)
 
-                second = serve_default(cluster, "second")
+                second = cluster.serve_default("second")
                 seq, waiting = await parked_on(http, second.url, request_id, seq)
                 assert waiting["event"] == "exit_plan_mode"
                 second.kill()
 
                 # Answered after the restart, to the serve that carries the run again.
-                third = serve_default(cluster, "third")
+                third = cluster.serve_default("third")
                 await approve(http, third.url, waiting)
                 done = await read_sse(http, f"{third.url}/runs/{request_id}/events", last_event_id=seq)
                 session = (await http.get(f"{third.url}/sessions/s1")).json()

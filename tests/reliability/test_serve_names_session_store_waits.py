@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.messages import ToolMessage
-from tests.cluster.processes import ROOT, SERVING, Cluster, Node
+from tests.cluster.processes import ROOT, Cluster
 
 NAMED = (
     "serve: 1 session(s) wait for answers recorded by chat or an earlier serve (old): answer them with"
@@ -29,20 +29,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield running
 
 
-def db_of(cluster: Cluster) -> str:
-    return cluster.dsn.removeprefix("sqlite:///")
-
-
-def serve_default(cluster: Cluster, name: str) -> Node:
-    root = str(cluster.directory)
-    node = cluster._spawn(name, "serve", "--db", db_of(cluster), "--root", root, "--port", "0", "--no-token")
-    node.url = cluster._wait_for(node, SERVING).group(1)
-    return node
-
-
 def chat(cluster: Cluster) -> list[str]:
-    root = str(cluster.directory)
-    return [sys.executable, "-m", "orchestrator", "chat", "--session", "old", "--db", db_of(cluster), "--root", root]
+    db, root = cluster.sqlite_file, str(cluster.directory)
+    return [sys.executable, "-m", "orchestrator", "chat", "--session", "old", "--db", db, "--root", root]
 
 
 def test_serve_names_the_sessions_whose_waits_chat_recorded_and_chat_answers_them(cluster: Cluster) -> None:
@@ -63,7 +52,7 @@ def test_serve_names_the_sessions_whose_waits_chat_recorded_and_chat_answers_the
         asking.kill()  # kill -9 while the question waits: the session store keeps the wait
         asking.wait()
 
-    first = serve_default(cluster, "first")
+    first = cluster.serve_default("first")
     assert NAMED in first.output(), first.output()
     session = httpx.get(f"{first.url}/sessions/old", timeout=10).json()
     assert [m["role"] for m in session["messages"]] == ["user", "assistant"]  # the question's call, unanswered
@@ -72,12 +61,12 @@ def test_serve_names_the_sessions_whose_waits_chat_recorded_and_chat_answers_the
 
     answered = subprocess.run(chat(cluster), input="1\nthanks\n", cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "(the previous run stopped while waiting for ask_user" in answered.stdout, answered.stdout + answered.stderr
-    store = SQLiteSessionStore(db_of(cluster))
+    store = SQLiteSessionStore(cluster.sqlite_file)
     try:
         results = [m for m in store.messages("old") if isinstance(m, ToolMessage) and m.name == "ask_user"]
         assert [m.text for m in results] == ["sqlite"] and store.pending_approvals() == []
     finally:
         store.close()
 
-    second = serve_default(cluster, "second")
+    second = cluster.serve_default("second")
     assert "wait for answers recorded by chat" not in second.output(), second.output()
