@@ -917,14 +917,44 @@ class SQLRunStore(RunStore):
             return self._commit(db, lease, change, status, time.time())
 
     def commit_many(self, commits: Sequence[tuple[Lease, RunCommit]]) -> list[Lease | Exception]:
-        """One transaction for them all (one fsync, one round trip to the pool), each commit in a savepoint of
-        its own: one whose fence fails (or that is refused) is undone alone and its exception returned in its
-        place. Rows are locked in the order of their request ids, so two such transactions never deadlock."""
+        """One transaction for them all (one fsync, one round trip to the pool): one commit that fails (its fence, or
+        a refusal) is undone alone and its exception returned in its place. Rows are locked in the order of their
+        request ids, so two such transactions never deadlock.
+
+        SQLite makes each commit in a savepoint of its own. PostgreSQL first makes them all without savepoints (each
+        costs two statements); when one fails, that transaction is rolled back whole and they are made again, each
+        in a savepoint of its own."""
         if len(commits) == 1:
             return super().commit_many(commits)
-        outcomes: list[Lease | Exception | None] = [None] * len(commits)
         order = sorted(range(len(commits)), key=lambda index: commits[index][0].request_id)
         now = time.time()
+        if self.dialect.name == "postgresql":
+            with contextlib.suppress(OneCommitFailed):
+                return self._commit_all(commits, order, now)
+        return self._commit_each(commits, order, now)
+
+    def _commit_all(
+        self, commits: Sequence[tuple[Lease, RunCommit]], order: list[int], now: float
+    ) -> list[Lease | Exception]:
+        """``commit_many`` in one transaction without savepoints; OneCommitFailed (the transaction rolled back) when a
+        commit fails, since it may have written part of itself."""
+        outcomes: list[Lease | Exception | None] = [None] * len(commits)
+        with self._transaction("commit") as db:
+            for index in order:
+                lease, change = commits[index]
+                try:
+                    outcomes[index] = self._commit(db, lease, change, self._commit_status(change), now)
+                except (StoreError, sqlite3.Error, _pg_error()) as refused:
+                    if isinstance(refused, StoreUnavailable):
+                        raise
+                    raise OneCommitFailed() from refused
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _commit_each(
+        self, commits: Sequence[tuple[Lease, RunCommit]], order: list[int], now: float
+    ) -> list[Lease | Exception]:
+        """``commit_many`` in one transaction, each commit in a savepoint of its own."""
+        outcomes: list[Lease | Exception | None] = [None] * len(commits)
         with self._transaction("commit") as db:
             for index in order:
                 lease, change = commits[index]
@@ -1559,6 +1589,11 @@ class SQLRunStore(RunStore):
                 self._listener.close()
                 self._listener = None
         self._drop_idle()
+
+
+class OneCommitFailed(Exception):
+    """A commit of a group made without savepoints failed: the group's transaction is rolled back (its metric's
+    ``error.type``), and the group made again, each commit in a savepoint of its own."""
 
 
 class _Dialected:
