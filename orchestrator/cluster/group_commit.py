@@ -1,8 +1,8 @@
 """GroupCommit: the commits of the runs one process carries, made together when they are ready at once.
 
 Commits go to one thread of the process, which makes all those waiting in one call of the store
-(``RunStore.commit_many``: one transaction, each commit fenced by its own lease in a savepoint of
-its own), then the ones that came meanwhile, until none waits; so the store is never idle while a
+(``RunStore.commit_many``: one transaction, each commit fenced by its own lease and undone alone
+when it fails), then the ones that came meanwhile, until none waits; so the store is never idle while a
 commit waits, and no commit waits for the trio loop to pass the turn on. Each caller gets its own
 outcome: its new lease, or the exception its own commit raised.
 """

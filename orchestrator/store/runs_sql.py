@@ -917,14 +917,44 @@ class SQLRunStore(RunStore):
             return self._commit(db, lease, change, status, time.time())
 
     def commit_many(self, commits: Sequence[tuple[Lease, RunCommit]]) -> list[Lease | Exception]:
-        """One transaction for them all (one fsync, one round trip to the pool), each commit in a savepoint of
-        its own: one whose fence fails (or that is refused) is undone alone and its exception returned in its
-        place. Rows are locked in the order of their request ids, so two such transactions never deadlock."""
+        """One transaction for them all (one fsync, one round trip to the pool): one commit that fails (its fence, or
+        a refusal) is undone alone and its exception returned in its place. Rows are locked in the order of their
+        request ids, so two such transactions never deadlock.
+
+        SQLite makes each commit in a savepoint of its own. PostgreSQL first makes them all without savepoints (each
+        costs two statements); when one fails, that transaction is rolled back whole and they are made again, each
+        in a savepoint of its own."""
         if len(commits) == 1:
             return super().commit_many(commits)
-        outcomes: list[Lease | Exception | None] = [None] * len(commits)
         order = sorted(range(len(commits)), key=lambda index: commits[index][0].request_id)
         now = time.time()
+        if self.dialect.name == "postgresql":
+            with contextlib.suppress(OneCommitFailed):
+                return self._commit_all(commits, order, now)
+        return self._commit_each(commits, order, now)
+
+    def _commit_all(
+        self, commits: Sequence[tuple[Lease, RunCommit]], order: list[int], now: float
+    ) -> list[Lease | Exception]:
+        """``commit_many`` in one transaction without savepoints; OneCommitFailed (the transaction rolled back) when a
+        commit fails, since it may have written part of itself."""
+        outcomes: list[Lease | Exception | None] = [None] * len(commits)
+        with self._transaction("commit") as db:
+            for index in order:
+                lease, change = commits[index]
+                try:
+                    outcomes[index] = self._commit(db, lease, change, self._commit_status(change), now)
+                except (StoreError, sqlite3.Error, _pg_error()) as refused:
+                    if isinstance(refused, StoreUnavailable):
+                        raise
+                    raise OneCommitFailed() from refused
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _commit_each(
+        self, commits: Sequence[tuple[Lease, RunCommit]], order: list[int], now: float
+    ) -> list[Lease | Exception]:
+        """``commit_many`` in one transaction, each commit in a savepoint of its own."""
+        outcomes: list[Lease | Exception | None] = [None] * len(commits)
         with self._transaction("commit") as db:
             for index in order:
                 lease, change = commits[index]
@@ -997,7 +1027,7 @@ class SQLRunStore(RunStore):
         for event in change.events:
             if event.seq != last_seq + 1:
                 raise StoreError(f"run {lease.request_id!r}: event seq {event.seq} does not follow {last_seq}")
-            events.append((lease.request_id, event.seq, event.type, _dumps(dict(event.body)), now))
+            events.append((event.seq, event.type, _dumps(dict(event.body))))
             last_seq = event.seq
         if consumed is not None:
             taken = [int(row[0]) for row in consumed.fetchall()]
@@ -1014,32 +1044,33 @@ class SQLRunStore(RunStore):
         held = status == "running"
         back_off = change.retry_after if status == "queued" else None
         wake_at = change.wake_at if status == "parked" else None
+        trace_context = _dumps(dict(change.trace_context)) if change.trace_context else None
+        messages = (*(change.history or ()), *change.messages)
         with db.pipeline():
             if change.history is not None:
                 db.execute(f"DELETE FROM {self.dialect.messages_table} WHERE session_id = ?", (session_id,))
-            self._insert_messages_at_end(db, session_id, (*(change.history or ()), *change.messages), now)
-            if events:
-                db.executemany(
-                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    events,
-                )
-            if change.trace_context:
-                db.execute(
-                    "UPDATE orchestrator_runs SET trace_context = ? WHERE request_id = ? AND trace_context IS NULL",
-                    (_dumps(dict(change.trace_context)), lease.request_id),
-                )
+            if self.dialect.name == "postgresql":
+                # The appends are data-modifying CTEs of the run's UPDATE: one statement writes them all.
+                appends = self._appends(session_id, lease.request_id, messages, events, now)
+            else:
+                appends = []
+                self._insert_messages_at_end(db, session_id, messages, now)
+                self._insert_events(db, lease.request_id, events, now)
             db.execute(
-                "UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint),"
+                "".join(f"{'WITH' if n == 0 else ','} appended_{n} AS ({sql})" for n, (sql, _) in enumerate(appends))
+                + " UPDATE orchestrator_runs SET status = ?, checkpoint = COALESCE(?, checkpoint),"
                 " version = version + 1, fingerprint = COALESCE(?, fingerprint),"
+                " trace_context = COALESCE(trace_context, ?),"
                 " last_seq = ?, updated = ?, lease_owner = CASE WHEN ? THEN lease_owner ELSE NULL END,"
                 " lease_token = CASE WHEN ? THEN lease_token ELSE NULL END,"
                 " lease_expires = CASE WHEN ? THEN lease_expires ELSE NULL END,"
                 f" not_before = {self.dialect.now} + ?, wake_at = ? WHERE request_id = ?",
                 (
+                    *(param for _, params in appends for param in params),
                     status,
                     checkpoint,
                     change.fingerprint,
+                    trace_context,
                     last_seq,
                     now,
                     held,
@@ -1096,8 +1127,8 @@ class SQLRunStore(RunStore):
         return int(db.fetchone()[0])
 
     def _insert_messages_at_end(self, db: _Cursor, session_id: str, messages: Sequence[Message], now: float) -> None:
-        """Append ``messages`` to the session's history, each after its last position as the insert finds it (no
-        read first: under a pipeline, no round trip of its own; the run's row lock keeps other writers out)."""
+        """SQLite: append ``messages`` to the session's history, each after its last position as the insert finds it
+        (no read first; the write lock keeps other writers out)."""
         table = self.dialect.messages_table
         if messages:
             db.executemany(
@@ -1105,6 +1136,48 @@ class SQLRunStore(RunStore):
                 f" SELECT ?, COALESCE(MAX(position), -1) + 1, ?, ?, ? FROM {table} WHERE session_id = ?",
                 [(session_id, message.role, encode_message(message), now, session_id) for message in messages],
             )
+
+    def _insert_events(self, db: _Cursor, request_id: str, events: Sequence[tuple[int, str, str]], now: float) -> None:
+        """SQLite: append ``events`` (each its seq, type and body as JSON text) to the run's event log."""
+        if events:
+            db.executemany(
+                "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created) VALUES (?, ?, ?, ?, ?)",
+                [(request_id, seq, kind, body, now) for seq, kind, body in events],
+            )
+
+    def _appends(
+        self,
+        session_id: str,
+        request_id: str,
+        messages: Sequence[Message],
+        events: Sequence[tuple[int, str, str]],
+        now: float,
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """PostgreSQL: the INSERTs (each with its parameters) that append ``messages`` to the session's history, after
+        its last position as the insert finds it (the run's row lock keeps other writers out), and ``events`` (each
+        its seq, type and body as JSON text) to the run's event log. Each INSERT's rows are in one JSON parameter
+        (each text a JSON string in it, stored as the text it holds): one statement, however many rows."""
+        table = self.dialect.messages_table
+        appends: list[tuple[str, tuple[Any, ...]]] = []
+        if messages:
+            rows = [{"n": n, "r": message.role, "b": encode_message(message)} for n, message in enumerate(messages, 1)]
+            appends.append(
+                (
+                    f"INSERT INTO {table} (session_id, position, role, body, created)"
+                    f" SELECT ?, (SELECT COALESCE(MAX(position), -1) FROM {table} WHERE session_id = ?) + m.n,"
+                    " m.r, m.b, ? FROM json_to_recordset(?::json) AS m(n BIGINT, r TEXT, b TEXT)",
+                    (session_id, session_id, now, _dumps(rows)),
+                )
+            )
+        if events:
+            appends.append(
+                (
+                    "INSERT INTO orchestrator_run_events (request_id, seq, type, body, created)"
+                    " SELECT ?, e.s, e.t, e.b, ? FROM json_to_recordset(?::json) AS e(s BIGINT, t TEXT, b TEXT)",
+                    (request_id, now, _dumps([{"s": seq, "t": kind, "b": body} for seq, kind, body in events])),
+                )
+            )
+        return appends
 
     def _insert_messages(self, db: _Cursor, session_id: str, messages: Sequence[Any], last: int, now: float) -> None:
         """Append ``messages`` to the session's history after position ``last``."""
@@ -1516,6 +1589,11 @@ class SQLRunStore(RunStore):
                 self._listener.close()
                 self._listener = None
         self._drop_idle()
+
+
+class OneCommitFailed(Exception):
+    """A commit of a group made without savepoints failed: the group's transaction is rolled back (its metric's
+    ``error.type``), and the group made again, each commit in a savepoint of its own."""
 
 
 class _Dialected:

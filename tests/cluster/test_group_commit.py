@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 import trio
 
 from orchestrator.cluster.group_commit import GroupCommit
@@ -60,3 +61,24 @@ def test_commits_ready_at_once_go_in_groups_and_each_caller_gets_its_own_outcome
     statuses = {record.request_id: record.status for record in store.runs()}
     assert statuses == {f"r{n:02}": "completed" if n % 2 and n != 5 else "running" for n in range(runs)}
     assert groups and max(groups) > 1  # the commits that came while one was being made went together
+
+
+def test_a_commit_the_database_refuses_fails_alone_among_commits_made_together(store: SQLRunStore) -> None:
+    if store.dialect.name != "postgresql":
+        pytest.skip("SQLite stores a NUL in text: only PostgreSQL refuses this commit")
+    for n in range(3):
+        store.create_run(f"s{n}", f"r{n}", INPUT)
+    leases = sorted(store.claim("w1", 30, limit=3), key=lambda lease: lease.request_id)
+    outcomes = store.commit_many(
+        [
+            (lease, RunCommit(events=(StoredEvent(lease.request_id, 1, "no\x00type" if n == 1 else "text", {}),)))
+            for n, lease in enumerate(leases)
+        ]
+    )
+    assert isinstance(outcomes[1], Exception) and not isinstance(outcomes[1], Lease)
+    assert [(outcome.request_id, outcome.last_seq) for outcome in (outcomes[0], outcomes[2])] == [  # type: ignore[union-attr]
+        ("r0", 1),
+        ("r2", 1),
+    ]
+    assert [len(store.events(f"r{n}")) for n in range(3)] == [1, 0, 1]
+    assert store.commit(leases[1], RunCommit(events=(StoredEvent("r1", 1, "text", {}),))).last_seq == 1

@@ -3,13 +3,15 @@ throwaway server can be started)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Sequence
 
 import pytest
 
 from orchestrator.errors import SessionBusy
-from orchestrator.messages import AssistantMessage, UserMessage
+from orchestrator.messages import AssistantMessage, Message, UserMessage
 from orchestrator.store.errors import SessionOwned, StoreError
 from orchestrator.store.fork import ForkRefused
 from orchestrator.store.runs import LeaseLost, NewInboxItem, RunCommit, RunStore, StoredEvent, UnknownRunRow
@@ -422,3 +424,60 @@ def test_commits_made_together_are_each_fenced_by_their_own_lease(store: RunStor
     # The runs whose commits failed go on with their own leases.
     store.commit(leases["r3"], RunCommit(events=(event("r3", 1),), consumed=(item.id,)))
     assert store.inbox("r3") == []
+
+
+AWKWARD = 'é 😀 \u2028 "quoted" back\\slash \\u0000 \x00 \x01\n\t {"a": [1]} lone \ud800 end'
+"""Text a store must keep as it was given (a lone surrogate becomes U+FFFD, as it encodes in no UTF)."""
+
+
+def awkward_body(request_id: str, seq: int) -> dict[str, object]:
+    nested = {"list": [seq, 2.5, None, True, {'k\\"': AWKWARD}], "empty": {}}
+    return {"text": f"{AWKWARD} {seq}", "nested": nested, "run": request_id}
+
+
+def kept(value: object) -> object:
+    """``value`` as a store gives it back."""
+    return json.loads(json.dumps(value).replace("\\ud800", "\\ufffd"))
+
+
+def said_in(messages: Sequence[Message]) -> list[list[str]]:
+    return [[m.role, m.text if isinstance(m, UserMessage) else str(getattr(m, "content", ""))] for m in messages]
+
+
+def test_commits_made_together_read_back_their_events_and_messages_in_order_and_as_given(store: RunStore) -> None:
+    for n in range(3):
+        store.create_run(f"s{n}", f"r{n}", INPUT, trace_context={"traceparent": "first"} if n == 2 else None)
+    leases = {lease.request_id: lease for lease in store.claim("w1", 30, limit=3)}
+    leases["r0"] = store.commit(leases["r0"], RunCommit(messages=(UserMessage("before"),), events=(event("r0", 1),)))
+    said = [
+        UserMessage(f"{AWKWARD} {n}") if n % 2 else AssistantMessage(content=f"{n} {AWKWARD}") for n in range(30)
+    ]
+    events = {
+        request_id: tuple(
+            StoredEvent(request_id, seq, f"kind_{seq % 3}", awkward_body(request_id, seq))
+            for seq in range(first, first + 40)
+        )
+        for request_id, first in (("r0", 2), ("r1", 1), ("r2", 1))
+    }
+    traced = {"traceparent": "second"}
+    outcomes = store.commit_many(
+        [
+            (leases["r0"], RunCommit(messages=tuple(said), events=events["r0"], trace_context=traced)),
+            (leases["r1"], RunCommit(history=(UserMessage("kept"),), messages=tuple(said[:3]), events=events["r1"])),
+            (leases["r2"], RunCommit(messages=tuple(said[3:]), events=events["r2"], trace_context=traced)),
+        ]
+    )
+    assert [(outcome.request_id, outcome.last_seq) for outcome in outcomes] == [  # type: ignore[union-attr]
+        ("r0", 41),
+        ("r1", 40),
+        ("r2", 40),
+    ]
+    for request_id, made in events.items():
+        stored = store.events(request_id)
+        assert [(e.seq, e.type) for e in stored[-40:]] == [(e.seq, e.type) for e in made]
+        assert [e.body for e in stored[-40:]] == [kept(e.body) for e in made]
+    assert said_in(store.history("s0")) == kept(said_in([UserMessage("before"), *said]))
+    assert said_in(store.history("s1")) == kept(said_in([UserMessage("kept"), *said[:3]]))
+    assert said_in(store.history("s2")) == kept(said_in(said[3:]))
+    traces = {record.request_id: record.trace_context for record in store.runs()}
+    assert traces == {"r0": traced, "r1": None, "r2": {"traceparent": "first"}}  # kept only where there was none
