@@ -7,7 +7,7 @@ Register the store as an extension and let it keep the history::
 
 It is ``orchestrator.extensions.session_store.SessionStoreExtension`` (what is
 kept, restored and refused, and when) on ``orchestrator.store.SQLiteStore``
-(the file, its schema and migrations, and the per-session lock files in
+(the file, its schema and migrations, and the session locks in
 ``<path>.locks/``). The names this module always offered are re-exported here.
 """
 

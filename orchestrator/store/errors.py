@@ -34,8 +34,8 @@ class StoreUnavailable(StoreError):
 class SessionLocked(StoreError):
     """Another process (or another store object) is running this session on the same store.
 
-    ``holder`` names the holder when the store knows it (for SQLite, the process id
-    written in the session's lock file).
+    ``holder`` names the holder when the store knows it (for SQLite, the holder's process
+    id, as its lock says).
     """
 
     def __init__(self, session_id: str, where: str, holder: str | None = None) -> None:

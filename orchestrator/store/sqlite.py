@@ -5,7 +5,7 @@ transaction. The schema carries its version (table ``schema_version``) and is
 migrated forward when a file written by an earlier version is opened: a file
 without that table gets every table it lacks. A file that cannot be made or
 opened is UnusableLocation, with the path and the system's reason. Session
-locks are ``flock`` locks on files in ``<path>.locks/`` (see
+locks are kernel file locks in ``<path>.locks/`` (see
 ``orchestrator.store.locks``), so a second process running a session is
 refused and a killed one blocks nothing.
 """
