@@ -289,7 +289,7 @@ FINAL = ("completed", "failed", "cancelled")
 
 class Notifications:
     """Counts the store's notifications by channel on a listening connection of its own (a thread), as one more
-    web node would receive them: each is sent by a committing transaction (at most one per run it changed,
+    web node would receive them: each is sent by a committing transaction (one naming every run it changed,
     and one on the work channel when a run may be claimed)."""
 
     def __init__(self, dsn: str) -> None:
@@ -652,7 +652,7 @@ def _render_per_run(row: dict[str, Any]) -> list[str]:
         f"{'transactions committed':<44} {_fmt(median['transactions_per_run']):>12}"
         f"   (range {_fmt(spread['transactions_per_run'][0])} to {_fmt(spread['transactions_per_run'][1])})",
         f"{'  of which the driver (create, answer, reads)':<44} {_fmt(median['driver_transactions_per_run']):>12}",
-        f"{'notifications: a run changed':<44} {_fmt(median['change_notifications_per_run']):>12}",
+        f"{'notifications: runs changed':<44} {_fmt(median['change_notifications_per_run']):>12}",
         f"{'notifications: work to claim':<44} {_fmt(median['work_notifications_per_run']):>12}",
         f"{'rows inserted':<44} {_fmt(median['inserted_per_run']):>12}",
         f"{'rows updated':<44} {_fmt(median['updated_per_run']):>12}",

@@ -23,7 +23,7 @@ from typing import Protocol
 import sniffio
 import trio
 
-from orchestrator.store.changes import RUN, ChangeFeed, Changes
+from orchestrator.store.changes import INBOX, ChangeFeed, Changes
 from orchestrator.store.runs import RunStore
 
 log = logging.getLogger("orchestrator.cluster")
@@ -54,6 +54,7 @@ class Wakeups:
         # Each delivery of changes gets the next number; the latest are kept for ``changed_since``.
         self._delivered = 0
         self._recent: collections.deque[tuple[int, Changes]] = collections.deque(maxlen=RECENT_CHANGES)
+        self._marking = False  # a mark was taken: every inbox's changes are kept for ``changed_since``
 
     def arm(self, topic: str, request_id: str = "") -> Wakeup:
         """The event set at the next change of ``request_id``'s ``topic`` (shared by every waiter of the pair)."""
@@ -69,6 +70,7 @@ class Wakeups:
 
     def mark(self) -> int:
         """Where the changes told so far end: take it before reading the store, and ask ``changed_since`` later."""
+        self._marking = True
         return self._delivered
 
     def changed_since(self, mark: int, topic: str, request_id: str = "") -> bool:
@@ -108,10 +110,11 @@ class Wakeups:
             self._asyncio_pump = loop.create_task(self._asyncio_feed(feed), name=f"wake-ups of {self.store.where}")
 
     def _wanted(self, key: tuple[str, str]) -> bool:
-        """Whether a change of ``key`` may matter here (called in the store's threads): a run's log only while
-        someone waits for it (a worker's commits move every log; the process's waits are on few), every inbox
-        (``changed_since``) and work."""
-        return key[0] != RUN or key in self._waiting
+        """Whether a change of ``key`` may matter here (called in the store's threads): a run's log, an inbox or
+        work only while someone waits for it (a worker's commits move every log, and a web node that carries no
+        run waits for no inbox and no work), and every inbox once a mark was taken (``changed_since``). A waiter
+        arms its key before it reads the store, so a change dropped here was committed before that read."""
+        return key in self._waiting or (self._marking and key[0] == INBOX)
 
     def _woken(self, feed: ChangeFeed, changes: Changes) -> bool:
         """Set the events of the pairs that changed; False once ``feed`` is no longer this process's."""

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, cast
 
@@ -30,6 +30,7 @@ from machines.build import BoundMachine, GuardRefused, IllegalTransition
 from machines.run_lease import RUN_LEASE
 from orchestrator.errors import SessionBusy
 from orchestrator.messages import Message
+from orchestrator.store.change_notes import change_payloads, changed_keys
 from orchestrator.store.changes import INBOX, RUN, WORK, ChangeFeed
 from orchestrator.store.codec import UndecodableMessage, decode_message, encode_message, placeholder
 from orchestrator.store.errors import (
@@ -71,8 +72,15 @@ from orchestrator.text import clean_text
 __all__ = ["RUN_SCHEMA_VERSION", "SQLRunStore", "postgres_run_store", "sqlite_run_store"]
 
 WAKE_CHANNEL = "orchestrator_work"
-CHANGE_CHANNEL = "orchestrator_runs"
-"""Carries ``run:REQUEST_ID`` (its events or status moved) and ``inbox:REQUEST_ID`` (its inbox got an item)."""
+"""Sent once by each transaction after which a run may be claimed (no payload)."""
+CHANGE_CHANNEL = "orchestrator_changes"
+"""Carries every run a transaction changed, in one notification (``orchestrator.store.change_notes``): the runs whose
+events or status moved (``run``), and those whose inbox got an item (``inbox``)."""
+PER_RUN_CHANNEL = "orchestrator_runs"
+"""Earlier versions send one notification per run changed here (``run:REQUEST_ID``, ``inbox:REQUEST_ID``); it is
+listened to, so that the feeds hear their writers in a cluster of both versions, but no longer sent on."""
+LISTEN_SECONDS = 0.5
+"""How often the listening thread looks whether the store was closed or no feed is left."""
 POOL_SIZE = 16
 """Most PostgreSQL connections a store opens for its calls (made as calls need them, kept while idle)."""
 _IN_LIST = 500
@@ -440,9 +448,10 @@ class SQLRunStore(RunStore):
 
     Every transaction that appends events, changes a run's status or posts to an inbox tells
     the store's feeds (``watch``) after it commits: on PostgreSQL by one ``NOTIFY`` on
-    ``CHANGE_CHANNEL`` per changed run, which the process's one listener thread hands to its
-    feeds; on SQLite directly to the feeds of this process, and to those of other processes
-    through ``PRAGMA data_version``, read every ``DATA_VERSION_SECONDS`` while a feed is open.
+    ``CHANGE_CHANNEL`` naming every run it changed (and one on ``WAKE_CHANNEL`` when a run may
+    be claimed), which the process's one listener thread hands to its feeds; on SQLite directly
+    to the feeds of this process, and to those of other processes through ``PRAGMA data_version``,
+    read every ``DATA_VERSION_SECONDS`` while a feed is open.
     """
 
     def __init__(
@@ -574,10 +583,7 @@ class SQLRunStore(RunStore):
                 with db.transaction(), db.cursor() as cursor:
                     dialected = _Dialected(cursor, self.dialect)
                     yield dialected
-                    # One NOTIFY per changed run, sent at commit (never per event: NOTIFY locks at commit).
-                    for topic, request_id in sorted(dialected.changed - dialected.notified):
-                        if topic != WORK:
-                            cursor.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, f"{topic}:{request_id}"))
+                    self._notify_changes(dialected)
             except Exception as error:
                 if db.broken or db.closed:
                     self._drop_idle()
@@ -586,25 +592,31 @@ class SQLRunStore(RunStore):
             finally:
                 self._checkin(db)
 
-    def _notify(self, db: _Cursor) -> None:
-        """A run may be claimed: wake the workers."""
+    @staticmethod
+    def _notify(db: _Cursor) -> None:
+        """A run may be claimed: wake the workers (on PostgreSQL once per transaction, at its end)."""
         db.changed.add((WORK, ""))
-        if self.dialect.name == "postgresql":
-            db.execute(f"NOTIFY {WAKE_CHANNEL}")
 
     @staticmethod
     def _changed(db: _Cursor, topic: str, request_id: str) -> None:
         db.changed.add((topic, request_id))
 
     def _notify_changes(self, db: _Cursor) -> None:
-        """PostgreSQL: send the ``NOTIFY`` of each run changed so far now (delivered at commit, as those the
-        transaction sends at its end), in a pipeline with the statements around it."""
+        """PostgreSQL: send the notifications of the changes made so far and not yet sent, in one statement (each
+        delivered at commit; NOTIFY locks at commit, so never per event): one naming every run changed (more when
+        they do not fit in one payload) and, when a run may be claimed, one on ``WAKE_CHANNEL``. Called at the end
+        of every transaction, and earlier by a block that sends it in a pipeline with its own statements."""
         if self.dialect.name != "postgresql":
             return
-        for topic, request_id in sorted(db.changed - db.notified):
-            if topic != WORK:
-                db.execute("SELECT pg_notify(?, ?)", (CHANGE_CHANNEL, f"{topic}:{request_id}"))
-            db.notified.add((topic, request_id))
+        pending = db.changed - db.notified
+        if not pending:
+            return
+        db.notified |= pending
+        work = (WORK, "") in pending
+        payloads = change_payloads(pending - {(WORK, "")})
+        notices = ["pg_notify(?, ?)"] * len(payloads) + ([f"pg_notify('{WAKE_CHANNEL}', '')"] if work else [])
+        params = [value for payload in payloads for value in (CHANGE_CHANNEL, payload)]
+        db.execute(f"SELECT {', '.join(notices)}", params)
 
     # wake-ups ---------------------------------------------------------------
 
@@ -663,22 +675,22 @@ class SQLRunStore(RunStore):
             return False
 
     def _listen_loop(self) -> None:
-        """PostgreSQL: one listening connection; each notification wakes the feeds of its run (or of work)."""
+        """PostgreSQL: one listening connection; the notifications that arrive together wake the feeds of the runs
+        they name (and of work) at once."""
         assert self._listen is not None
         listener: Any = None
         while not self._closed.is_set() and self._still_watched():
             try:
                 if listener is None:
                     listener = self._listen()
-                    listener.execute(f"LISTEN {CHANGE_CHANNEL}")
-                    listener.execute(f"LISTEN {WAKE_CHANNEL}")
+                    for channel in (CHANGE_CHANNEL, WAKE_CHANNEL, PER_RUN_CHANNEL):
+                        listener.execute(f"LISTEN {channel}")
                     self._tell(frozenset(), everything=True)  # anything may have changed while nobody listened
-                for note in listener.notifies(timeout=0.5):
-                    if note.channel == WAKE_CHANNEL:
-                        self._tell(frozenset({(WORK, "")}))
-                    else:
-                        topic, _, request_id = note.payload.partition(":")
-                        self._tell(frozenset({(topic, request_id)}))
+                deadline = time.monotonic() + LISTEN_SECONDS
+                while (left := deadline - time.monotonic()) > 0:
+                    keys, everything = _heard(listener.notifies(timeout=left, stop_after=1))
+                    if keys or everything:
+                        self._tell(frozenset(keys), everything=everything)
             except Exception as error:
                 if self._closed.is_set():
                     break
@@ -923,7 +935,8 @@ class SQLRunStore(RunStore):
 
         SQLite makes each commit in a savepoint of its own. PostgreSQL first makes them all without savepoints (each
         costs two statements); when one fails, that transaction is rolled back whole and they are made again, each
-        in a savepoint of its own."""
+        in a savepoint of its own. The last commit sends the notification naming every run changed (the
+        transaction's end sends it if that one failed)."""
         if len(commits) == 1:
             return super().commit_many(commits)
         order = sorted(range(len(commits)), key=lambda index: commits[index][0].request_id)
@@ -943,7 +956,8 @@ class SQLRunStore(RunStore):
             for index in order:
                 lease, change = commits[index]
                 try:
-                    outcomes[index] = self._commit(db, lease, change, self._commit_status(change), now)
+                    status = self._commit_status(change)
+                    outcomes[index] = self._commit(db, lease, change, status, now, notify=index == order[-1])
                 except (StoreError, sqlite3.Error, _pg_error()) as refused:
                     if isinstance(refused, StoreUnavailable):
                         raise
@@ -962,7 +976,7 @@ class SQLRunStore(RunStore):
                 try:
                     status = self._commit_status(change)
                     with self._savepoint(db):
-                        outcomes[index] = self._commit(db, lease, change, status, now)
+                        outcomes[index] = self._commit(db, lease, change, status, now, notify=index == order[-1])
                 except (StoreError, sqlite3.Error, _pg_error()) as refused:
                     if isinstance(refused, StoreUnavailable):
                         raise
@@ -993,8 +1007,11 @@ class SQLRunStore(RunStore):
             raise StoreError(f"a commit cannot set the status {change.status!r}")
         return lease_step("running", trigger, held=True)
 
-    def _commit(self, db: _Cursor, lease: Lease, change: RunCommit, status: str, now: float) -> Lease:
-        """``commit`` inside the transaction ``db``."""
+    def _commit(
+        self, db: _Cursor, lease: Lease, change: RunCommit, status: str, now: float, *, notify: bool = True
+    ) -> Lease:
+        """``commit`` inside the transaction ``db``; with ``notify``, the changes of the transaction so far are
+        notified in the same round trip as its writes."""
         lock = " FOR UPDATE" if self.dialect.name == "postgresql" else ""
         # Sent together (on PostgreSQL one round trip): the fence first, which locks the row (a post to the
         # run takes turns with it), then the items consumed and, for a run that parks, whether an answer
@@ -1085,7 +1102,8 @@ class SQLRunStore(RunStore):
                 self._notify(db)  # a parked run's wake_at: each worker's one timer may have to fire sooner
             if change.events or status != "running":
                 self._changed(db, RUN, lease.request_id)
-            self._notify_changes(db)  # in the same round trip
+            if notify:
+                self._notify_changes(db)  # in the same round trip
         return attrs.evolve(lease, version=lease.version + 1, last_seq=last_seq)
 
     def release(self, lease: Lease) -> None:
@@ -1594,6 +1612,26 @@ class SQLRunStore(RunStore):
 class OneCommitFailed(Exception):
     """A commit of a group made without savepoints failed: the group's transaction is rolled back (its metric's
     ``error.type``), and the group made again, each commit in a savepoint of its own."""
+
+
+def _heard(notes: Iterable[Any]) -> tuple[set[tuple[str, str]], bool]:
+    """The (topic, request id) pairs the notifications ``notes`` name, and whether one said anything may have
+    changed."""
+    keys: set[tuple[str, str]] = set()
+    everything = False
+    for note in notes:
+        if note.channel == CHANGE_CHANNEL:
+            named = changed_keys(note.payload)
+            if named is None:
+                everything = True
+            else:
+                keys |= named
+        elif note.channel == WAKE_CHANNEL:
+            keys.add((WORK, ""))
+        else:  # PER_RUN_CHANNEL, from a process of an earlier version
+            topic, _, request_id = note.payload.partition(":")
+            keys.add((topic, request_id))
+    return keys, everything
 
 
 class _Dialected:
