@@ -418,6 +418,7 @@ class Worker:
         finally:
             self.durable.detach(durable)
             self.agent._close_run(run)
+            durable.run = None  # the run refers to its sink, the durable run: no cycle is left for the collector
             if durable.handed_back:
                 await self._release(durable)
 
