@@ -80,6 +80,20 @@ GRACE_SECONDS = 30.0
 """How long a drain lets the steps running in it finish before it hands their runs back where they are."""
 
 
+@attrs.frozen
+class RunStart:
+    """Where a claimed run is carried from: its lease and durable link, its config, the input it starts with (None
+    when it resumes), where it resumes (None when it starts), and the ``Wakeups.mark`` after which a change of its
+    inbox may be missing from what the claim read (None: the inbox is read at once)."""
+
+    lease: Lease
+    durable: DurableRun
+    config: AgentRunConfig
+    message: UserMessage | None
+    resume: Restored | None
+    inbox_read: int | None = None
+
+
 def default_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -341,7 +355,7 @@ class Worker:
         if trace_context is None:
             trace_context = durable.trace_context = await self._anchor_trace(lease)
         with traced_under(trace_context):  # this segment's spans go under the run's trace
-            await self._carry_run(lease, durable, config, message, resume, inbox_read)
+            await self._carry_run(RunStart(lease, durable, config, message, resume, inbox_read))
 
     async def _anchor_trace(self, lease: Lease) -> dict[str, str] | None:
         """A trace for a run started with no span current, from the first extension that makes one (None if none)."""
@@ -354,17 +368,10 @@ class Worker:
                     return made
         return None
 
-    async def _carry_run(
-        self,
-        lease: Lease,
-        durable: DurableRun,
-        config: AgentRunConfig,
-        message: UserMessage | None,
-        resume: Restored | None,
-        inbox_read: int | None = None,
-    ) -> None:
+    async def _carry_run(self, start: RunStart) -> None:
         """Carry the run holding its session's lock (``RunStore.lock_session``); a session a session store's
         runner holds (``chat`` on the same SQLite file) gives the run back, to be claimed again shortly."""
+        lease = start.lease
         try:
             held = await trio.to_thread.run_sync(self.store.lock_session, lease.session_id)
         except SessionLocked as locked:
@@ -372,7 +379,7 @@ class Worker:
             await self._give_back_busy(lease)
             return
         try:
-            await self._carry_held(lease, durable, config, message, resume, inbox_read)
+            await self._carry_held(start)
         finally:
             if held is not None:
                 held.release()
@@ -382,17 +389,10 @@ class Worker:
         give_back = RunCommit(status="queued", retry_after=BUSY_RETRY_SECONDS)
         await trio.to_thread.run_sync(self.store.commit, lease, give_back)
 
-    async def _carry_held(
-        self,
-        lease: Lease,
-        durable: DurableRun,
-        config: AgentRunConfig,
-        message: UserMessage | None,
-        resume: Restored | None,
-        inbox_read: int | None,
-    ) -> None:
+    async def _carry_held(self, start: RunStart) -> None:
+        lease, durable = start.lease, start.durable
         try:
-            run = await self.agent._open_run(config, message, durable, resume)
+            run = await self.agent._open_run(start.config, start.message, durable, start.resume)
         except UnsupportedSetting as refused:
             await self._fail_unreadable(lease, UnreadableCheckpoint(f"its model settings are refused ({refused})"))
             return
@@ -405,7 +405,7 @@ class Worker:
         try:
             async with trio.open_nursery() as helpers:
                 helpers.start_soon(self._heartbeat, durable)
-                helpers.start_soon(self._poll_inbox, durable, inbox_read)
+                helpers.start_soon(self._poll_inbox, durable, start.inbox_read)
                 helpers.start_soon(self._flush, durable)
                 helpers.start_soon(self._release_when_handed_back, durable)
                 with durable.scope:
