@@ -369,15 +369,17 @@ class Worker:
         return None
 
     async def _carry_run(self, start: RunStart) -> None:
-        """Carry the run holding its session's lock (``RunStore.lock_session``); a session a session store's
-        runner holds (``chat`` on the same SQLite file) gives the run back, to be claimed again shortly."""
-        lease = start.lease
-        try:
-            held = await trio.to_thread.run_sync(self.store.lock_session, lease.session_id)
-        except SessionLocked as locked:
-            log.warning("%s; run %s given back", locked, lease.request_id)
-            await self._give_back_busy(lease)
-            return
+        """Carry the run holding its session's lock (``RunStore.lock_session``, asked only of a store that shares
+        session locks); a session a session store's runner holds (``chat`` on the same SQLite file) gives the run
+        back, to be claimed again shortly."""
+        lease, held = start.lease, None
+        if self.store.shares_session_locks:
+            try:
+                held = await trio.to_thread.run_sync(self.store.lock_session, lease.session_id)
+            except SessionLocked as locked:
+                log.warning("%s; run %s given back", locked, lease.request_id)
+                await self._give_back_busy(lease)
+                return
         try:
             await self._carry_held(start)
         finally:

@@ -1485,6 +1485,11 @@ class SQLRunStore(RunStore):
     def lock_session(self, session_id: str) -> SessionLock | None:
         return None if self._session_locks is None else self._session_locks.acquire(session_id)
 
+    @property
+    def shares_session_locks(self) -> bool:
+        """True on an SQLite file (its session stores' lock files); False on PostgreSQL and in memory."""
+        return self._session_locks is not None
+
     def wait_for_work(self, timeout: float) -> None:
         if self._listen is None:
             time.sleep(min(timeout, 0.1))
