@@ -11,7 +11,8 @@ its worker lets it go, and whichever worker claims it after an answer arrives
 resumes it. A parked run whose wait expires is stored with that expiry (``wake_at``): each worker keeps
 one timer on the earliest ``wake_at`` of the store (``next_wake``; a run parked with an earlier one
 wakes the workers to look again) and claims the run once it passes, so the resumed wait takes its
-default. A worker claims again the moment a run ends or a new one is queued.
+default. A worker claims again the moment a run ends or a new one is queued. A run it claims while the segment
+before it in the same session still unwinds here (a question answered at once) starts once that segment ended.
 A worker that stops (killed, or its lease lost) leaves its runs to
 be claimed again once their leases expire; on SQLite, a worker that starts takes
 over at once the runs of this machine's workers whose processes are gone. A worker that drains (``drain``:
@@ -23,6 +24,7 @@ the lease to expire.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -134,6 +136,11 @@ class Worker:
         self.history = StoreHistory()
         self.agent.history = self.history
         self.active: dict[str, DurableRun | None] = {}
+        # How many carries of each run are under way here: a run claimed again while the segment that parked it
+        # still unwinds has two, and stays held until both ended.
+        self._carries: collections.Counter[str] = collections.Counter()
+        # Set when the newest carry of each session here ended: the session's next one starts after it.
+        self._session_ends: dict[str, trio.Event] = {}
         self.wakeups = Wakeups(store)
         self.group_commit = GroupCommit(store)  # the commits of runs ready at once, made in one transaction
         self._slot_freed = trio.Event()
@@ -175,6 +182,7 @@ class Worker:
                         self._note_recovery()
                         for claimed in claim.runs:
                             self.active[claimed.lease.request_id] = None
+                            self._carries[claimed.lease.request_id] += 1
                             nursery.start_soon(self._carry, claimed, told, name=f"run {claimed.lease.request_id}")
                         backlog, wake_in = len(claim.runs) == free, claim.wake_in
                         fresh_waiting = claim.fresh_left
@@ -286,15 +294,28 @@ class Worker:
             await trio.sleep(min(self.retention_seconds / 10, 3600.0))
 
     async def _carry(self, claimed: Claimed, told: int | None = None) -> None:
+        """Carry a claimed run once the carry of its session before it here has ended (a run answered while the
+        segment that parked it unwinds is claimed again at once), waiting for that at most BUSY_RETRY_SECONDS."""
         lease = claimed.lease
+        before = self._session_ends.get(lease.session_id)
+        ended = self._session_ends[lease.session_id] = trio.Event()
         try:
+            if before is not None:
+                with trio.move_on_after(BUSY_RETRY_SECONDS):
+                    await before.wait()
             await self._carry_leased(claimed, told)
         except StoreUnavailable as down:
             log.warning("run %s: %s; it is resumed once its lease expires", lease.request_id, down)
         except Exception:
             log.exception("run %s failed in worker %s", lease.request_id, self.name)
         finally:
-            self.active.pop(lease.request_id, None)
+            ended.set()
+            if self._session_ends.get(lease.session_id) is ended:
+                del self._session_ends[lease.session_id]
+            self._carries[lease.request_id] -= 1
+            if not self._carries[lease.request_id]:
+                del self._carries[lease.request_id]
+                self.active.pop(lease.request_id, None)
             self._slot_freed.set()
 
     async def _carry_leased(self, claimed: Claimed, told: int | None = None) -> None:
