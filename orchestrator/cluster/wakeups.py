@@ -77,7 +77,12 @@ class Wakeups:
         if mark < self._delivered - len(self._recent):
             return True
         key = (topic, request_id)
-        return any(changes.everything or key in changes.keys for number, changes in self._recent if number > mark)
+        for number, changes in reversed(self._recent):  # the latest first: only those after the mark are read
+            if number <= mark:
+                return False
+            if changes.everything or key in changes.keys:
+                return True
+        return False
 
     def _record(self, changes: Changes) -> None:
         self._delivered += 1
