@@ -247,12 +247,6 @@ class Worker:
         while self.active:
             await trio.sleep(0.02)
 
-    async def _release_when_handed_back(self, durable: DurableRun) -> None:
-        """Release a run as soon as it is handed back, while it unwinds (a thread tool cut off may take a while):
-        nothing of it is written any more, so whoever claims it meanwhile resumes it from its last commit."""
-        await durable.handing_back.wait()
-        await self._release(durable)
-
     async def _release(self, durable: DurableRun) -> None:
         """End the lease of a run handed back (another process may claim it at once); an error leaves it to expire."""
         if durable.released:
@@ -430,7 +424,11 @@ class Worker:
                 helpers.start_soon(self._heartbeat, durable)
                 helpers.start_soon(self._poll_inbox, durable, start.inbox_read)
                 helpers.start_soon(self._flush, durable)
-                helpers.start_soon(self._release_when_handed_back, durable)
+                # A run handed back is released at once, while it unwinds (a thread tool cut off may take a while):
+                # nothing of it is written any more, so whoever claims it meanwhile resumes it from its last commit.
+                durable.on_hand_back = lambda: helpers.start_soon(self._release, durable)
+                if durable.handed_back:
+                    helpers.start_soon(self._release, durable)
                 with durable.scope:
                     try:
                         await run.run()
@@ -439,6 +437,7 @@ class Worker:
                             raise
                 helpers.cancel_scope.cancel()
         finally:
+            durable.on_hand_back = None
             self.durable.detach(durable)
             self.agent._close_run(run)
             durable.run = None  # the run refers to its sink, the durable run: no cycle is left for the collector
