@@ -525,25 +525,29 @@ class Worker:
         read_at: float | None = None  # when the inbox was last read (trio clock); None: read it now
         if read_since is not None:
             read_at = trio.current_time()
-        while True:
-            woken = self.wakeups.arm(INBOX, durable.lease.request_id)  # before the read: a later post wakes it
-            if read_since is not None and self.wakeups.changed_since(read_since, INBOX, durable.lease.request_id):
-                read_at = None
-            read_since = None
-            if read_at is None or trio.current_time() - read_at >= INBOX_SECONDS:
-                read_at = trio.current_time()
-                try:
-                    items = await trio.to_thread.run_sync(
-                        lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
-                    )
-                except StoreUnavailable:
-                    items = []  # asked again at the next poll
-                durable.hold(items)
-            durable.offer_held()
-            with trio.move_on_after(0.1 if durable.held else INBOX_SECONDS):
-                await woken.wait()
-            if woken.is_set():
-                read_at = None
+        request_id = durable.lease.request_id
+        try:
+            while True:
+                woken = self.wakeups.arm(INBOX, request_id)  # before the read: a later post wakes it
+                if read_since is not None and self.wakeups.changed_since(read_since, INBOX, request_id):
+                    read_at = None
+                read_since = None
+                if read_at is None or trio.current_time() - read_at >= INBOX_SECONDS:
+                    read_at = trio.current_time()
+                    try:
+                        items = await trio.to_thread.run_sync(
+                            lambda: self.store.inbox(request_id, after_id=durable.seen_inbox)
+                        )
+                    except StoreUnavailable:
+                        items = []  # asked again at the next poll
+                    durable.hold(items)
+                durable.offer_held()
+                with trio.move_on_after(0.1 if durable.held else INBOX_SECONDS):
+                    await woken.wait()
+                if woken.is_set():
+                    read_at = None
+        finally:
+            self.wakeups.forget(INBOX, request_id)  # nothing here waits for this run's inbox any more
 
     async def _flush(self, durable: DurableRun) -> None:
         await durable.flush_when_due()

@@ -1,5 +1,6 @@
-"""A run a worker carried leaves nothing for the cyclic garbage collector: its objects are freed as soon as its
-carrier lets it go, so a busy worker's collector has no run graphs to scan and free."""
+"""A run a worker carried leaves nothing behind: nothing for the cyclic garbage collector (its objects are freed as
+soon as its carrier lets it go, so a busy worker's collector has no run graphs to scan and free), and no wait on
+its inbox in the worker's wake-ups."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _step(request: ModelRequest) -> AssistantMessage:
     return AssistantMessage("Done.")
 
 
-async def _carry_until_ended(store: SQLRunStore) -> None:
+async def _carry_until_ended(store: SQLRunStore) -> Worker:
     """Runs that park on a question, are answered through their inbox, resume and complete."""
     model = ScriptedModel([_step], repeat_last=True)
     client = await create_agent(model, tools=[lookup], extensions=[AskUserExtension()])
@@ -65,6 +66,7 @@ async def _carry_until_ended(store: SQLRunStore) -> None:
             while worker.active:
                 await trio.sleep(0.02)
             nursery.cancel_scope.cancel()
+    return worker
 
 
 def _of_a_run(found: object) -> bool:
@@ -91,3 +93,10 @@ async def test_a_run_parked_answered_and_ended_leaves_no_reference_cycle(store: 
         gc.garbage.clear()
     assert {record.status for record in store.runs()} == {"completed"}
     assert left == []
+
+
+async def test_a_worker_keeps_no_wait_on_the_inbox_of_a_run_it_let_go(store: SQLRunStore) -> None:
+    worker = await _carry_until_ended(store)
+    assert {record.status for record in store.runs()} == {"completed"}
+    run_ids = {f"r{n}" for n in range(RUNS)}
+    assert [key for key in worker.wakeups._waiting if key[1] in run_ids] == []
