@@ -102,6 +102,25 @@ async def test_a_request_paused_for_an_approval_is_freed_without_the_collector(c
     assert keeper.contexts[0]() is None
 
 
+async def test_a_request_cancelled_while_paused_for_an_approval_is_freed_without_the_collector(
+    collector_off: None,
+) -> None:
+    keeper = Keeper(pause=True)
+    client = await create_agent(_script(), tools=[noop], extensions=[keeper])
+    with trio.fail_after(5), trio.CancelScope() as cancelled:
+
+        async def cancel_once_paused() -> None:
+            while not client.pending():
+                await trio.sleep(0.001)
+            cancelled.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_once_paused)
+            await client.run("go", config=AgentRunConfig(session_id="s"))
+    assert cancelled.cancelled_caught
+    assert keeper.contexts[0]() is None
+
+
 async def test_a_kept_context_still_reads_its_messages_but_not_its_ended_request() -> None:
     kept: list[AgentRunContext] = []
 

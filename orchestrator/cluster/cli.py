@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import sys
 import time
@@ -129,6 +130,10 @@ async def _carry(
         if args.session_retention_hours is not None:
             nursery.start_soon(prune_idle_sessions, store, args.session_retention_hours * 3600)
         await nursery.start(worker.run)
+        # What the process set up to carry runs (its modules, the agent, the store) lives as long as it does:
+        # kept out of the collector's full passes, which then scan only what the runs made.
+        gc.collect()
+        gc.freeze()
         print(f"worker {worker.name} carrying runs of {store.where}", file=sys.stderr, flush=True)
 
 

@@ -127,7 +127,9 @@ class DurableRun:
         # A drain asked this run to stop at its next step boundary (a commit with a checkpoint), then be handed back.
         self.draining = False
         self.handed_back = False
-        self.handing_back = trio.Event()  # set with handed_back: its carrier releases the lease at once
+        # Called once when the run is handed back, so that its carrier releases the lease at once (None: no carrier
+        # listens yet, and it looks at ``handed_back`` when it starts to).
+        self.on_hand_back: Callable[[], None] | None = None
         self.released = False
         # Calls whose body was entered here and whose result message is not committed yet.
         self.unrecorded: set[str] = set()
@@ -321,7 +323,8 @@ class DurableRun:
         """Stop now, writing nothing more: the run goes back at its last commit (the carrier then releases it)."""
         if not self.lost:
             self.handed_back = True
-            self.handing_back.set()
+            if self.on_hand_back is not None:
+                self.on_hand_back()
         self.lost = True
         self.scope.cancel()
 

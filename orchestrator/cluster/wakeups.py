@@ -68,6 +68,15 @@ class Wakeups:
             event = self._waiting[key] = trio.Event() if on_trio else asyncio.Event()
         return event
 
+    def forget(self, topic: str, request_id: str = "") -> None:
+        """Let the pair's event go while no task waits on it: a waiter done with a pair only it waits for (the inbox
+        of a run its carrier lets go) leaves nothing kept until the pair's next change, which may never come. An
+        asyncio event, whose waiters cannot be told, is kept."""
+        key = (topic, request_id)
+        event = self._waiting.get(key)
+        if isinstance(event, trio.Event) and event.statistics().tasks_waiting == 0:
+            del self._waiting[key]
+
     def mark(self) -> int:
         """Where the changes told so far end: take it before reading the store, and ask ``changed_since`` later."""
         self._marking = True
@@ -79,7 +88,12 @@ class Wakeups:
         if mark < self._delivered - len(self._recent):
             return True
         key = (topic, request_id)
-        return any(changes.everything or key in changes.keys for number, changes in self._recent if number > mark)
+        for number, changes in reversed(self._recent):  # the latest first: only those after the mark are read
+            if number <= mark:
+                return False
+            if changes.everything or key in changes.keys:
+                return True
+        return False
 
     def _record(self, changes: Changes) -> None:
         self._delivered += 1

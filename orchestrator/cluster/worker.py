@@ -11,7 +11,8 @@ its worker lets it go, and whichever worker claims it after an answer arrives
 resumes it. A parked run whose wait expires is stored with that expiry (``wake_at``): each worker keeps
 one timer on the earliest ``wake_at`` of the store (``next_wake``; a run parked with an earlier one
 wakes the workers to look again) and claims the run once it passes, so the resumed wait takes its
-default. A worker claims again the moment a run ends or a new one is queued.
+default. A worker claims again the moment a run ends or a new one is queued. A run it claims while the segment
+before it in the same session still unwinds here (a question answered at once) starts once that segment ended.
 A worker that stops (killed, or its lease lost) leaves its runs to
 be claimed again once their leases expire; on SQLite, a worker that starts takes
 over at once the runs of this machine's workers whose processes are gone. A worker that drains (``drain``:
@@ -23,6 +24,7 @@ the lease to expire.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -80,6 +82,20 @@ GRACE_SECONDS = 30.0
 """How long a drain lets the steps running in it finish before it hands their runs back where they are."""
 
 
+@attrs.frozen
+class RunStart:
+    """Where a claimed run is carried from: its lease and durable link, its config, the input it starts with (None
+    when it resumes), where it resumes (None when it starts), and the ``Wakeups.mark`` after which a change of its
+    inbox may be missing from what the claim read (None: the inbox is read at once)."""
+
+    lease: Lease
+    durable: DurableRun
+    config: AgentRunConfig
+    message: UserMessage | None
+    resume: Restored | None
+    inbox_read: int | None = None
+
+
 def default_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -120,6 +136,11 @@ class Worker:
         self.history = StoreHistory()
         self.agent.history = self.history
         self.active: dict[str, DurableRun | None] = {}
+        # How many carries of each run are under way here: a run claimed again while the segment that parked it
+        # still unwinds has two, and stays held until both ended.
+        self._carries: collections.Counter[str] = collections.Counter()
+        # Set when the newest carry of each session here ended: the session's next one starts after it.
+        self._session_ends: dict[str, trio.Event] = {}
         self.wakeups = Wakeups(store)
         self.group_commit = GroupCommit(store)  # the commits of runs ready at once, made in one transaction
         self._slot_freed = trio.Event()
@@ -161,6 +182,7 @@ class Worker:
                         self._note_recovery()
                         for claimed in claim.runs:
                             self.active[claimed.lease.request_id] = None
+                            self._carries[claimed.lease.request_id] += 1
                             nursery.start_soon(self._carry, claimed, told, name=f"run {claimed.lease.request_id}")
                         backlog, wake_in = len(claim.runs) == free, claim.wake_in
                         fresh_waiting = claim.fresh_left
@@ -225,12 +247,6 @@ class Worker:
         while self.active:
             await trio.sleep(0.02)
 
-    async def _release_when_handed_back(self, durable: DurableRun) -> None:
-        """Release a run as soon as it is handed back, while it unwinds (a thread tool cut off may take a while):
-        nothing of it is written any more, so whoever claims it meanwhile resumes it from its last commit."""
-        await durable.handing_back.wait()
-        await self._release(durable)
-
     async def _release(self, durable: DurableRun) -> None:
         """End the lease of a run handed back (another process may claim it at once); an error leaves it to expire."""
         if durable.released:
@@ -272,15 +288,28 @@ class Worker:
             await trio.sleep(min(self.retention_seconds / 10, 3600.0))
 
     async def _carry(self, claimed: Claimed, told: int | None = None) -> None:
+        """Carry a claimed run once the carry of its session before it here has ended (a run answered while the
+        segment that parked it unwinds is claimed again at once), waiting for that at most BUSY_RETRY_SECONDS."""
         lease = claimed.lease
+        before = self._session_ends.get(lease.session_id)
+        ended = self._session_ends[lease.session_id] = trio.Event()
         try:
+            if before is not None:
+                with trio.move_on_after(BUSY_RETRY_SECONDS):
+                    await before.wait()
             await self._carry_leased(claimed, told)
         except StoreUnavailable as down:
             log.warning("run %s: %s; it is resumed once its lease expires", lease.request_id, down)
         except Exception:
             log.exception("run %s failed in worker %s", lease.request_id, self.name)
         finally:
-            self.active.pop(lease.request_id, None)
+            ended.set()
+            if self._session_ends.get(lease.session_id) is ended:
+                del self._session_ends[lease.session_id]
+            self._carries[lease.request_id] -= 1
+            if not self._carries[lease.request_id]:
+                del self._carries[lease.request_id]
+                self.active.pop(lease.request_id, None)
             self._slot_freed.set()
 
     async def _carry_leased(self, claimed: Claimed, told: int | None = None) -> None:
@@ -341,7 +370,7 @@ class Worker:
         if trace_context is None:
             trace_context = durable.trace_context = await self._anchor_trace(lease)
         with traced_under(trace_context):  # this segment's spans go under the run's trace
-            await self._carry_run(lease, durable, config, message, resume, inbox_read)
+            await self._carry_run(RunStart(lease, durable, config, message, resume, inbox_read))
 
     async def _anchor_trace(self, lease: Lease) -> dict[str, str] | None:
         """A trace for a run started with no span current, from the first extension that makes one (None if none)."""
@@ -354,25 +383,20 @@ class Worker:
                     return made
         return None
 
-    async def _carry_run(
-        self,
-        lease: Lease,
-        durable: DurableRun,
-        config: AgentRunConfig,
-        message: UserMessage | None,
-        resume: Restored | None,
-        inbox_read: int | None = None,
-    ) -> None:
-        """Carry the run holding its session's lock (``RunStore.lock_session``); a session a session store's
-        runner holds (``chat`` on the same SQLite file) gives the run back, to be claimed again shortly."""
+    async def _carry_run(self, start: RunStart) -> None:
+        """Carry the run holding its session's lock (``RunStore.lock_session``, asked only of a store that shares
+        session locks); a session a session store's runner holds (``chat`` on the same SQLite file) gives the run
+        back, to be claimed again shortly."""
+        lease, held = start.lease, None
+        if self.store.shares_session_locks:
+            try:
+                held = await trio.to_thread.run_sync(self.store.lock_session, lease.session_id)
+            except SessionLocked as locked:
+                log.warning("%s; run %s given back", locked, lease.request_id)
+                await self._give_back_busy(lease)
+                return
         try:
-            held = await trio.to_thread.run_sync(self.store.lock_session, lease.session_id)
-        except SessionLocked as locked:
-            log.warning("%s; run %s given back", locked, lease.request_id)
-            await self._give_back_busy(lease)
-            return
-        try:
-            await self._carry_held(lease, durable, config, message, resume, inbox_read)
+            await self._carry_held(start)
         finally:
             if held is not None:
                 held.release()
@@ -382,17 +406,10 @@ class Worker:
         give_back = RunCommit(status="queued", retry_after=BUSY_RETRY_SECONDS)
         await trio.to_thread.run_sync(self.store.commit, lease, give_back)
 
-    async def _carry_held(
-        self,
-        lease: Lease,
-        durable: DurableRun,
-        config: AgentRunConfig,
-        message: UserMessage | None,
-        resume: Restored | None,
-        inbox_read: int | None,
-    ) -> None:
+    async def _carry_held(self, start: RunStart) -> None:
+        lease, durable = start.lease, start.durable
         try:
-            run = await self.agent._open_run(config, message, durable, resume)
+            run = await self.agent._open_run(start.config, start.message, durable, start.resume)
         except UnsupportedSetting as refused:
             await self._fail_unreadable(lease, UnreadableCheckpoint(f"its model settings are refused ({refused})"))
             return
@@ -405,9 +422,13 @@ class Worker:
         try:
             async with trio.open_nursery() as helpers:
                 helpers.start_soon(self._heartbeat, durable)
-                helpers.start_soon(self._poll_inbox, durable, inbox_read)
+                helpers.start_soon(self._poll_inbox, durable, start.inbox_read)
                 helpers.start_soon(self._flush, durable)
-                helpers.start_soon(self._release_when_handed_back, durable)
+                # A run handed back is released at once, while it unwinds (a thread tool cut off may take a while):
+                # nothing of it is written any more, so whoever claims it meanwhile resumes it from its last commit.
+                durable.on_hand_back = lambda: helpers.start_soon(self._release, durable)
+                if durable.handed_back:
+                    helpers.start_soon(self._release, durable)
                 with durable.scope:
                     try:
                         await run.run()
@@ -416,8 +437,10 @@ class Worker:
                             raise
                 helpers.cancel_scope.cancel()
         finally:
+            durable.on_hand_back = None
             self.durable.detach(durable)
             self.agent._close_run(run)
+            durable.run = None  # the run refers to its sink, the durable run: no cycle is left for the collector
             if durable.handed_back:
                 await self._release(durable)
 
@@ -502,25 +525,29 @@ class Worker:
         read_at: float | None = None  # when the inbox was last read (trio clock); None: read it now
         if read_since is not None:
             read_at = trio.current_time()
-        while True:
-            woken = self.wakeups.arm(INBOX, durable.lease.request_id)  # before the read: a later post wakes it
-            if read_since is not None and self.wakeups.changed_since(read_since, INBOX, durable.lease.request_id):
-                read_at = None
-            read_since = None
-            if read_at is None or trio.current_time() - read_at >= INBOX_SECONDS:
-                read_at = trio.current_time()
-                try:
-                    items = await trio.to_thread.run_sync(
-                        lambda: self.store.inbox(durable.lease.request_id, after_id=durable.seen_inbox)
-                    )
-                except StoreUnavailable:
-                    items = []  # asked again at the next poll
-                durable.hold(items)
-            durable.offer_held()
-            with trio.move_on_after(0.1 if durable.held else INBOX_SECONDS):
-                await woken.wait()
-            if woken.is_set():
-                read_at = None
+        request_id = durable.lease.request_id
+        try:
+            while True:
+                woken = self.wakeups.arm(INBOX, request_id)  # before the read: a later post wakes it
+                if read_since is not None and self.wakeups.changed_since(read_since, INBOX, request_id):
+                    read_at = None
+                read_since = None
+                if read_at is None or trio.current_time() - read_at >= INBOX_SECONDS:
+                    read_at = trio.current_time()
+                    try:
+                        items = await trio.to_thread.run_sync(
+                            lambda: self.store.inbox(request_id, after_id=durable.seen_inbox)
+                        )
+                    except StoreUnavailable:
+                        items = []  # asked again at the next poll
+                    durable.hold(items)
+                durable.offer_held()
+                with trio.move_on_after(0.1 if durable.held else INBOX_SECONDS):
+                    await woken.wait()
+                if woken.is_set():
+                    read_at = None
+        finally:
+            self.wakeups.forget(INBOX, request_id)  # nothing here waits for this run's inbox any more
 
     async def _flush(self, durable: DurableRun) -> None:
         await durable.flush_when_due()

@@ -388,14 +388,19 @@ class RequestRun(SteeringPoints):
         and is raised as it is; any other error fails the request and is raised
         unwrapped from its exception groups.
         """
-        if _only_cancellation(error):
+        try:
+            if _only_cancellation(error):
+                with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                    await self._end("park" if self.parking and self.machine.may("park") else "cancel")
+                raise error
+            self.error = _unwrap(error)
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await self._end("park" if self.parking and self.machine.may("park") else "cancel")
-            raise error
-        self.error = _unwrap(error)
-        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self._end(_fail_trigger(self.error))
-        raise self.error from None
+                await self._end(_fail_trigger(self.error))
+            raise self.error from None
+        finally:
+            # The traceback holds this frame: its reference to the error would make a cycle only the
+            # garbage collector frees (with the whole run it reaches).
+            del error
 
     def _tear_down(self) -> None:
         self._close_inboxes()

@@ -442,6 +442,12 @@ class RunStore(abc.ABC):
         SessionLocked while one of them holds it. None when this store shares no session lock with them."""
         return None
 
+    @property
+    def shares_session_locks(self) -> bool:
+        """Whether ``lock_session`` may hold a lock (False: it always returns None, and a carrier need not ask it).
+        By default, whether the store's class has a ``lock_session`` of its own."""
+        return type(self).lock_session is not RunStore.lock_session
+
     def wait_for_work(self, timeout: float) -> None:
         """Block until work may be there (a hint, never the truth) or ``timeout`` passes."""
         import time

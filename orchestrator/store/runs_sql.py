@@ -414,6 +414,14 @@ def _record(row: Sequence[Any]) -> RunRecord:
     )
 
 
+def _stored_message(position: Any, body: Any) -> Message:
+    """The message a history row holds; a placeholder saying why when it does not decode."""
+    try:
+        return decode_message(body)
+    except UndecodableMessage as problem:
+        return placeholder(int(position), str(problem))
+
+
 def _body_digest(item: NewInboxItem) -> str:
     """What an idempotency key is held to: the digest of the item's name and payload."""
     body = _dumps({"name": item.name, "payload": dict(item.payload)})
@@ -804,39 +812,40 @@ class SQLRunStore(RunStore):
     def claim(self, owner: str, lease_seconds: float, limit: int = 1) -> list[Lease]:
         """Expiry and back-off are judged on the database's clock, inside the statements (never this process's)."""
         with self._transaction("claim") as db:
-            return self._claim(db, owner, lease_seconds, limit)[0]
+            return [lease for lease, _ in self._claim(db, owner, lease_seconds, limit)[0]]
 
     def claim_runs(self, owner: str, lease_seconds: float, limit: int = 1, fresh: int | None = None) -> Claim:
         """One transaction: the claim, each claimed run's row, history and unconsumed inbox items, and ``next_wake``
-        if it took fewer."""
+        if it took fewer. The rows come back from the claim's one update; the inboxes and the histories of all the
+        runs taken are each read by one statement."""
         with self._transaction("claim") as db:
-            leases, fresh_left = self._claim(db, owner, lease_seconds, limit, fresh)
-            inboxes: dict[str, list[InboxItem]] = {lease.request_id: [] for lease in leases}
-            if leases:
-                marks = ", ".join("?" for _ in leases)
+            taken, fresh_left = self._claim(db, owner, lease_seconds, limit, fresh)
+            inboxes: dict[str, list[InboxItem]] = {lease.request_id: [] for lease, _ in taken}
+            histories: dict[str, list[Message]] = {lease.session_id: [] for lease, _ in taken}
+            if taken:
+                marks = ", ".join("?" for _ in taken)
                 db.execute(
                     "SELECT id, session_id, request_id, name, payload, idempotency_key, created FROM orchestrator_inbox"
                     f" WHERE consumed = 0 AND request_id IN ({marks}) ORDER BY id",
-                    [lease.request_id for lease in leases],
+                    list(inboxes),
                 )
                 for row in db.fetchall():
                     inboxes[row[2]].append(_inbox_item(row))
-            taken = []
-            for lease in leases:
-                record = self._row(db, lease.request_id)
-                assert record is not None  # claimed in this transaction
-                history = tuple(self._history(db, lease.session_id))
-                taken.append(Claimed(lease, record, history, tuple(inboxes[lease.request_id])))
-            return Claim(tuple(taken), self._next_wake(db) if len(leases) < limit else None, fresh_left)
+                histories = self._histories(db, list(histories))
+            runs = tuple(
+                Claimed(lease, record, tuple(histories[lease.session_id]), tuple(inboxes[lease.request_id]))
+                for lease, record in taken
+            )
+            return Claim(runs, self._next_wake(db) if len(taken) < limit else None, fresh_left)
 
     def _claim(
         self, db: _Cursor, owner: str, lease_seconds: float, limit: int, fresh: int | None = None
-    ) -> tuple[list[Lease], bool]:
-        """The leases taken (runs that ran before first, then new ones, at most ``fresh`` of those), and whether
-        a new run was left for the ``fresh`` bound alone."""
+    ) -> tuple[list[tuple[Lease, RunRecord]], bool]:
+        """The leases taken, each with its run's row after the claim (runs that ran before first, then new ones, at
+        most ``fresh`` of those), and whether a new run was left for the ``fresh`` bound alone. The runs chosen are
+        leased by one update, which returns their rows."""
         now = time.time()
         clock = self.dialect.now
-        leases: list[Lease] = []
         fresh_left = False
         db.execute(
             "SELECT request_id, status, updated, not_before, lease_expires, wake_at, checkpoint IS NULL"
@@ -847,6 +856,7 @@ class SQLRunStore(RunStore):
             " ORDER BY (checkpoint IS NULL), updated LIMIT ?" + self.dialect.lock_rows,
             (limit,),
         )
+        chosen: dict[str, tuple[str, str]] = {}  # request id -> its new status and its lease's token, in claim order
         for request_id, status, updated, not_before, lease_expires, wake_at, never_ran in db.fetchall():
             if never_ran and fresh is not None:
                 if fresh <= 0:
@@ -862,29 +872,39 @@ class SQLRunStore(RunStore):
             else:
                 since = lease_expires or updated
             claimed({"queued": "queued", "parked": "expire"}.get(status, "take_over"), now - float(since))
-            new_status = lease_step(status, trigger, expired=True, due=True)
-            token = secrets.token_hex(16)
-            db.execute(
-                "UPDATE orchestrator_runs SET status = ?, lease_owner = ?, lease_token = ?,"
-                f" lease_expires = {clock} + ?, not_before = NULL, wake_at = NULL, version = version + 1,"
-                " updated = ?"
-                " WHERE request_id = ? RETURNING session_id, version, last_seq, cancel_requested, lease_expires",
-                (new_status, owner, token, lease_seconds, now, request_id),
+            chosen[request_id] = (lease_step(status, trigger, expired=True, due=True), secrets.token_hex(16))
+        if not chosen:
+            return [], fresh_left
+        cases = " ".join("WHEN ? THEN ?" for _ in chosen)
+        marks = ", ".join("?" for _ in chosen)
+        params: list[Any] = [value for request_id, (status, _) in chosen.items() for value in (request_id, status)]
+        params.append(owner)
+        params.extend(value for request_id, (_, token) in chosen.items() for value in (request_id, token))
+        params.extend((lease_seconds, now, *chosen))
+        db.execute(
+            f"UPDATE orchestrator_runs SET status = CASE request_id {cases} END, lease_owner = ?,"
+            f" lease_token = CASE request_id {cases} END, lease_expires = {clock} + ?, not_before = NULL,"
+            " wake_at = NULL, version = version + 1, updated = ?"
+            f" WHERE request_id IN ({marks}) RETURNING {_RUN_COLUMNS}",
+            params,
+        )
+        records = {record.request_id: record for record in map(_record, db.fetchall())}
+        taken = []
+        for request_id, (_, token) in chosen.items():
+            record = records[request_id]
+            assert record.lease_expires is not None  # set by the update
+            lease = Lease(
+                request_id,
+                record.session_id,
+                owner,
+                token,
+                record.version,
+                float(record.lease_expires),
+                record.last_seq,
+                record.cancel_requested,
             )
-            session_id, version, last_seq, cancel, expires = db.fetchone()
-            leases.append(
-                Lease(
-                    request_id,
-                    session_id,
-                    owner,
-                    token,
-                    int(version),
-                    float(expires),
-                    int(last_seq),
-                    bool(cancel),
-                )
-            )
-        return leases, fresh_left
+            taken.append((lease, record))
+        return taken, fresh_left
 
     def _lost(self, db: _Cursor, lease: Lease) -> LeaseLost:
         row = self._row(db, lease.request_id)
@@ -1361,14 +1381,21 @@ class SQLRunStore(RunStore):
     def _history(self, db: _Cursor, session_id: str) -> list[Message]:
         table = self.dialect.messages_table
         db.execute(f"SELECT position, body FROM {table} WHERE session_id = ? ORDER BY position", (session_id,))
-        rows = db.fetchall()
-        messages: list[Message] = []
-        for position, body in rows:
-            try:
-                messages.append(decode_message(body))
-            except UndecodableMessage as problem:
-                messages.append(placeholder(int(position), str(problem)))
-        return messages
+        return [_stored_message(position, body) for position, body in db.fetchall()]
+
+    def _histories(self, db: _Cursor, session_ids: Sequence[str]) -> dict[str, list[Message]]:
+        """The history of each of ``session_ids`` (an empty one for a session without messages), in one read."""
+        histories: dict[str, list[Message]] = {session_id: [] for session_id in session_ids}
+        table = self.dialect.messages_table
+        marks = ", ".join("?" for _ in session_ids)
+        db.execute(
+            f"SELECT session_id, position, body FROM {table} WHERE session_id IN ({marks})"
+            " ORDER BY session_id, position",
+            list(session_ids),
+        )
+        for session_id, position, body in db.fetchall():
+            histories[session_id].append(_stored_message(position, body))
+        return histories
 
     def sessions(self) -> list[str]:
         table = self.dialect.messages_table
@@ -1575,6 +1602,11 @@ class SQLRunStore(RunStore):
 
     def lock_session(self, session_id: str) -> SessionLock | None:
         return None if self._session_locks is None else self._session_locks.acquire(session_id)
+
+    @property
+    def shares_session_locks(self) -> bool:
+        """True on an SQLite file (its session stores' lock files); False on PostgreSQL and in memory."""
+        return self._session_locks is not None
 
     def wait_for_work(self, timeout: float) -> None:
         if self._listen is None:

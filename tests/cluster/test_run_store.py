@@ -217,6 +217,11 @@ def test_claim_runs_returns_each_run_with_its_row_and_history_and_the_next_wake(
     assert by_id["r2"].record.status == "running" and by_id["r2"].record.lease_owner == "w1"
     assert [m.role for m in by_id["r2"].history] == ["user", "assistant"]
     assert by_id["r3"].history == ()
+    for taken in claim.runs:  # each lease is its row's, after the claim: it fences the run's next commit
+        assert taken.lease.session_id == taken.record.session_id
+        assert (taken.lease.version, taken.lease.last_seq) == (taken.record.version, taken.record.last_seq)
+        assert taken.lease.expires == taken.record.lease_expires
+        store.commit(taken.lease, RunCommit(status="completed"))
     assert claim.wake_in is None  # fewer than asked, and no parked run waits for a time
     assert store.claim_runs("w1", 30.0, 0).runs == ()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from orchestrator.cluster.wakeups import RECENT_CHANGES, Wakeups
 from orchestrator.store.changes import INBOX, WORK, Changes
@@ -38,5 +39,22 @@ async def test_a_post_told_after_the_mark_is_a_change_of_its_runs_inbox_only(tmp
         for _ in range(RECENT_CHANGES):
             wakeups._woken(feed, Changes(frozenset({(INBOX, "other")})))
         assert wakeups.changed_since(mark, INBOX, "r2")
+    finally:
+        store.close()
+
+
+async def test_forget_lets_a_pair_go_only_once_nobody_waits_on_it(tmp_path: Path) -> None:
+    store = sqlite_run_store(str(tmp_path / "runs.db"))
+    try:
+        wakeups = Wakeups(store)
+        event = wakeups.arm(INBOX, "r1")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(event.wait)
+            await trio.testing.wait_all_tasks_blocked()
+            wakeups.forget(INBOX, "r1")  # a task waits on it: kept, and a change still wakes it
+            assert wakeups.arm(INBOX, "r1") is event
+            nursery.cancel_scope.cancel()
+        wakeups.forget(INBOX, "r1")
+        assert wakeups.arm(INBOX, "r1") is not event  # let go: the pair's next wait gets an event of its own
     finally:
         store.close()
