@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.processes import Cluster
-from tests.cluster.stores import cluster, cluster_store, store
+from tests.cluster.stores import cluster, cluster_store, pg_store, store
 
-__all__ = ["cluster", "cluster_store", "store"]  # shared fixtures (tests.cluster.stores); a module may define its own
+# shared fixtures (tests.cluster.stores); a module may define its own
+__all__ = ["cluster", "cluster_store", "pg_store", "store"]
 
 
 @pytest.fixture

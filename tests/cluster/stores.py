@@ -12,7 +12,7 @@ import pytest
 from orchestrator.store.runs_sql import SQLRunStore, open_run_store, postgres_run_store, sqlite_run_store
 from tests.cluster.processes import Cluster
 
-__all__ = ["cluster", "cluster_store", "store"]
+__all__ = ["cluster", "cluster_store", "pg_store", "store"]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -22,6 +22,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLRunStor
         made = sqlite_run_store(str(tmp_path / "runs.db"))
     else:
         made = postgres_run_store(request.getfixturevalue("postgres_dsn"))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def pg_store(postgres_dsn: str) -> Iterator[SQLRunStore]:
+    """A run store on the throwaway PostgreSQL server's database alone, for what only PostgreSQL does."""
+    made = postgres_run_store(postgres_dsn)
     try:
         yield made
     finally:

@@ -20,7 +20,6 @@ from orchestrator.store.runs_sql import (
     PER_RUN_CHANNEL,
     WAKE_CHANNEL,
     SQLRunStore,
-    postgres_run_store,
 )
 
 INPUT = {"role": "user", "content": "hello"}
@@ -44,15 +43,6 @@ class Heard:
             if not got:
                 return notes
             notes += got
-
-
-@pytest.fixture
-def pg_store(postgres_dsn: str) -> Iterator[SQLRunStore]:
-    store = postgres_run_store(postgres_dsn)
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ again, and a worker carrying a parked run goes on to finish it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -38,15 +38,6 @@ def marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "marks"
 
 
-@pytest.fixture
-def store(postgres_dsn: str) -> Iterator[SQLRunStore]:
-    made = postgres_run_store(postgres_dsn)
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 @asynccontextmanager
 async def web_node_and_worker(
     web_store: SQLRunStore, worker_store: SQLRunStore
@@ -61,20 +52,20 @@ async def web_node_and_worker(
 
 
 def test_the_call_a_cut_connection_breaks_is_store_unavailable_and_the_next_connects_again(
-    store: SQLRunStore, postgres_dsn: str
+    pg_store: SQLRunStore, postgres_dsn: str
 ) -> None:
-    store.create_run("s1", "r1", INPUT)
-    store.wait_for_work(0.01)  # opens the listening connection too
+    pg_store.create_run("s1", "r1", INPUT)
+    pg_store.wait_for_work(0.01)  # opens the listening connection too
     assert end_connections(postgres_dsn) == 2
     with pytest.raises(StoreUnavailable, match="connection was lost"):
-        store.run("r1")
-    record = store.run("r1")
+        pg_store.run("r1")
+    record = pg_store.run("r1")
     assert record is not None and record.status == "queued"
     with pytest.raises(StoreUnavailable, match="waiting for work"):
-        store.wait_for_work(0.01)
-    store.create_run("s2", "r2", INPUT)
-    store.wait_for_work(0.01)  # listening again: no error
-    assert [r.request_id for r in store.runs()] == ["r1", "r2"]
+        pg_store.wait_for_work(0.01)
+    pg_store.create_run("s2", "r2", INPUT)
+    pg_store.wait_for_work(0.01)  # listening again: no error
+    assert [r.request_id for r in pg_store.runs()] == ["r1", "r2"]
 
 
 async def test_a_parked_run_is_answered_and_finished_after_every_connection_was_cut(postgres_dsn: str) -> None:

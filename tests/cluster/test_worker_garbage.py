@@ -9,44 +9,20 @@ import types
 
 import trio
 
-from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, ToolCall, ToolMessage, create_agent, tool
+from bench.cluster_app import approval_agent
 from orchestrator.cluster import Worker
-from orchestrator.cluster.checkpoint import read
 from orchestrator.cluster.durable import DurableRun
-from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.runtime.run import RequestRun
-from orchestrator.store.runs import NewInboxItem
 from orchestrator.store.runs_sql import SQLRunStore
+from tests.cluster.answers import post_yes
 
 RUNS = 3
 
 
-@tool(idempotent=True)
-async def lookup(key: str) -> str:
-    """Look a key up.
-
-    Args:
-        key: what to look up
-    """
-    return f"value of {key}"
-
-
-def _step(request: ModelRequest) -> AssistantMessage:
-    """A lookup, then a question; once it is answered, the answer."""
-    names = [m.name for m in request.messages if isinstance(m, ToolMessage)]
-    if "lookup" not in names:
-        return AssistantMessage("", tool_calls=[ToolCall("l1", "lookup", {"key": "k"})])
-    if "ask_user" not in names:
-        question = {"question": "Go on?", "options": ["yes", "no"]}
-        return AssistantMessage("", tool_calls=[ToolCall("q1", "ask_user", question)])
-    return AssistantMessage("Done.")
-
-
 async def _carry_until_ended(store: SQLRunStore) -> Worker:
-    """Runs that park on a question, are answered through their inbox, resume and complete."""
-    model = ScriptedModel([_step], repeat_last=True)
-    client = await create_agent(model, tools=[lookup], extensions=[AskUserExtension()])
-    worker = Worker(client, store, name="w1", poll_seconds=0.05)
+    """Runs of the cluster workload's agent (a lookup, a question, an answer) that park on the question, are answered
+    through their inbox, resume and complete."""
+    worker = Worker(await approval_agent(), store, name="w1", poll_seconds=0.05)
     for n in range(RUNS):
         store.create_run(f"s{n}", f"r{n}", {"role": "user", "content": "go"})
     answered: set[str] = set()
@@ -55,12 +31,7 @@ async def _carry_until_ended(store: SQLRunStore) -> Worker:
             await nursery.start(worker.run)
             while {record.status for record in store.runs()} != {"completed"}:
                 for record in store.runs():
-                    checkpoint = read(record.checkpoint)
-                    if record.status != "parked" or record.request_id in answered or checkpoint is None:
-                        continue
-                    for wait in checkpoint.waiting:
-                        payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
-                        store.post(NewInboxItem(record.session_id, record.request_id, wait.response_event, payload))
+                    if record.status == "parked" and record.request_id not in answered and post_yes(store, record):
                         answered.add(record.request_id)
                 await trio.sleep(0.02)
             while worker.active:

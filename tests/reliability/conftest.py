@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from tests.cluster.conftest import postgres_cluster, sqlite_cluster
-from tests.cluster.stores import cluster, cluster_store, store
+from tests.cluster.stores import cluster, cluster_store, pg_store, store
 
 # the cluster tests' fixtures, for the tests here too (a module may define its own)
-__all__ = ["cluster", "cluster_store", "postgres_cluster", "sqlite_cluster", "store"]
+__all__ = ["cluster", "cluster_store", "pg_store", "postgres_cluster", "sqlite_cluster", "store"]
 
 _TESTS = str(Path(__file__).resolve().parent.parent)
 if _TESTS not in sys.path:

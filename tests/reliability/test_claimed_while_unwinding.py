@@ -15,12 +15,12 @@ import trio
 
 from orchestrator import AgentExtension, AgentRunContext, AssistantMessage, ModelRequest, ScriptedModel, create_agent
 from orchestrator.cluster import Worker
-from orchestrator.cluster.checkpoint import read
 from orchestrator.events import AgentEvent
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.messages import ToolMessage
-from orchestrator.store.runs import NewInboxItem, RunRecord
+from orchestrator.store.runs import RunRecord
 from orchestrator.store.runs_sql import SQLRunStore
+from tests.cluster.answers import post_yes
 from tests.support import asks, call
 
 
@@ -43,27 +43,30 @@ class SlowToLetGo(AgentExtension):
             await self.let_go.wait()
 
 
+async def _worker_held_at_park(store: SQLRunStore, caplog: pytest.LogCaptureFixture) -> tuple[Worker, SlowToLetGo]:
+    """A worker carrying the scripted agent with ask_user and a ``SlowToLetGo``, and run r1 of session s1 created;
+    its warnings captured."""
+    caplog.set_level(logging.WARNING, logger="orchestrator.cluster")
+    slow = SlowToLetGo()
+    model = ScriptedModel([_ask_then_answer], repeat_last=True)
+    worker = Worker(await create_agent(model, extensions=[AskUserExtension(), slow]), store, name="w1")
+    store.create_run("s1", "r1", {"role": "user", "content": "go"})
+    return worker, slow
+
+
 async def _answered_while_held(store: SQLRunStore, slow: SlowToLetGo) -> RunRecord:
     """Once the run parked (and its segment is held), post the answer to its question; the parked row."""
     await slow.held.wait()
     parked = store.run("r1")
     assert parked is not None and parked.status == "parked"
-    checkpoint = read(parked.checkpoint)
-    assert checkpoint is not None
-    (wait,) = checkpoint.waiting
-    payload = {"tool_call_id": wait.tool_call_id, "answer": "yes"}
-    store.post(NewInboxItem("s1", "r1", wait.response_event, payload))
+    assert len(post_yes(store, parked)) == 1
     return parked
 
 
 async def test_a_run_claimed_again_while_its_parking_segment_unwinds_waits_for_it_and_goes_on(
     store: SQLRunStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="orchestrator.cluster")
-    slow = SlowToLetGo()
-    model = ScriptedModel([_ask_then_answer], repeat_last=True)
-    worker = Worker(await create_agent(model, extensions=[AskUserExtension(), slow]), store, name="w1")
-    store.create_run("s1", "r1", {"role": "user", "content": "go"})
+    worker, slow = await _worker_held_at_park(store, caplog)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
@@ -85,11 +88,7 @@ async def test_a_run_claimed_again_while_its_parking_segment_unwinds_waits_for_i
 async def test_a_run_whose_parking_segment_outlasts_the_wait_is_given_back_and_still_counted_as_held(
     store: SQLRunStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="orchestrator.cluster")
-    slow = SlowToLetGo()
-    model = ScriptedModel([_ask_then_answer], repeat_last=True)
-    worker = Worker(await create_agent(model, extensions=[AskUserExtension(), slow]), store, name="w1")
-    store.create_run("s1", "r1", {"role": "user", "content": "go"})
+    worker, slow = await _worker_held_at_park(store, caplog)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
