@@ -1379,9 +1379,7 @@ class SQLRunStore(RunStore):
             return self._history(db, session_id)
 
     def _history(self, db: _Cursor, session_id: str) -> list[Message]:
-        table = self.dialect.messages_table
-        db.execute(f"SELECT position, body FROM {table} WHERE session_id = ? ORDER BY position", (session_id,))
-        return [_stored_message(position, body) for position, body in db.fetchall()]
+        return self._histories(db, [session_id])[session_id]
 
     def _histories(self, db: _Cursor, session_ids: Sequence[str]) -> dict[str, list[Message]]:
         """The history of each of ``session_ids`` (an empty one for a session without messages), in one read."""
