@@ -94,7 +94,9 @@ class DurableRun:
         self.lock = trio.Lock()
         self.events: list[StoredEvent] = []
         self.pending_since = 0.0  # when the oldest event not yet committed came (time.monotonic)
-        self.events_pending = trio.Event()  # set when an event comes while none waited
+        # Called when an event comes while none waited (the carrier's flush timer), and whether a flush is under way.
+        self.on_events_waiting: Callable[[], None] | None = None
+        self.flushing = False
         self.messages: list[Message] = []
         self.history: tuple[Message, ...] | None = None  # a compaction's replacement, written by the next commit
         self.consumed: list[int] = []  # inbox items used up since the last commit
@@ -154,7 +156,8 @@ class DurableRun:
     def offer(self, event: AgentEvent) -> bool:
         if not self.events:
             self.pending_since = time.monotonic()
-            self.events_pending.set()
+            if self.on_events_waiting is not None:
+                self.on_events_waiting()
         self.events.append(StoredEvent(self.lease.request_id, event.seq, event.name, wire.encode_event(event)))
         if event.session_id != self.lease.session_id:
             self._child_event(event)
@@ -225,8 +228,6 @@ class DurableRun:
                 fingerprint=self.fingerprint,
             )
             self.messages, self.events, self.consumed, self.history = [], kept_back, [], None
-            if self.events_pending.is_set() and not kept_back:
-                self.events_pending = trio.Event()
             self.fingerprint = None
             try:
                 with trio.CancelScope(shield=True):
@@ -243,8 +244,8 @@ class DurableRun:
             except BaseException:
                 # Nothing was written: keep it for the next commit (the run's failure is committed with it).
                 self.messages[:0] = change.messages
-                if change.events and not self.events:
-                    self.events_pending.set()
+                if change.events and not self.events and self.on_events_waiting is not None:
+                    self.on_events_waiting()
                 self.events[:0] = change.events
                 self.consumed[:0] = change.consumed
                 if self.history is None:
@@ -292,17 +293,6 @@ class DurableRun:
                 if self._own_terminal(event):
                     return tuple(self.events[:index]), self.events[index:]
         return tuple(self.events), []
-
-    async def flush_when_due(self) -> None:
-        """Until the run stops: flush once the oldest event waiting has waited ``FLUSH_SECONDS`` (a commit made
-        sooner takes it along, so events that a commit follows at once cost no transaction of their own)."""
-        while not self.lost:
-            await self.events_pending.wait()
-            await trio.sleep(max(0.0, self.pending_since + FLUSH_SECONDS - time.monotonic()))
-            if self.events and time.monotonic() - self.pending_since >= FLUSH_SECONDS:
-                await self.flush()
-                if self.events:  # not flushed (the run ends, or the commit failed): look again later
-                    await trio.sleep(FLUSH_SECONDS)
 
     def _ending(self) -> bool:
         return any(self._own_terminal(event) for event in self.events)

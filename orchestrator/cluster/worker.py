@@ -38,7 +38,7 @@ import trio
 from orchestrator.agent import AgentClient
 from orchestrator.checks import number
 from orchestrator.cluster.checkpoint import Checkpoint, UnreadableCheckpoint, cancelled_results, read, restored
-from orchestrator.cluster.durable import DurableExtension, DurableRun
+from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, DurableRun
 from orchestrator.cluster.group_commit import GroupCommit
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.cluster.run_settings import decode_run_settings
@@ -144,6 +144,9 @@ class Worker:
         self.wakeups = Wakeups(store)
         self.group_commit = GroupCommit(store)  # the commits of runs ready at once, made in one transaction
         self._slot_freed = trio.Event()
+        # The runs whose carry is under way here: one heartbeat renews their leases, one timer flushes their events.
+        self._carried: set[DurableRun] = set()
+        self._events_waiting = trio.Event()  # set when a carried run's first unwritten event comes
         self._outage = False
         self.draining = False
         self._hurried = False
@@ -158,6 +161,8 @@ class Worker:
         await self._take_over_local()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._prune)
+            nursery.start_soon(self._beat)
+            nursery.start_soon(self._flush_when_due)
             task_status.started()
             with self._claiming:
                 work = self.wakeups.arm(WORK)
@@ -390,7 +395,7 @@ class Worker:
         lease, held = start.lease, None
         if self.store.shares_session_locks:
             try:
-                held = await trio.to_thread.run_sync(self.store.lock_session, lease.session_id)
+                held = self.store.lock_session(lease.session_id)
             except SessionLocked as locked:
                 log.warning("%s; run %s given back", locked, lease.request_id)
                 await self._give_back_busy(lease)
@@ -421,9 +426,11 @@ class Worker:
         self.durable.attach(durable)
         try:
             async with trio.open_nursery() as helpers:
-                helpers.start_soon(self._heartbeat, durable)
+                self._carried.add(durable)
+                durable.on_events_waiting = self._wake_flusher
+                if durable.events:
+                    self._wake_flusher()
                 helpers.start_soon(self._poll_inbox, durable, start.inbox_read)
-                helpers.start_soon(self._flush, durable)
                 # A run handed back is released at once, while it unwinds (a thread tool cut off may take a while):
                 # nothing of it is written any more, so whoever claims it meanwhile resumes it from its last commit.
                 durable.on_hand_back = lambda: helpers.start_soon(self._release, durable)
@@ -438,6 +445,8 @@ class Worker:
                 helpers.cancel_scope.cancel()
         finally:
             durable.on_hand_back = None
+            durable.on_events_waiting = None
+            self._carried.discard(durable)
             self.durable.detach(durable)
             self.agent._close_run(run)
             durable.run = None  # the run refers to its sink, the durable run: no cycle is left for the collector
@@ -489,31 +498,78 @@ class Worker:
     def _deliver(self, event: ExternalEvent, config: AgentRunConfig) -> bool:
         return bool(self.agent.deliver(event, config=config))
 
-    async def _heartbeat(self, durable: DurableRun) -> None:
+    async def _beat(self) -> None:
+        """Every ``lease_seconds / 3``, renew the lease of each run carried here (each as long as its carry is under
+        way, also while a thread tool cut off unwinds): one timer for the process, not one per run."""
         while True:
             await trio.sleep(self.lease_seconds / 3)
-            if durable.lost:
-                return
-            try:
-                with trio.CancelScope(shield=True):
-                    renewed = await trio.to_thread.run_sync(
-                        self.store.renew, durable.lease, self.lease_seconds, limiter=self._heartbeats
-                    )
-            except LeaseLost as lost:
+            carried = [durable for durable in self._carried if not durable.lost]
+            if carried:
+                async with trio.open_nursery() as beats:
+                    for durable in carried:
+                        beats.start_soon(self._renew, durable)
+
+    async def _renew(self, durable: DurableRun) -> None:
+        try:
+            with trio.CancelScope(shield=True):
+                renewed = await trio.to_thread.run_sync(
+                    self.store.renew, durable.lease, self.lease_seconds, limiter=self._heartbeats
+                )
+        except LeaseLost as lost:
+            if durable in self._carried:  # not a run that ended meanwhile (its end let the lease go)
                 log.warning("%s", lost)
                 durable.lose()
-                return
-            except StoreUnavailable as down:
-                # The next beat tries again; a lease that expired meanwhile is LeaseLost then.
-                log.warning("run %s: lease not renewed: %s", durable.lease.request_id, down)
-                continue
-            # A commit may have moved the version meanwhile: keep its lease, take the new expiry.
-            durable.lease = attrs.evolve(
-                durable.lease, expires=renewed.expires, cancel_requested=renewed.cancel_requested
-            )
-            if durable.lease.cancel_requested and durable.run is not None:
-                # The run ends cancelled; the lease is kept renewed until it has (a thread tool may outlast it).
-                durable.scope.cancel()
+            return
+        except StoreUnavailable as down:
+            # The next beat tries again; a lease that expired meanwhile is LeaseLost then.
+            log.warning("run %s: lease not renewed: %s", durable.lease.request_id, down)
+            return
+        except Exception:  # the run stops here; the other runs' leases are renewed as before
+            log.exception("run %s: renewing its lease failed; it stops here", durable.lease.request_id)
+            durable.lose()
+            return
+        if durable not in self._carried or durable.lost:
+            return
+        # A commit may have moved the version meanwhile: keep its lease, take the new expiry.
+        durable.lease = attrs.evolve(durable.lease, expires=renewed.expires, cancel_requested=renewed.cancel_requested)
+        if durable.lease.cancel_requested and durable.run is not None:
+            # The run ends cancelled; the lease is kept renewed until it has (a thread tool may outlast it).
+            durable.scope.cancel()
+
+    def _wake_flusher(self) -> None:
+        self._events_waiting.set()
+
+    async def _flush_when_due(self) -> None:
+        """Commit the streamed events of each carried run once the oldest of them has waited ``FLUSH_SECONDS``
+        (a commit made sooner takes them along, so events that a commit follows at once cost no transaction of
+        their own): one timer for the process, not one per run."""
+        async with trio.open_nursery() as flushes:
+            while True:
+                await self._events_waiting.wait()
+                self._events_waiting = trio.Event()
+                while True:
+                    waiting = [durable for durable in self._carried if durable.events and not durable.lost]
+                    if not waiting:
+                        break
+                    now = time.monotonic()
+                    for durable in waiting:
+                        if now - durable.pending_since >= FLUSH_SECONDS and not durable.flushing:
+                            durable.flushing = True
+                            flushes.start_soon(self._flush, durable)
+                    later = [durable.pending_since for durable in waiting if not durable.flushing]
+                    await trio.sleep(max(0.0, min(later) + FLUSH_SECONDS - now) if later else FLUSH_SECONDS)
+
+    @staticmethod
+    async def _flush(durable: DurableRun) -> None:
+        try:
+            await durable.flush()
+        except Exception:  # the run stops here, as its own failing commit would stop it; the other runs go on
+            log.exception("run %s: its streamed events could not be written; it stops here", durable.lease.request_id)
+            durable.lose()
+        finally:
+            durable.flushing = False
+            if durable.events:  # not flushed (the run ends, or the commit failed): looked at again later
+                durable.pending_since = time.monotonic()
 
     async def _poll_inbox(self, durable: DurableRun, read_since: int | None = None) -> None:
         """Read the run's inbox when it changes (or every INBOX_SECONDS) and offer what is new; an answer held
@@ -548,9 +604,6 @@ class Worker:
                     read_at = None
         finally:
             self.wakeups.forget(INBOX, request_id)  # nothing here waits for this run's inbox any more
-
-    async def _flush(self, durable: DurableRun) -> None:
-        await durable.flush_when_due()
 
 
 def stored_metadata(record: RunRecord) -> dict[str, Any]:

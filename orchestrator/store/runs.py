@@ -439,7 +439,10 @@ class RunStore(abc.ABC):
 
     def lock_session(self, session_id: str) -> SessionLock | None:
         """Hold the session while a carrier runs it, excluding the session stores of the same database (``chat``):
-        SessionLocked while one of them holds it. None when this store shares no session lock with them."""
+        SessionLocked while one of them holds it. None when this store shares no session lock with them.
+
+        It answers at once and never waits for a holder or a database (a system call or two on a lock file): a
+        carrier asks it from its event loop."""
         return None
 
     @property

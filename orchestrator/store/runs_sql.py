@@ -369,8 +369,12 @@ def lease_step(status: str, trigger: str, *, held: bool = False, expired: bool =
         machine.unbind()
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""One encoder for every row: ``json.dumps`` with options builds a new one per call."""
+
+
 def _dumps(value: Any) -> str:
-    return clean_text(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    return clean_text(_ENCODER.encode(value))
 
 
 def _json_object(text: str, what: str, problems: list[str]) -> dict[str, Any] | None:
@@ -1290,7 +1294,7 @@ class SQLRunStore(RunStore):
                     "UPDATE orchestrator_runs SET status = ?, updated = ? WHERE request_id = ?",
                     (lease_step(row.status, "wake"), now, item.request_id),
                 )
-            self._notify(db)
+                self._notify(db)  # it may be claimed now; a run carried or queued already needs no worker woken
             self._changed(db, INBOX, item.request_id)
         stored = InboxItem(
             int(new_id), item.session_id, item.request_id, item.name, dict(item.payload), item.idempotency_key, now

@@ -149,6 +149,16 @@ def test_a_post_names_its_runs_inbox_and_wakes_work_in_one_transaction(pg_store:
     assert _next_runs(feed).keys == {(INBOX, "asked"), (WORK, "")}
 
 
+def test_a_post_to_a_run_being_carried_wakes_its_inbox_and_no_worker(pg_store: SQLRunStore, heard: Heard) -> None:
+    _held(pg_store, ["held"])  # carried: its carrier reads its inbox; no worker has a claim to make
+    feed = _quiet_feed(pg_store)
+    heard.until_quiet()
+    pg_store.post(NewInboxItem("s0", "held", "ask_user_response", {"answer": "yes"}))
+    assert heard.until_quiet() == [(CHANGE_CHANNEL, '{"inbox":["held"]}')]
+    assert _next_runs(feed).keys == {(INBOX, "held")}
+    assert pg_store.run("held").status == "running"
+
+
 def test_a_notification_of_an_earlier_version_still_wakes_the_feed_of_its_run(
     pg_store: SQLRunStore, postgres_dsn: str
 ) -> None:
