@@ -1,10 +1,11 @@
 """``Wakeups``: one process's waits on a run store, woken by the store's change feed instead of each polling.
 
 Tasks wait for a (topic, request id) pair: a held run for its inbox, an event stream
-for its run's log, a claim loop for work. One task per event loop reads the store's feed
-in a thread and sets exactly the events of the pairs that changed (all of them when
-the feed says anything may have). ``arm`` before reading the store, then wait: a change
-committed between the read and the wait still wakes the waiter.
+for its run's log, a claim loop for work. The store's feed hands its changes to a trio loop
+as they come (a feed that only polls, and an asyncio loop, read it with a task of the loop, in a
+thread), and the loop sets exactly the events of the pairs that changed (all of them when the
+feed says anything may have). ``arm`` before reading the store, then wait: a change committed
+between the read and the wait still wakes the waiter.
 
 The waits may live in a trio loop (a worker, a web node under hypercorn) or in an
 asyncio one (a web node under uvicorn): the events and the feed's task are that loop's own.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -117,7 +119,11 @@ class Wakeups:
         self._record(Changes(everything=True))  # what the earlier feed may have missed
         self._feed = feed = self.store.watch()
         feed.wanted = self._wanted
-        if on_trio:
+        if on_trio and feed.pushes:
+            assert isinstance(loop, trio.lowlevel.TrioToken)
+            feed.on_change = functools.partial(self._push, feed, loop)
+            trio.lowlevel.spawn_system_task(self._keep, feed, name=f"wake-ups of {self.store.where}")
+        elif on_trio:
             trio.lowlevel.spawn_system_task(self._trio_pump, feed, name=f"wake-ups of {self.store.where}")
         else:
             assert isinstance(loop, asyncio.AbstractEventLoop)
@@ -139,6 +145,27 @@ class Wakeups:
         for key in woken:
             self._waiting.pop(key).set()
         return True
+
+    def _push(self, feed: ChangeFeed, token: trio.lowlevel.TrioToken) -> None:
+        """In the store's thread that told ``feed`` of changes: have the loop take them."""
+        try:
+            token.run_sync_soon(self._take, feed)
+        except trio.RunFinishedError:  # the loop ended: nobody waits here any more
+            feed.close()
+
+    def _take(self, feed: ChangeFeed) -> None:
+        """In the loop: set the events of what ``feed`` was told."""
+        changes = feed.take()
+        if changes and not self._woken(feed, changes):
+            feed.close()
+
+    @staticmethod
+    async def _keep(feed: ChangeFeed) -> None:
+        """Close ``feed`` when the loop ends (a feed nobody closes keeps the store watching)."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            feed.close()
 
     async def _trio_pump(self, feed: ChangeFeed) -> None:
         thread = trio.CapacityLimiter(1)  # its own: never waits behind store calls for one of trio's threads

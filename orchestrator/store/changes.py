@@ -33,7 +33,11 @@ class Changes:
 
 
 class ChangeFeed:
-    """One consumer's changes, filled by its store's threads; ``wait`` blocks a thread until there are some."""
+    """One consumer's changes, filled by its store's threads; ``wait`` blocks a thread until there are some, and
+    ``on_change`` (when ``pushes``) is called as soon as there are some, so a consumer needs no thread of its own."""
+
+    pushes = True
+    """Whether ``add`` tells its changes (a feed that polls finds them only in ``wait``)."""
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
@@ -42,6 +46,8 @@ class ChangeFeed:
         self.closed = False
         # Which pairs its consumer wants to hear of (None: all); the others are dropped without waking it.
         self.wanted: Callable[[tuple[str, str]], bool] | None = None
+        # Called in the adding thread when changes come while none waited to be taken (then ``take`` them).
+        self.on_change: Callable[[], None] | None = None
 
     def add(self, keys: frozenset[tuple[str, str]] | set[tuple[str, str]], *, everything: bool = False) -> None:
         wanted = self.wanted
@@ -50,17 +56,29 @@ class ChangeFeed:
             if not keys:
                 return
         with self._condition:
+            first = not (self._keys or self._everything)
             self._keys |= keys
             self._everything = self._everything or everything
             self._condition.notify_all()
+        on_change = self.on_change
+        if first and on_change is not None:
+            on_change()
 
     def wait(self, timeout: float) -> Changes:
         """The changes since the last call, as soon as there are some, or none after ``timeout`` seconds."""
         with self._condition:
             self._condition.wait_for(lambda: self._keys or self._everything or self.closed, timeout)
-            changes = Changes(frozenset(self._keys), self._everything)
-            self._keys, self._everything = set(), False
-            return changes
+            return self._taken()
+
+    def take(self) -> Changes:
+        """The changes since the last call, without waiting (none when there are none)."""
+        with self._condition:
+            return self._taken()
+
+    def _taken(self) -> Changes:
+        changes = Changes(frozenset(self._keys), self._everything)
+        self._keys, self._everything = set(), False
+        return changes
 
     def close(self) -> None:
         with self._condition:
@@ -70,6 +88,8 @@ class ChangeFeed:
 
 class PollingFeed(ChangeFeed):
     """For a store that cannot say what changed: ``everything`` after each ``interval``, as a poll would."""
+
+    pushes = False
 
     def __init__(self, interval: float = 0.1) -> None:
         super().__init__()
