@@ -760,7 +760,7 @@ class SQLRunStore(RunStore):
                 )
                 self._notify(db)
                 created = self._row(db, request_id)
-        except (sqlite3.IntegrityError, _pg_integrity_error()) as clash:
+        except (sqlite3.IntegrityError, _pg_error("IntegrityError")) as clash:
             raise SessionBusy(session_id) from clash
         assert created is not None
         return created
@@ -1440,7 +1440,7 @@ class SQLRunStore(RunStore):
                         "INSERT INTO orchestrator_session_titles (session_id, title) VALUES (?, ?)",
                         (target, forked_title(titled[0])),
                     )
-        except (sqlite3.IntegrityError, _pg_integrity_error()) as clash:
+        except (sqlite3.IntegrityError, _pg_error("IntegrityError")) as clash:
             # Another fork (or a run's first messages) took the target between the check and the copy.
             raise ForkRefused(f"the session {target!r} exists already", "exists") from clash
         return len(messages)
@@ -1709,22 +1709,15 @@ class _Dialected:
         return list(self._cursor.fetchall())
 
 
-def _pg_error() -> type[Exception]:
-    """psycopg's base error (sqlite3's when psycopg is not installed)."""
+def _pg_error(kind: str = "Error") -> type[Exception]:
+    """psycopg's error class named ``kind`` (``Error``, ``IntegrityError``), or sqlite3's of that name when psycopg is
+    not installed."""
     try:
         import psycopg
     except ImportError:
-        return sqlite3.Error
-    error: type[Exception] = psycopg.Error
-    return error
-
-
-def _pg_integrity_error() -> type[Exception]:
-    try:
-        import psycopg
-    except ImportError:
-        return sqlite3.IntegrityError
-    error: type[Exception] = psycopg.IntegrityError
+        fallback: type[Exception] = getattr(sqlite3, kind)
+        return fallback
+    error: type[Exception] = getattr(psycopg, kind)
     return error
 
 
