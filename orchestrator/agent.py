@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from machines.build import Step, steps_in
@@ -47,6 +49,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.agent")
 
 _DEFAULT = object()
+
+RECENT_SESSIONS = 1024
+"""Sessions, not running, whose latest request an agent keeps for ``transitions``, ``trace`` and ``usage``: those
+whose request ended last in this process (the oldest is dropped first; a running request always answers)."""
+
+
+@attrs.frozen
+class _Ended:
+    """What an agent keeps of a session's latest ended request: the edges it took, and its budget when limited."""
+
+    steps: list[Step]
+    budget: Budget | None
 
 
 def _new_request_id() -> str:
@@ -186,10 +200,9 @@ class Agent:
         self.inboxes: list[InputInbox] = _one_of_each_kind(e for e in self.extensions if isinstance(e, InputInbox))
         self.compactors: list[TurnCompactor] = [e for e in self.extensions if isinstance(e, TurnCompactor)]
         self._live: dict[str, RequestRun] = {}
-        # Only the steps of each session's latest request: its messages and tools are not kept alive.
-        self._last: dict[str, list[Step]] = {}
-        # The budget of each session's latest request that had usage limits, for usage().
-        self._budgets: dict[str, Budget] = {}
+        # The steps and budget of the latest request of the RECENT_SESSIONS sessions whose request ended last,
+        # oldest first (a running session is only in _live): its messages and tools are not kept alive.
+        self._recent: OrderedDict[str, _Ended] = OrderedDict()
         # Runs started with AgentClient.start, for attach.
         self.runs = RunRegistry()
         # Calls waiting for an external answer (every ResponseRouter's), for pending().
@@ -244,17 +257,23 @@ class Agent:
         run = RequestRun(self, config, request_id, message, sink, restored)
         run.context.deps = deps
         self._live[config.session_id] = run
-        self._last[config.session_id] = run.machine.history
-        if run.budget is not None:
-            self._budgets[config.session_id] = run.budget
-        else:
-            self._budgets.pop(config.session_id, None)
+        self._recent.pop(config.session_id, None)
         return run
 
     def _close_run(self, run: RunPort) -> None:
-        if self._live.get(run.context.session_id) is run:
-            del self._live[run.context.session_id]
+        session_id = run.context.session_id
+        if self._live.get(session_id) is run:
+            del self._live[session_id]
+            self._remember(session_id, run)
         run.mark_left()
+
+    def _remember(self, session_id: str, run: RunPort) -> None:
+        """Keep the steps and budget of ``run``, the session's request that just ended, as the most recent; forget
+        the oldest sessions past RECENT_SESSIONS."""
+        self._recent[session_id] = _Ended(run.machine.history, run.budget)
+        self._recent.move_to_end(session_id)
+        while len(self._recent) > RECENT_SESSIONS:
+            self._recent.popitem(last=False)
 
     async def compact(self, config: AgentRunConfig) -> CompactionCompletedEvent | None:
         """Restore the session through on_tool and on_state, then run on_compact.
@@ -330,9 +349,17 @@ class Agent:
     def transitions(self, session_id: str, *, region: str | None = None, machine: str | None = None) -> list[Step]:
         """Edges taken by the session's running or most recent request, each naming its machine and region.
 
+        A session that is not running answers for its most recent request only while it is among the latest
+        ``RECENT_SESSIONS`` sessions whose request ended in this process; otherwise the list is empty.
         With ``region`` (``"phase"``, ``"mode"``, ...) or ``machine``, only the edges of that region or machine.
         """
-        return steps_in(self._last.get(session_id, ()), region=region, machine=machine)
+        live = self._live.get(session_id)
+        if live is not None:
+            steps: Sequence[Step] = live.machine.history
+        else:
+            ended = self._recent.get(session_id)
+            steps = ended.steps if ended is not None else ()
+        return steps_in(steps, region=region, machine=machine)
 
     def child_traces(self, session_id: str, request_id: str | None = None) -> list[NestedTrace]:
         """The paths of the child requests (subagents) of the session's latest request, nested.
@@ -390,8 +417,7 @@ class Agent:
             if callable(getattr(store, "delete_session", None)) and callable(getattr(store, "lock_session", None)):
                 found = await trio.to_thread.run_sync(_delete_stored, store, session_id) or found
         self.runs.forget_session(session_id)
-        found = self._last.pop(session_id, None) is not None or found
-        self._budgets.pop(session_id, None)
+        found = self._recent.pop(session_id, None) is not None or found
         return found
 
     async def prune(self, retention: Retention, *, now: float | None = None) -> PruneReport:
@@ -428,9 +454,17 @@ class Agent:
         return [session for session in self._live if not any(call.live for call in self.pending(session))]
 
     def usage(self, session_id: str) -> RunUsage | None:
-        """What the session's running or latest request spent, when it had usage limits (else None)."""
+        """What the session's running or latest request spent, when it had usage limits (else None).
+
+        A session that is not running answers for its most recent request only while it is among the latest
+        ``RECENT_SESSIONS`` sessions whose request ended in this process; otherwise None.
+        """
         live = self._live.get(session_id)
-        budget = live.budget if live is not None else self._budgets.get(session_id)
+        if live is not None:
+            budget = live.budget
+        else:
+            ended = self._recent.get(session_id)
+            budget = ended.budget if ended is not None else None
         return budget.report() if budget is not None else None
 
 
@@ -509,7 +543,8 @@ class AgentClient:
         return self.agent.state(session_id)
 
     def transitions(self, session_id: str, *, region: str | None = None, machine: str | None = None) -> list[Step]:
-        """Edges taken by the session's running or most recent request (of one region or machine when named)."""
+        """Edges taken by the session's running or most recent request (of one region or machine when named);
+        see ``Agent.transitions`` for how long an ended request is kept."""
         return self.agent.transitions(session_id, region=region, machine=machine)
 
     def trace(self, session_id: str) -> str:
@@ -517,7 +552,7 @@ class AgentClient:
         return self.agent.trace(session_id)
 
     def usage(self, session_id: str) -> RunUsage | None:
-        """What the session's running or latest request spent (see ``Agent.usage``)."""
+        """What the session's running or latest request spent (see ``Agent.usage``, also for how long it is kept)."""
         return self.agent.usage(session_id)
 
 
