@@ -286,7 +286,7 @@ class PendingResponse:
         return self._woken
 
     def wake(self) -> None:
-        """Wake the waiting task (idempotent); call it in the wait's trio thread (``_wake``)."""
+        """Wake the waiting task (idempotent); call it in the wait's trio thread (``token.run_sync_soon``)."""
         self._woken = True
         task, self._task = self._task, None
         if task is not None:
@@ -397,7 +397,7 @@ class ResponseRouter:
             wait.payload = payload
             del self._waits[(wait.session_id, wait.response_event, wait.key)]
         try:
-            _wake(wait)
+            wait.token.run_sync_soon(wait.wake)
         except trio.RunFinishedError:
             return Refusal(f"the request of call {self.key_field}={key!r} has ended")
         return True
@@ -520,20 +520,7 @@ class ResponseRouter:
                     wait.machine.fire("withdraw")
         for wait in dropped:
             with contextlib.suppress(trio.RunFinishedError):
-                _wake(wait)
-
-
-def _wake(wait: PendingResponse) -> None:
-    """Wake ``wait``'s task: at once from a task of its own trio loop, else through that loop
-    (``run_sync_soon``, which raises RunFinishedError once the loop has ended)."""
-    try:
-        here: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
-    except RuntimeError:  # not in a trio thread
-        here = None
-    if here is wait.token:
-        wait.wake()
-    else:
-        wait.token.run_sync_soon(wait.wake)
+                wait.token.run_sync_soon(wait.wake)
 
 
 async def _announce(run: ContextRun, key: str, announce: AgentEvent) -> None:
