@@ -81,6 +81,19 @@ def test_commits_are_fenced_by_the_lease(store: RunStore) -> None:
     assert [e.seq for e in store.events("r1", after=1)] == [2, 3]
 
 
+def test_a_stale_commit_whose_events_follow_its_own_lease_writes_nothing(store: RunStore) -> None:
+    store.create_run("s1", "r1", INPUT)
+    [lease] = store.claim("w1", 30)
+    store.commit(lease, RunCommit(messages=(UserMessage("hello"),), events=(event("r1", 1),), checkpoint={"n": 1}))
+    # The stale lease's next event (seq 1) follows its own last one: only the row says the version moved on.
+    with pytest.raises(LeaseLost) as lost:
+        store.commit(lease, RunCommit(messages=(AssistantMessage("late"),), events=(event("r1", 1),), checkpoint={}))
+    assert "version" in str(lost.value)
+    assert [e.seq for e in store.events("r1")] == [1]
+    assert store.history("s1") == [UserMessage("hello")]
+    assert store.run("r1").checkpoint == {"n": 1}  # type: ignore[union-attr]
+
+
 def test_an_expired_lease_is_taken_over_and_the_old_holder_cannot_write(store: RunStore) -> None:
     store.create_run("s1", "r1", INPUT)
     [old] = store.claim("w1", 0.05)
