@@ -42,7 +42,7 @@ from orchestrator.cluster.durable import FLUSH_SECONDS, DurableExtension, Durabl
 from orchestrator.cluster.group_commit import GroupCommit
 from orchestrator.cluster.history import StoreHistory
 from orchestrator.cluster.run_settings import decode_run_settings
-from orchestrator.cluster.takeover import take_over_local
+from orchestrator.cluster.takeover import process_started, take_over_local
 from orchestrator.cluster.wakeups import Wakeup, Wakeups
 from orchestrator.config import AgentRunConfig, ExternalEvent
 from orchestrator.errors import SessionBusy
@@ -97,7 +97,11 @@ class RunStart:
 
 
 def default_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    """``host:pid:random``: this machine, this process, and a random part that begins with the process's start time
+    where the system tells it (``t<ticks>-``), so that a later process given the same id is told apart from it."""
+    started = process_started(os.getpid())
+    random_part = f"t{started}-{uuid.uuid4().hex[:6]}" if started is not None else uuid.uuid4().hex[:6]
+    return f"{socket.gethostname()}:{os.getpid()}:{random_part}"
 
 
 class Worker:
