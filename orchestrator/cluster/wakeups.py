@@ -122,6 +122,9 @@ class Wakeups:
         if on_trio and feed.pushes:
             assert isinstance(loop, trio.lowlevel.TrioToken)
             feed.on_change = functools.partial(self._push, feed, loop)
+            # What the store told the feed before it could push (its first reading says everything) is taken now:
+            # a feed left holding it would never push again, since it pushes only when changes come to an empty one.
+            self._take(feed)
             trio.lowlevel.spawn_system_task(self._keep, feed, name=f"wake-ups of {self.store.where}")
         elif on_trio:
             trio.lowlevel.spawn_system_task(self._trio_pump, feed, name=f"wake-ups of {self.store.where}")

@@ -67,3 +67,27 @@ def test_the_feed_is_closed_when_its_loop_ends(tmp_path: Path) -> None:
         assert feed.closed
     finally:
         store.close()
+
+
+async def test_changes_told_before_the_feed_could_push_do_not_stop_it_pushing(tmp_path: Path) -> None:
+    store = sqlite_run_store(str(tmp_path / "runs.db"))
+    try:
+        _held(store, "r1")
+        watch = store.watch
+
+        def watched() -> ChangeFeed:
+            # The store's watching thread tells its first reading before the waits' side has set up the feed.
+            feed = watch()
+            feed.add(frozenset(), everything=True)
+            return feed
+
+        store.watch = watched  # type: ignore[method-assign]
+        wakeups = Wakeups(store)
+        with trio.fail_after(5):
+            await wakeups.arm(WORK).wait()  # the store's own first reading, told after the early one
+        inbox = wakeups.arm(INBOX, "r1")
+        await trio.to_thread.run_sync(store.post, NewInboxItem("s-r1", "r1", "ask_user_response", {"a": 1}))
+        with trio.fail_after(5):
+            await inbox.wait()
+    finally:
+        store.close()
