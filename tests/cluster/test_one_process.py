@@ -24,6 +24,7 @@ from orchestrator.cluster import DurableAgent, open_durable_agent
 from orchestrator.extensions.ask_user import AskUserExtension
 from orchestrator.extensions.sqlite_store import SQLiteSessionStore
 from orchestrator.runtime.handle import UnknownRun
+from tests.cluster.painting import paint_then_report
 
 CUT_OFF = "may or may not have taken effect"
 
@@ -87,14 +88,8 @@ async def test_leaving_by_an_exception_hands_a_running_run_back_at_once(tmp_path
         await trio.sleep(3600)
         return f"painted {colour}"
 
-    def painting(request: ModelRequest) -> AssistantMessage:
-        results = [m for m in request.messages if isinstance(m, ToolMessage)]
-        if not results:
-            return AssistantMessage("", (ToolCall("p1", "slow_paint", {"colour": "red"}),))
-        return AssistantMessage(f"Outcome: {results[-1].text}")
-
     async def painter() -> AgentClient:
-        return await create_agent(ScriptedModel([painting], repeat_last=True), tools=[slow_paint])
+        return await create_agent(ScriptedModel([paint_then_report], repeat_last=True), tools=[slow_paint])
 
     class Stop(Exception):
         pass

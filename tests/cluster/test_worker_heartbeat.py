@@ -8,11 +8,11 @@ from typing import Any
 
 import trio
 
-from orchestrator import AssistantMessage, ScriptedModel, ToolCall, ToolMessage, UserMessage, create_agent, tool
+from orchestrator import ScriptedModel, UserMessage, create_agent, tool
 from orchestrator.cluster import Worker
-from orchestrator.model import ModelRequest
 from orchestrator.store.runs_sql import sqlite_run_store
 from orchestrator.wire.format import encode_message
+from tests.cluster.painting import paint_then_report
 
 LEASE_SECONDS = 0.6
 WORK_SECONDS = 2.5  # past four leases
@@ -33,14 +33,8 @@ async def test_runs_that_outlast_their_lease_keep_it_while_carried(tmp_path: Pat
         await trio.sleep(WORK_SECONDS)
         return f"painted {colour}"
 
-    def painting(request: ModelRequest) -> AssistantMessage:
-        results = [m for m in request.messages if isinstance(m, ToolMessage)]
-        if not results:
-            return AssistantMessage("", (ToolCall("p1", "slow_paint", {"colour": "red"}),))
-        return AssistantMessage(f"Outcome: {results[-1].text}")
-
     async def painter() -> Any:
-        return await create_agent(ScriptedModel([painting], repeat_last=True), tools=[slow_paint])
+        return await create_agent(ScriptedModel([paint_then_report], repeat_last=True), tools=[slow_paint])
 
     store = sqlite_run_store(path)
     watcher_store = sqlite_run_store(path)
