@@ -43,6 +43,8 @@ from typing import Any
 import attrs
 import trio
 
+from bench import store_floor
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "bench" / "README.md"
 BEGIN = "<!-- cluster results: written by `python -m bench --only cluster --readme`; do not edit by hand -->"
@@ -50,6 +52,8 @@ END = "<!-- end of cluster results -->"
 APP = "bench.cluster_app:approval_agent"
 ANSWERED_CALL = "q1"
 CLIENTS = 8
+EMBEDDED = "1 process, embedded worker, SQLite"
+EMBEDDED_IN_MEMORY = "1 process, embedded worker, SQLite in memory"
 """Runs created at once on a run store, each by a thread of its own, as concurrent requests to a web node do."""
 HEADING = """## Scaling out: workers on PostgreSQL
 
@@ -64,6 +68,15 @@ call; on workers it includes the wait for a free slot while new runs still fill 
 database's committed transactions (listening connections' reads of notifications included) and WAL
 bytes; commit p99 is the driver's committing calls (a run's creation, an answer) under the load. The
 in-process and embedded rows run on the benchmark's pinned CPU; the workers and the server run on every CPU.
+
+The row **SQLite in memory** is the embedded worker on an SQLite database in the process's memory: the same
+statements with no disk under them. The two **store floor** rows (`bench/store_floor.py`) write, for as many
+runs, the rows one real run of the workload wrote (sampled first from an embedded worker: its input, messages,
+events, parked checkpoint and answer) in the fewest transactions the guarantees allow for it (its creation,
+a claim, its park, its answer, a claim, its end; the worker's four each for 16 runs at once), with plain SQL
+and no orchestrator code: on SQLite by one thread on the pinned CPU, on PostgreSQL by 2 processes of 8
+connections on every CPU. No durable row can beat the floor of its store; the difference is the
+orchestrator's own work (the runtime, the durable layer, the worker and the driver).
 
 """
 
@@ -135,12 +148,12 @@ def in_process(runs: int) -> dict[str, Any]:
 # embedded: a worker in this process, on SQLite ---------------------------------------
 
 
-async def _embedded(runs: int, path: Path, timeout: float) -> dict[str, Any]:
+async def _embedded(runs: int, path: str, timeout: float, kind: str) -> dict[str, Any]:
     from bench.cluster_app import approval_agent
     from orchestrator.cluster import Worker
     from orchestrator.store.runs_sql import sqlite_run_store
 
-    store = sqlite_run_store(str(path))
+    store = sqlite_run_store(path)
     worker = Worker(await approval_agent(), store, name="embedded")
     try:
         async with trio.open_nursery() as nursery:
@@ -150,16 +163,20 @@ async def _embedded(runs: int, path: Path, timeout: float) -> dict[str, Any]:
     finally:
         store.close()
     seconds, creating, latencies, statuses = driven
-    result = _summary("1 process, embedded worker, SQLite", runs, seconds, latencies)
+    result = _summary(kind, runs, seconds, latencies)
     result["statuses"] = sorted(statuses)
     result["create_seconds"] = creating
     return result
 
 
-def embedded(runs: int, directory: Path, timeout: float = 600.0) -> dict[str, Any]:
-    """The runs carried by a ``Worker`` in this process on an SQLite run store file in ``directory``."""
-    path = directory / f"embedded-{uuid.uuid4().hex[:8]}.db"
-    result: dict[str, Any] = trio.run(_embedded, runs, path, timeout)
+def embedded(runs: int, directory: Path, timeout: float = 600.0, *, in_memory: bool = False) -> dict[str, Any]:
+    """The runs carried by a ``Worker`` in this process on an SQLite run store file in ``directory``, or on one in
+    this process's memory (``in_memory``: the same statements with no disk under them)."""
+    if in_memory:
+        path, kind = ":memory:", EMBEDDED_IN_MEMORY
+    else:
+        path, kind = str(directory / f"embedded-{uuid.uuid4().hex[:8]}.db"), EMBEDDED
+    result: dict[str, Any] = trio.run(_embedded, runs, path, timeout, kind)
     return result
 
 
@@ -359,9 +376,27 @@ def cluster(runs: int, workers: int, timeout: float, logs: Path) -> dict[str, An
 
 
 def _on_server(pg: Any, runs: int, workers: int, timeout: float, logs: Path) -> dict[str, Any]:
+    return _on_database(pg, "cluster", lambda dsn: through_workers(dsn, runs, workers, timeout, logs))
+
+
+def postgres_floor(sample: Any, runs: int, logs: Path) -> dict[str, Any]:
+    """The PostgreSQL store floor (``bench.store_floor``) on a throwaway server, on every CPU like the workers."""
+    sys.path.insert(0, str(ROOT))
+    from tests import pg
+
+    pinned = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    try:
+        return _on_database(pg, store_floor.POSTGRES, lambda dsn: store_floor.postgres_floor(sample, runs, dsn, logs))
+    finally:
+        os.sched_setaffinity(0, pinned)
+
+
+def _on_database(pg: Any, kind: str, measure: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """``measure`` on a fresh database of a throwaway server, or a row of ``kind`` saying why there is none."""
     server = pg._start()
     if isinstance(server, str):
-        return {"kind": "cluster", "unavailable": server}
+        return {"kind": kind, "unavailable": server}
     try:
         import psycopg
 
@@ -371,7 +406,7 @@ def _on_server(pg: Any, runs: int, workers: int, timeout: float, logs: Path) -> 
             # The test suite's server, but a commit waits for its WAL, as in production (the database's
             # setting outranks the server's command line).
             admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = on')
-        return through_workers(server.dsn(name), runs, workers, timeout, logs)
+        return measure(server.dsn(name))
     finally:
         pg._stop(server)
 
@@ -385,23 +420,32 @@ def bench(plan: Any, runtimes: Sequence[str], progress: Callable[[str], None]) -
     sizes = PLANS[plan.name]
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-cluster-{os.getpid()}"
     logs.mkdir(parents=True, exist_ok=True)
+    progress("cluster: one run sampled for the store floors")
+    sample = store_floor.sample_run(logs, sizes.timeout)
     repeated: list[list[dict[str, Any]]] = []
     for repetition in range(1, sizes.repetitions + 1):
         of = f" ({repetition} of {sizes.repetitions})" if sizes.repetitions > 1 else ""
         progress(f"cluster: {sizes.runs} runs in-process{of}")
         rows = [in_process(sizes.runs)]
-        progress(f"cluster: {sizes.runs} runs on a worker embedded in this process, SQLite{of}")
-        try:
-            rows.append(embedded(sizes.runs, logs, sizes.timeout))
-        except Exception as error:  # the rest of the run goes on; the row says why
-            rows.append({"kind": "1 process, embedded worker, SQLite", "failed": f"{type(error).__name__}: {error}"})
+        for kind, in_memory in ((EMBEDDED, False), (EMBEDDED_IN_MEMORY, True)):
+            progress(f"cluster: {sizes.runs} runs, {kind}{of}")
+            rows.append(_row_or_why(kind, lambda m=in_memory: embedded(sizes.runs, logs, sizes.timeout, in_memory=m)))
+        progress(f"cluster: {sizes.runs} runs' writes on SQLite with no orchestrator code{of}")
+        rows.append(_row_or_why(store_floor.SQLITE, lambda: store_floor.sqlite_floor(sample, sizes.runs, logs)))
         progress(f"cluster: {sizes.runs} runs on {sizes.workers} worker processes{of}")
-        try:
-            rows.append(cluster(sizes.runs, sizes.workers, sizes.timeout, logs))
-        except Exception as error:  # the rest of the run goes on; the row says why
-            rows.append({"kind": "cluster", "failed": f"{type(error).__name__}: {error}"})
+        rows.append(_row_or_why("cluster", lambda: cluster(sizes.runs, sizes.workers, sizes.timeout, logs)))
+        progress(f"cluster: {sizes.runs} runs' writes on PostgreSQL with no orchestrator code{of}")
+        rows.append(_row_or_why(store_floor.POSTGRES, lambda: postgres_floor(sample, sizes.runs, logs)))
         repeated.append(rows)
     return median_rows(repeated)
+
+
+def _row_or_why(kind: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``measure``'s row, or a row of ``kind`` that says why it failed: the rest of the run goes on."""
+    try:
+        return measure()
+    except Exception as error:
+        return {"kind": kind, "failed": f"{type(error).__name__}: {error}"}
 
 
 def median_rows(repeated: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -434,29 +478,29 @@ def render(rows: list[dict[str, Any]]) -> str:
     lines = [
         "Runs with a tool call and an approval: runs per second and approval-to-resume latency"
         + (f" (each figure the median of {repetitions} repetitions)" if repetitions > 1 else ""),
-        f"{'carried by':<40} {'runs':>6} {'runs/s':>8} {'resume median ms':>17} {'resume p99 ms':>14}",
+        f"{'carried by':<46} {'runs':>6} {'runs/s':>8} {'resume median ms':>17} {'resume p99 ms':>14}",
     ]
     base = next((row for row in rows if row.get("kind") == "in-process" and row.get("runs_per_second")), None)
     stored = []
     for row in rows:
         problem = row.get("unavailable") or row.get("failed")
         if problem:
-            lines.append(f"{row['kind']:<40} not available: {problem}")
+            lines.append(f"{row['kind']:<46} not available: {problem}")
             continue
         lines.append(
-            f"{row['kind']:<40} {row['runs']:>6} {_fmt(row['runs_per_second']):>8}"
+            f"{row['kind']:<46} {row['runs']:>6} {_fmt(row['runs_per_second']):>8}"
             f" {_fmt(row['resume_median_ms']):>17} {_fmt(row['resume_p99_ms']):>14}"
         )
         if "transactions_per_run" in row:
             stored.append(row)
     if base is not None:
         lines.append("")
-        lines.append(f"{'against in-process':<40} {'runs/s':>8} {'resume median':>14} {'resume p99':>11}")
+        lines.append(f"{'against in-process':<46} {'runs/s':>8} {'resume median':>14} {'resume p99':>11}")
         for row in rows:
             if row is base or not row.get("runs_per_second"):
                 continue
             lines.append(
-                f"{row['kind']:<40} {_ratio(row['runs_per_second'], base['runs_per_second']):>8}"
+                f"{row['kind']:<46} {_ratio(row['runs_per_second'], base['runs_per_second']):>8}"
                 f" {_ratio(row['resume_median_ms'], base['resume_median_ms']):>14}"
                 f" {_ratio(row['resume_p99_ms'], base['resume_p99_ms']):>11}"
             )

@@ -46,3 +46,42 @@ def test_each_row_is_the_median_of_its_repetitions_and_a_failed_one_says_so() ->
     assert in_process["repetitions"] == 3 and in_process["runs_per_second_each"] == [100.0, 300.0, 200.0]
     assert in_process["settings"] == {"fsync": "off"}
     assert cluster == {"kind": "cluster", "failed": "OSError: no server"}
+
+
+def test_runs_on_an_embedded_worker_with_the_store_in_memory_are_all_answered(tmp_path: Path) -> None:
+    result = cluster.embedded(3, tmp_path, timeout=60.0, in_memory=True)
+    assert result["kind"] == cluster.EMBEDDED_IN_MEMORY
+    assert (result["runs"], result["completed"], result["statuses"]) == (3, 3, ["completed"])
+    assert list(tmp_path.iterdir()) == []  # nothing was written to a file
+
+
+def test_the_store_floors_write_the_rows_a_real_run_wrote(postgres_dsn: str, tmp_path: Path) -> None:
+    import sqlite3
+
+    import psycopg
+
+    from bench import store_floor
+
+    sample = store_floor.sample_run(tmp_path)
+    # The run's own rows: its input, and every event and message it wrote, split where it parked.
+    assert [kind for _, kind, _ in sample.events].count("ask_user") == 1
+    assert sample.events[sample.parked_events - 1][1] == "run_parked"
+    assert [role for role, _ in sample.messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert sample.parked_messages == 4 and '"q1"' in sample.answer and '"waiting"' in sample.checkpoint
+
+    on_sqlite = store_floor.sqlite_floor(sample, 5, tmp_path)
+    (written,) = tmp_path.glob("floor-????????.db")  # not the sample run's store
+    with sqlite3.connect(written) as db:
+        assert db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall() == [("completed", 5)]
+        assert db.execute("SELECT count(*) FROM events").fetchone() == (5 * len(sample.events),)
+        assert db.execute("SELECT count(*) FROM messages").fetchone() == (5 * len(sample.messages),)
+        assert db.execute("SELECT count(*) FROM inbox WHERE consumed = 1").fetchone() == (5,)
+
+    on_postgres = store_floor.postgres_floor(sample, 5, postgres_dsn, tmp_path)
+    with psycopg.connect(postgres_dsn) as db:
+        assert db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall() == [("completed", 5)]
+        assert db.execute("SELECT count(*) FROM events").fetchone() == (5 * len(sample.events),)
+    for row in (on_sqlite, on_postgres):
+        assert (row["runs"], row["resume_p99_ms"]) == (5, None) and row["runs_per_second"] > 0
+    table = cluster.render([cluster.in_process(3), on_sqlite, on_postgres])
+    assert store_floor.POSTGRES in table.split("against in-process")[1]
