@@ -166,6 +166,7 @@ async def _embedded(runs: int, path: str, timeout: float, kind: str) -> dict[str
     result = _summary(kind, runs, seconds, latencies)
     result["statuses"] = sorted(statuses)
     result["create_seconds"] = creating
+    result["cpus"] = len(os.sched_getaffinity(0))
     return result
 
 
@@ -326,6 +327,7 @@ def through_workers(
         result["wal_bytes_per_run"] = (after["wal_bytes"] - before["wal_bytes"]) / runs
         result["commit_p99_ms"] = _p99(commits) * 1000
         result["create_seconds"] = creating
+        result["cpus"] = len(os.sched_getaffinity(0))
         result["settings"] = {"synchronous_commit": after["synchronous_commit"], "fsync": after["fsync"]}
         return result
     finally:
@@ -504,6 +506,7 @@ def render(rows: list[dict[str, Any]]) -> str:
                 f" {_ratio(row['resume_median_ms'], base['resume_median_ms']):>14}"
                 f" {_ratio(row['resume_p99_ms'], base['resume_p99_ms']):>11}"
             )
+    lines.extend(_budgets(rows, base))
     for row in stored:
         settings = row.get("settings", {})
         lines.append("")
@@ -514,6 +517,43 @@ def render(rows: list[dict[str, Any]]) -> str:
             f" (synchronous_commit {settings.get('synchronous_commit', '?')}, fsync {settings.get('fsync', '?')})"
         )
     return "\n".join(lines)
+
+
+TARGET = 0.2
+"""The share of the in-process runs per second a durable row is measured against in ``_budgets``."""
+
+
+def _budgets(rows: list[dict[str, Any]], base: dict[str, Any] | None) -> list[str]:
+    """For each durable row beside its store's floor: the machine time per run (its CPUs / its runs per second) at
+    ``TARGET`` times the in-process rate, taken by the floor, left beyond it, and taken beyond it today."""
+    if base is None:
+        return []
+    measured = [row for row in rows if row.get("runs_per_second") and row.get("cpus")]
+    lines = []
+    for durable_kind, floor_kind in (
+        (EMBEDDED, store_floor.SQLITE),
+        ("worker processes, PostgreSQL", store_floor.POSTGRES),
+    ):
+        durable = next((row for row in measured if row["kind"].endswith(durable_kind)), None)
+        floor = next((row for row in measured if row["kind"] == floor_kind), None)
+        if durable is None or floor is None or durable["cpus"] != floor["cpus"]:
+            continue
+        durable_kind = durable["kind"]
+        cpus = durable["cpus"]
+        budget = cpus * 1000 / (TARGET * base["runs_per_second"])
+        floor_ms = cpus * 1000 / floor["runs_per_second"]
+        today = cpus * 1000 / durable["runs_per_second"]
+        if not lines:
+            lines += [
+                "",
+                f"machine time per run (CPUs x wall time / runs): allowed at {TARGET}x in-process, taken by the"
+                " store's floor, left beyond it; taken beyond the floor today",
+            ]
+        lines.append(
+            f"{durable_kind} ({cpus} CPU{'s' if cpus > 1 else ''}): allowed {budget:.2f} ms, floor {floor_ms:.2f} ms,"
+            f" left {budget - floor_ms:.2f} ms; beyond the floor today {today - floor_ms:.2f} ms"
+        )
+    return lines
 
 
 def _ratio(value: float | None, base: float | None) -> str:

@@ -272,7 +272,7 @@ def sqlite_floor(rows: RunRows, runs: int, directory: Path) -> dict[str, Any]:
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     finally:
         db.close()
-    return _floor_row(SQLITE, runs, seconds, cpu)
+    return _floor_row(SQLITE, runs, seconds, cpu, len(os.sched_getaffinity(0)))
 
 
 def postgres_floor(rows: RunRows, runs: int, dsn: str, directory: Path) -> dict[str, Any]:
@@ -325,7 +325,7 @@ def postgres_floor(rows: RunRows, runs: int, dsn: str, directory: Path) -> dict[
         end, spent = map(float, output.split()[-2:])
         ended, cpu = max(ended, end), cpu + spent
     seconds = ended - started
-    return _floor_row(POSTGRES, runs, seconds, cpu)
+    return _floor_row(POSTGRES, runs, seconds, cpu, len(os.sched_getaffinity(0)))
 
 
 def _postgres_process(rows: RunRows, runs: int, dsn: str) -> tuple[float, float]:
@@ -363,10 +363,11 @@ def _postgres_process(rows: RunRows, runs: int, dsn: str) -> tuple[float, float]
     return ended, cpu
 
 
-def _floor_row(kind: str, runs: int, seconds: float, cpu: float) -> dict[str, Any]:
-    """A row of the cluster table: no run is resumed, so it has no resume latency."""
+def _floor_row(kind: str, runs: int, seconds: float, cpu: float, cpus: int) -> dict[str, Any]:
+    """A row of the cluster table, on ``cpus`` CPUs: no run is resumed, so it has no resume latency."""
     return {
         "kind": kind,
+        "cpus": cpus,
         "runs": runs,
         "completed": runs,
         "seconds": seconds,

@@ -85,3 +85,33 @@ def test_the_store_floors_write_the_rows_a_real_run_wrote(postgres_dsn: str, tmp
         assert (row["runs"], row["resume_p99_ms"]) == (5, None) and row["runs_per_second"] > 0
     table = cluster.render([cluster.in_process(3), on_sqlite, on_postgres])
     assert store_floor.POSTGRES in table.split("against in-process")[1]
+
+
+def test_the_machine_time_a_durable_row_leaves_beyond_its_floor_is_worked_out_from_the_rates() -> None:
+    from bench import store_floor
+
+    def row(kind: str, rate: float, cpus: int | None = None) -> dict[str, object]:
+        found = {"kind": kind, "runs": 300, "runs_per_second": rate, "resume_median_ms": None, "resume_p99_ms": None}
+        return found if cpus is None else {**found, "cpus": cpus}
+
+    table = cluster.render(
+        [
+            row("in-process", 1000.0),
+            row(cluster.EMBEDDED, 100.0, 1),
+            row(store_floor.SQLITE, 500.0, 1),
+            row("2 worker processes, PostgreSQL", 50.0, 2),
+            row(store_floor.POSTGRES, 400.0, 2),
+        ]
+    )
+    # 0.2x of 1,000 runs/s is 200 runs/s: 5 ms of one CPU per run, 10 ms of two.
+    assert (
+        f"{cluster.EMBEDDED} (1 CPU): allowed 5.00 ms, floor 2.00 ms, left 3.00 ms; beyond the floor today 8.00 ms"
+        in table
+    )
+    assert (
+        "PostgreSQL (2 CPUs): allowed 10.00 ms, floor 5.00 ms, left 5.00 ms; beyond the floor today 35.00 ms" in table
+    )
+    # A floor measured on other CPUs than its durable row is not set against it.
+    assert "allowed" not in cluster.render(
+        [row("in-process", 1000.0), row(cluster.EMBEDDED, 100.0, 1), row(store_floor.SQLITE, 500.0, 2)]
+    )
