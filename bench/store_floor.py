@@ -12,7 +12,8 @@ guarantees allow for this workload (its lookup tool is idempotent, so no intent 
 5. a claim: the run leased, its inbox and history read;
 6. the end: the rest of the messages and events, the inbox item consumed, the final status.
 
-The worker's transactions (2, 3, 5, 6) each cover ``WORKER_BATCH`` runs, as a group commit at its best.
+The worker's transactions (2, 3, 5, 6) each cover ``WORKER_BATCH`` runs, as a group commit at its best, and
+a claim names the runs it takes (a real one looks for them first).
 The statements are plain SQL through the driver the store uses (``sqlite3``, psycopg) on a schema with
 the store's keys. On SQLite one thread writes a WAL file with ``synchronous`` FULL (the run store's
 setting) on the benchmark's pinned CPU. On PostgreSQL ``PROCESSES`` processes of ``THREADS`` connections
@@ -23,6 +24,7 @@ orchestrator's own work (the runtime, the durable layer, the worker and the driv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -122,7 +124,7 @@ async def _carry_one(path: Path, parked: dict[str, str], timeout: float) -> None
 def _rows_of(path: Path, parked: dict[str, str]) -> RunRows:
     """The rows the one run in ``path`` wrote; what was written up to its ``run_parked`` event's commit is the park."""
     ((request_id, checkpoint),) = parked.items()
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db:
         session_id, input_text, status = db.execute(
             "SELECT session_id, input, status FROM orchestrator_runs WHERE request_id = ?", (request_id,)
         ).fetchone()
