@@ -523,12 +523,14 @@ class DurableExtension(AgentExtension):
                 # The result is recorded with this message: the call is no longer an intent without a result,
                 # even if the worker stops before its settled event is committed.
                 durable.settled(message.tool_call_id)
-            if context.states.get("phase") == "setup":
+            the_input = context.states.get("phase") == "setup"
+            if the_input:
                 durable.input_recorded = True
-            if (isinstance(message, AssistantMessage) or rerunnable) and not durable.draining:
+            if (isinstance(message, AssistantMessage) or rerunnable or the_input) and not durable.draining:
                 # Taken along by the next commit, which comes before anything the response asks for is done
-                # (a call's body, a question, the run's end): a run stopped before that asks the model again,
-                # and runs again the idempotent calls whose results it had not committed.
+                # (a call's body, a question, the run's end), or by the flush of the events streamed meanwhile:
+                # a run stopped before that starts again from its input (stored with the run), asks the model
+                # again, and runs again the idempotent calls whose results it had not committed.
                 return
             await durable.commit()
         elif name == "tool_started":

@@ -124,3 +124,82 @@ async def test_a_cut_off_response_whose_worker_died_before_its_results_runs_none
     (result,) = [m for m in history if isinstance(m, ToolMessage)]
     assert result.status is ToolStatus.FAILED and "max_tokens" in result.text
     assert history[-1] == AssistantMessage("I will write less.")
+
+
+async def test_a_runs_input_goes_into_its_history_with_the_runs_next_commit(tmp_path: Path) -> None:
+    from orchestrator.messages import UserMessage
+
+    durable = _claimed(tmp_path)
+    extension = DurableExtension()
+    extension.attach(durable)
+
+    class Context:
+        request_id = "r1"
+        states = {"phase": "setup"}
+
+    event = MessageAppendedEvent(session_id="s1", request_id="r1", seq=1, ts=0.0, message=UserMessage("hi"), index=0)
+    await extension.on_event(Context(), event)  # type: ignore[arg-type]
+    record = durable.store.run("r1")
+    assert record is not None and record.checkpoint is None and durable.store.history("s1") == []
+    await durable.commit()  # the step that follows, or the flush of the events streamed meanwhile
+    record = durable.store.run("r1")
+    assert record is not None and record.checkpoint is not None and record.checkpoint["input_recorded"] is True
+    assert durable.store.history("s1") == [UserMessage("hi")]
+
+
+async def test_a_run_whose_worker_stopped_before_its_first_commit_starts_again_from_its_input_once(
+    tmp_path: Path,
+) -> None:
+    import trio
+
+    from orchestrator import AssistantMessage, ScriptedModel, UserMessage, create_agent
+    from orchestrator.cluster import Worker
+
+    path = str(tmp_path / "runs.db")
+    dead_store = sqlite_run_store(path)
+    dead_store.create_run("s1", "r1", {"role": "user", "content": "go"})
+    dead_store.claim("dead", 0.05)  # the worker appended the input, asked the model, and died: nothing committed
+    await trio.sleep(0.1)
+
+    client = await create_agent(ScriptedModel([AssistantMessage("done")]))
+    store = sqlite_run_store(path)
+    worker = Worker(client, store, name="b", poll_seconds=0.02)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            while (record := store.run("r1")) is None or record.status != "completed":
+                await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    assert store.history("s1") == [UserMessage("go"), AssistantMessage("done")]
+    assert [event.type for event in store.events("r1")].count("run_started") == 1
+
+
+async def test_a_runs_input_is_in_its_stored_history_while_the_model_still_thinks(tmp_path: Path) -> None:
+    import trio
+
+    from orchestrator import AssistantMessage, ModelRequest, ScriptedModel, UserMessage, create_agent
+    from orchestrator.cluster import Worker
+
+    answer = trio.Event()
+
+    async def slow(request: ModelRequest) -> AssistantMessage:
+        await answer.wait()
+        return AssistantMessage("done")
+
+    store = sqlite_run_store(str(tmp_path / "runs.db"))
+    store.create_run("s1", "r1", {"role": "user", "content": "go"})
+    worker = Worker(await create_agent(ScriptedModel([slow])), store, name="w", poll_seconds=0.02)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            # The flush of the events streamed since the claim takes the input along: another node reading the
+            # session sees the user's message before the model answers.
+            while store.history("s1") != [UserMessage("go")]:
+                await trio.sleep(0.02)
+            record = store.run("r1")
+            assert record is not None and record.status == "running"
+            answer.set()
+            while (record := store.run("r1")) is None or record.status != "completed":
+                await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    assert store.history("s1") == [UserMessage("go"), AssistantMessage("done")]
