@@ -3,12 +3,44 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from orchestrator.cluster.durable import DurableExtension, DurableRun
 from orchestrator.events import MessageAppendedEvent
 from orchestrator.messages import ToolMessage
 from orchestrator.store.runs import NewInboxItem
-from orchestrator.store.runs_sql import sqlite_run_store
+from orchestrator.store.runs_sql import SQLRunStore, sqlite_run_store
+from tests.cluster.waits import until_final
+
+
+class _Context:
+    """What ``DurableExtension.on_event`` reads of a run's context: its request and its machines' states."""
+
+    def __init__(self, phase: str) -> None:
+        self.request_id = "r1"
+        self.states = {"phase": phase}
+
+
+def _listened(durable: DurableRun) -> DurableExtension:
+    extension = DurableExtension()
+    extension.attach(durable)
+    return extension
+
+
+async def _carried_to_its_end(client: Any, path: str) -> SQLRunStore:
+    """Run r1 of the store at ``path`` to its end on a worker of ``client``; the store, to read what it wrote."""
+    import trio
+
+    from orchestrator.cluster import Worker
+
+    store = sqlite_run_store(path)
+    worker = Worker(client, store, name="b", poll_seconds=0.02)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run)
+            await until_final(store, "r1")
+            nursery.cancel_scope.cancel()
+    return store
 
 
 def _claimed(tmp_path: Path) -> DurableRun:
@@ -32,16 +64,9 @@ async def test_an_inbox_item_seen_again_after_the_commit_that_consumed_it_is_not
 
 async def test_a_call_whose_result_is_committed_is_no_longer_an_intent_without_result(tmp_path: Path) -> None:
     durable = _claimed(tmp_path)
-    extension = DurableExtension()
-    extension.attach(durable)
-
-    class Context:
-        request_id = "r1"
-        states = {"phase": "awaiting_tool"}
-
     result = ToolMessage("c1", "lookup", "value")
     event = MessageAppendedEvent(session_id="s1", request_id="r1", seq=1, ts=0.0, message=result, index=1)
-    await extension.on_event(Context(), event)  # type: ignore[arg-type]
+    await _listened(durable).on_event(_Context("awaiting_tool"), event)  # type: ignore[arg-type]
     # The checkpoint of that commit no longer lists c1 as started: a worker taking over (before
     # tool_completed was committed) neither waits for it nor answers it "worker stopped".
     record = durable.store.run("r1")
@@ -83,7 +108,6 @@ async def test_a_cut_off_response_whose_worker_died_before_its_results_runs_none
     import trio
 
     from orchestrator import AssistantMessage, ScriptedModel, ToolCall, ToolStatus, UserMessage, create_agent
-    from orchestrator.cluster import Worker
     from orchestrator.cluster.checkpoint import Checkpoint
     from orchestrator.store.runs import RunCommit
     from orchestrator.tools import tool
@@ -111,14 +135,8 @@ async def test_a_cut_off_response_whose_worker_died_before_its_results_runs_none
     await trio.sleep(0.1)  # the lease runs out: the worker is gone
 
     client = await create_agent(ScriptedModel([AssistantMessage("I will write less.")]), tools=[record])
-    store = sqlite_run_store(path)
-    worker = Worker(client, store, name="b", poll_seconds=0.02)
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(worker.run)
-            while (record_ := store.run("r1")) is None or record_.status != "completed":
-                await trio.sleep(0.02)
-            nursery.cancel_scope.cancel()
+    store = await _carried_to_its_end(client, path)
+    assert store.run("r1").status == "completed"  # type: ignore[union-attr]
     assert ran == []
     history = store.history("s1")
     (result,) = [m for m in history if isinstance(m, ToolMessage)]
@@ -130,15 +148,8 @@ async def test_a_runs_input_goes_into_its_history_with_the_runs_next_commit(tmp_
     from orchestrator.messages import UserMessage
 
     durable = _claimed(tmp_path)
-    extension = DurableExtension()
-    extension.attach(durable)
-
-    class Context:
-        request_id = "r1"
-        states = {"phase": "setup"}
-
     event = MessageAppendedEvent(session_id="s1", request_id="r1", seq=1, ts=0.0, message=UserMessage("hi"), index=0)
-    await extension.on_event(Context(), event)  # type: ignore[arg-type]
+    await _listened(durable).on_event(_Context("setup"), event)  # type: ignore[arg-type]
     record = durable.store.run("r1")
     assert record is not None and record.checkpoint is None and durable.store.history("s1") == []
     await durable.commit()  # the step that follows, or the flush of the events streamed meanwhile
@@ -153,7 +164,6 @@ async def test_a_run_whose_worker_stopped_before_its_first_commit_starts_again_f
     import trio
 
     from orchestrator import AssistantMessage, ScriptedModel, UserMessage, create_agent
-    from orchestrator.cluster import Worker
 
     path = str(tmp_path / "runs.db")
     dead_store = sqlite_run_store(path)
@@ -161,15 +171,7 @@ async def test_a_run_whose_worker_stopped_before_its_first_commit_starts_again_f
     dead_store.claim("dead", 0.05)  # the worker appended the input, asked the model, and died: nothing committed
     await trio.sleep(0.1)
 
-    client = await create_agent(ScriptedModel([AssistantMessage("done")]))
-    store = sqlite_run_store(path)
-    worker = Worker(client, store, name="b", poll_seconds=0.02)
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(worker.run)
-            while (record := store.run("r1")) is None or record.status != "completed":
-                await trio.sleep(0.02)
-            nursery.cancel_scope.cancel()
+    store = await _carried_to_its_end(await create_agent(ScriptedModel([AssistantMessage("done")])), path)
     assert store.history("s1") == [UserMessage("go"), AssistantMessage("done")]
     assert [event.type for event in store.events("r1")].count("run_started") == 1
 
