@@ -365,52 +365,41 @@ def _database_counters(dsn: str) -> dict[str, Any]:
 
 def cluster(runs: int, workers: int, timeout: float, logs: Path) -> dict[str, Any]:
     """The cluster measurement on a throwaway PostgreSQL server, or why it is not available."""
-    sys.path.insert(0, str(ROOT))
-    from tests import pg
-
-    # The benchmark pins itself to one CPU; the server and the workers get every CPU of the machine.
-    pinned = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    try:
-        return _on_server(pg, runs, workers, timeout, logs)
-    finally:
-        os.sched_setaffinity(0, pinned)
-
-
-def _on_server(pg: Any, runs: int, workers: int, timeout: float, logs: Path) -> dict[str, Any]:
-    return _on_database(pg, "cluster", lambda dsn: through_workers(dsn, runs, workers, timeout, logs))
+    return _on_database("cluster", lambda dsn: through_workers(dsn, runs, workers, timeout, logs))
 
 
 def postgres_floor(sample: Any, runs: int, logs: Path) -> dict[str, Any]:
     """The PostgreSQL store floor (``bench.store_floor``) on a throwaway server, on every CPU like the workers."""
+    return _on_database(store_floor.POSTGRES, lambda dsn: store_floor.postgres_floor(sample, runs, dsn, logs))
+
+
+def _on_database(kind: str, measure: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """``measure`` on a fresh database of a throwaway server (``tests/pg.py``), with every CPU of the machine, or a
+    row of ``kind`` saying why there is none."""
     sys.path.insert(0, str(ROOT))
     from tests import pg
 
+    # The benchmark pins itself to one CPU; the server and the processes measured get every CPU of the machine.
     pinned = os.sched_getaffinity(0)
     os.sched_setaffinity(0, range(os.cpu_count() or 1))
     try:
-        return _on_database(pg, store_floor.POSTGRES, lambda dsn: store_floor.postgres_floor(sample, runs, dsn, logs))
+        server = pg._start()
+        if isinstance(server, str):
+            return {"kind": kind, "unavailable": server}
+        try:
+            import psycopg
+
+            name = f"bench_{uuid.uuid4().hex[:12]}"
+            with psycopg.connect(server.dsn(), autocommit=True) as admin:
+                admin.execute(f'CREATE DATABASE "{name}"')
+                # The test suite's server, but a commit waits for its WAL, as in production (the database's
+                # setting outranks the server's command line).
+                admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = on')
+            return measure(server.dsn(name))
+        finally:
+            pg._stop(server)
     finally:
         os.sched_setaffinity(0, pinned)
-
-
-def _on_database(pg: Any, kind: str, measure: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
-    """``measure`` on a fresh database of a throwaway server, or a row of ``kind`` saying why there is none."""
-    server = pg._start()
-    if isinstance(server, str):
-        return {"kind": kind, "unavailable": server}
-    try:
-        import psycopg
-
-        name = f"bench_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(server.dsn(), autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-            # The test suite's server, but a commit waits for its WAL, as in production (the database's
-            # setting outranks the server's command line).
-            admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = on')
-        return measure(server.dsn(name))
-    finally:
-        pg._stop(server)
 
 
 # the workload -------------------------------------------------------------------------
