@@ -267,6 +267,11 @@ class Agent:
             self._remember(session_id, run)
         run.mark_left()
 
+    def _latest(self, session_id: str) -> _Ended | None:
+        """The steps and budget of the session's running request, else of its most recent one still kept."""
+        live = self._live.get(session_id)
+        return _Ended(live.machine.history, live.budget) if live is not None else self._recent.get(session_id)
+
     def _remember(self, session_id: str, run: RunPort) -> None:
         """Keep the steps and budget of ``run``, the session's request that just ended, as the most recent; forget
         the oldest sessions past RECENT_SESSIONS."""
@@ -353,13 +358,8 @@ class Agent:
         ``RECENT_SESSIONS`` sessions whose request ended in this process; otherwise the list is empty.
         With ``region`` (``"phase"``, ``"mode"``, ...) or ``machine``, only the edges of that region or machine.
         """
-        live = self._live.get(session_id)
-        if live is not None:
-            steps: Sequence[Step] = live.machine.history
-        else:
-            ended = self._recent.get(session_id)
-            steps = ended.steps if ended is not None else ()
-        return steps_in(steps, region=region, machine=machine)
+        latest = self._latest(session_id)
+        return steps_in(latest.steps if latest is not None else (), region=region, machine=machine)
 
     def child_traces(self, session_id: str, request_id: str | None = None) -> list[NestedTrace]:
         """The paths of the child requests (subagents) of the session's latest request, nested.
@@ -459,12 +459,8 @@ class Agent:
         A session that is not running answers for its most recent request only while it is among the latest
         ``RECENT_SESSIONS`` sessions whose request ended in this process; otherwise None.
         """
-        live = self._live.get(session_id)
-        if live is not None:
-            budget = live.budget
-        else:
-            ended = self._recent.get(session_id)
-            budget = ended.budget if ended is not None else None
+        latest = self._latest(session_id)
+        budget = latest.budget if latest is not None else None
         return budget.report() if budget is not None else None
 
 
